@@ -1,0 +1,139 @@
+//! One attempt against one tier, bounded by the per-attempt clocks.
+//!
+//! The first-token clock runs from sending the request until the first piece of the answer
+//! (queueing and prompt reading included, so an overloaded provider shows here first); the idle
+//! clock runs between events after that; the attempt cap bounds the whole. An answer whose stop
+//! reason has arrived is complete even if the terminator never comes: it is finalised when the
+//! stream ends or goes idle. A stream that ends without a stop reason is cut off and fails.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, timeout_at};
+
+use crate::failure::{Clock, Failure};
+use crate::model::{ChatRequest, ChatResponse, ResponseBuilder, StreamEvent};
+use crate::provider::Provider;
+use crate::release::Released;
+
+/// The clocks of one attempt, already cut to what the deadline leaves.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AttemptClocks {
+    pub first_token: Duration,
+    pub stream_idle: Duration,
+    pub cap: Duration,
+}
+
+/// Forwards a passthrough stream's events to the caller as they arrive. Events before the first
+/// piece of content are held, so an attempt that fails before its first token leaves no trace.
+#[derive(Debug)]
+pub(crate) struct Forwarder {
+    tx: mpsc::Sender<Released>,
+    held: Vec<StreamEvent>,
+    forwarded: bool,
+    caller_gone: bool,
+}
+
+impl Forwarder {
+    pub fn new(tx: mpsc::Sender<Released>) -> Self {
+        Self { tx, held: Vec::new(), forwarded: false, caller_gone: false }
+    }
+
+    /// Whether any event has reached the caller (after which a failure cannot be hidden).
+    pub fn forwarded(&self) -> bool {
+        self.forwarded
+    }
+
+    pub fn caller_gone(&self) -> bool {
+        self.caller_gone
+    }
+
+    /// A new attempt starts: drop whatever the failed one held back.
+    fn reset(&mut self) {
+        self.held.clear();
+    }
+
+    async fn push(&mut self, event: &StreamEvent) -> bool {
+        if matches!(event, StreamEvent::Done) {
+            return true;
+        }
+        if !self.forwarded && !event.is_content() {
+            self.held.push(event.clone());
+            return true;
+        }
+        self.forwarded = true;
+        for held in std::mem::take(&mut self.held) {
+            if self.tx.send(Released::Event(held)).await.is_err() {
+                self.caller_gone = true;
+                return false;
+            }
+        }
+        if self.tx.send(Released::Event(event.clone())).await.is_err() {
+            self.caller_gone = true;
+            return false;
+        }
+        true
+    }
+}
+
+fn fired(clock: Clock, started: Instant) -> Failure {
+    Failure::ClockFired { clock, after: Instant::now().saturating_duration_since(started) }
+}
+
+/// Run one attempt.
+pub(crate) async fn run_attempt(
+    provider: &dyn Provider,
+    request: ChatRequest,
+    clocks: AttemptClocks,
+    mut forward: Option<&mut Forwarder>,
+) -> Result<ChatResponse, Failure> {
+    if let Some(forward) = forward.as_deref_mut() {
+        forward.reset();
+    }
+    let started = Instant::now();
+    let cap_at = started + clocks.cap;
+    let first_token_at = started + clocks.first_token;
+    let (headers_at, headers_clock) = earliest(first_token_at, Clock::FirstToken, cap_at);
+    let mut stream = match timeout_at(headers_at, provider.send(request)).await {
+        Err(_) => return Err(fired(headers_clock, started)),
+        Ok(result) => result?,
+    };
+
+    let mut builder = ResponseBuilder::default();
+    loop {
+        let (limit, clock) = if builder.has_content() {
+            earliest(Instant::now() + clocks.stream_idle, Clock::StreamIdle, cap_at)
+        } else {
+            earliest(first_token_at, Clock::FirstToken, cap_at)
+        };
+        match timeout_at(limit, stream.next()).await {
+            // The stop reason came but the stream neither ended nor sent its terminator.
+            Err(_) if builder.has_stop() => return Ok(builder.finish()),
+            Err(_) => return Err(fired(clock, started)),
+            Ok(None) if builder.has_stop() => return Ok(builder.finish()),
+            Ok(None) => return Err(Failure::StreamCut),
+            Ok(Some(Err(failure))) => return Err(failure),
+            Ok(Some(Ok(event))) => {
+                if let Some(forward) = forward.as_deref_mut()
+                    && !forward.push(&event).await
+                {
+                    return Err(Failure::Connection { detail: "the caller went away".into() });
+                }
+                builder.push(&event);
+                if matches!(event, StreamEvent::Done) {
+                    return if builder.has_stop() {
+                        Ok(builder.finish())
+                    } else {
+                        Err(Failure::StreamCut)
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// The earlier of a clock's limit and the attempt cap, with the clock that owns it.
+fn earliest(limit: Instant, clock: Clock, cap_at: Instant) -> (Instant, Clock) {
+    if cap_at < limit { (cap_at, Clock::Attempt) } else { (limit, clock) }
+}

@@ -1,0 +1,224 @@
+//! Cooldown of a tier: a circuit breaker counted in consecutive failed calls.
+//!
+//! `Closed` (traffic flows) → after `allowed_fails` failed calls in a row → `Open` (skipped) for
+//! `cooldown` → `HalfOpen`: exactly one probe call goes through; its success closes the breaker,
+//! its failure opens it again. A probe that is abandoned (the caller went away, or the call had no
+//! time left for it) hands its slot back, so the tier can never be stuck half-open.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+/// Cooldown settings of a tier. Defaults are the spec's numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CooldownPolicy {
+    /// Failed calls in a row that open the breaker.
+    pub allowed_fails: u32,
+    /// How long an open breaker skips the tier before letting one probe through.
+    pub cooldown: Duration,
+}
+
+impl Default for CooldownPolicy {
+    fn default() -> Self {
+        Self { allowed_fails: 3, cooldown: Duration::from_secs(30) }
+    }
+}
+
+/// The breaker's state, as reported to operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BreakerState {
+    /// Traffic flows.
+    Closed,
+    /// Rejecting: the tier is skipped.
+    Open,
+    /// Probing: one request is allowed through.
+    HalfOpen,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Inner {
+    Closed { consecutive_fails: u32 },
+    Open { until: Instant },
+    HalfOpen { probe_out: bool },
+}
+
+/// One tier's breaker. Cheap to clone; clones share state.
+#[derive(Debug, Clone)]
+pub struct Cooldown {
+    policy: CooldownPolicy,
+    inner: Arc<Mutex<Inner>>,
+}
+
+/// The breaker's answer to "may this call use the tier?".
+#[derive(Debug)]
+pub enum Admission {
+    /// Yes. Report the result with [`Permit::succeeded`] / [`Permit::failed`].
+    Allowed(Permit),
+    /// No: cooling down until the given time (or a probe is already out).
+    Skip { retry_at: Option<Instant> },
+}
+
+/// The right to call a tier once. Dropping it unresolved hands a probe slot back.
+#[derive(Debug)]
+pub struct Permit {
+    breaker: Cooldown,
+    probe: bool,
+    resolved: bool,
+}
+
+impl Permit {
+    pub fn is_probe(&self) -> bool {
+        self.probe
+    }
+
+    /// The tier answered (or failed for a reason that says nothing about its health).
+    pub fn succeeded(mut self) {
+        self.resolved = true;
+        self.breaker.set(Inner::Closed { consecutive_fails: 0 });
+    }
+
+    /// The tier failed this call.
+    pub fn failed(mut self) {
+        self.resolved = true;
+        let policy = self.breaker.policy;
+        let open = Inner::Open { until: Instant::now() + policy.cooldown };
+        self.breaker.update(|inner| match *inner {
+            Inner::HalfOpen { .. } => *inner = open,
+            Inner::Closed { consecutive_fails } => {
+                let fails = consecutive_fails + 1;
+                *inner = if fails >= policy.allowed_fails {
+                    open
+                } else {
+                    Inner::Closed { consecutive_fails: fails }
+                };
+            }
+            Inner::Open { .. } => {}
+        });
+    }
+
+    /// The call did not use the tier after all.
+    pub fn unused(self) {}
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if !self.resolved && self.probe {
+            self.breaker.update(|inner| {
+                if let Inner::HalfOpen { .. } = inner {
+                    *inner = Inner::HalfOpen { probe_out: false };
+                }
+            });
+        }
+    }
+}
+
+impl Cooldown {
+    pub fn new(policy: CooldownPolicy) -> Self {
+        Self { policy, inner: Arc::new(Mutex::new(Inner::Closed { consecutive_fails: 0 })) }
+    }
+
+    pub fn policy(&self) -> CooldownPolicy {
+        self.policy
+    }
+
+    pub fn admit(&self) -> Admission {
+        let now = Instant::now();
+        let mut admission = Admission::Skip { retry_at: None };
+        let this = self.clone();
+        self.update(|inner| match *inner {
+            Inner::Closed { .. } => {
+                admission =
+                    Admission::Allowed(Permit { breaker: this, probe: false, resolved: false })
+            }
+            Inner::Open { until } if now < until => {
+                admission = Admission::Skip { retry_at: Some(until) }
+            }
+            Inner::Open { .. } | Inner::HalfOpen { probe_out: false } => {
+                *inner = Inner::HalfOpen { probe_out: true };
+                admission =
+                    Admission::Allowed(Permit { breaker: this, probe: true, resolved: false })
+            }
+            Inner::HalfOpen { probe_out: true } => {}
+        });
+        admission
+    }
+
+    pub fn state(&self) -> BreakerState {
+        let now = Instant::now();
+        let mut state = BreakerState::Closed;
+        self.update(|inner| {
+            state = match *inner {
+                Inner::Closed { .. } => BreakerState::Closed,
+                Inner::Open { until } if now < until => BreakerState::Open,
+                Inner::Open { .. } | Inner::HalfOpen { .. } => BreakerState::HalfOpen,
+            }
+        });
+        state
+    }
+
+    fn set(&self, value: Inner) {
+        self.update(|inner| *inner = value);
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Inner)) {
+        match self.inner.lock() {
+            Ok(mut guard) => f(&mut guard),
+            Err(poisoned) => f(&mut poisoned.into_inner()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allowed(breaker: &Cooldown) -> Permit {
+        match breaker.admit() {
+            Admission::Allowed(permit) => permit,
+            Admission::Skip { .. } => panic!("expected the tier to be admitted"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn opens_after_consecutive_fails_and_lets_exactly_one_probe() {
+        let breaker = Cooldown::new(CooldownPolicy::default());
+        for _ in 0..3 {
+            allowed(&breaker).failed();
+        }
+        assert_eq!(breaker.state(), BreakerState::Open);
+        assert!(matches!(breaker.admit(), Admission::Skip { .. }));
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let probe = allowed(&breaker);
+        assert!(probe.is_probe());
+        assert!(matches!(breaker.admit(), Admission::Skip { .. }), "only one probe at a time");
+        probe.succeeded();
+        assert_eq!(breaker.state(), BreakerState::Closed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failed_probe_reopens_and_abandoned_probe_frees_the_slot() {
+        let breaker =
+            Cooldown::new(CooldownPolicy { allowed_fails: 1, cooldown: Duration::from_secs(5) });
+        allowed(&breaker).failed();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        allowed(&breaker).failed();
+        assert_eq!(breaker.state(), BreakerState::Open);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        drop(allowed(&breaker));
+        assert!(allowed(&breaker).is_probe(), "the abandoned probe's slot was handed back");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_success_resets_the_count() {
+        let breaker = Cooldown::new(CooldownPolicy::default());
+        allowed(&breaker).failed();
+        allowed(&breaker).failed();
+        allowed(&breaker).succeeded();
+        allowed(&breaker).failed();
+        allowed(&breaker).failed();
+        assert_eq!(breaker.state(), BreakerState::Closed);
+    }
+}

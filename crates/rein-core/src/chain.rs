@@ -1,0 +1,659 @@
+//! The chain of tiers: the engine that runs one call from route to answer.
+//!
+//! For each tier in order: cooldown check → attempts (each one bounded by the clocks and only
+//! started when a full attempt fits the deadline) → classification of every failure → retry
+//! (backoff or the server's pushback, if the wait fits the deadline and the provider's retry
+//! budget allows) or step down. When every tier is done, the route's degraded reply. Every step
+//! lands in the [`CallReport`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use crate::attempt::{AttemptClocks, Forwarder, run_attempt};
+use crate::breaker::{Admission, BreakerState};
+use crate::budget::{RetryBudget, RetryBudgetPolicy};
+use crate::classify::{Classified, Disposition, Fault, classify};
+use crate::clock::Deadline;
+use crate::degraded::KillSwitch;
+use crate::failure::Failure;
+use crate::model::{ChatRequest, ChatResponse, StopReason, Usage};
+use crate::report::{
+    Alert, AttemptRecord, CallReport, Outcome, ServedBy, SkipReason, Step, millis,
+};
+use crate::retry::{Jitter, SeededJitter};
+use crate::route::Route;
+
+/// Per-call options from the caller.
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    /// The caller's deadline; the call uses the shorter of this and the route's.
+    pub deadline: Option<Duration>,
+    /// Values for the degraded reply's template.
+    pub vars: BTreeMap<String, String>,
+}
+
+/// A finished call: the answer (a model's or the degraded reply) and what happened.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    pub response: ChatResponse,
+    pub report: CallReport,
+}
+
+impl Completion {
+    pub fn outcome(&self) -> Outcome {
+        self.report.outcome
+    }
+}
+
+/// A call that ended without an answer to give. Every variant carries the full report.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    #[error("no route named `{0}`")]
+    UnknownRoute(String),
+    /// The provider's content policy rejected the request; `reason` is the provider's words.
+    #[error("rejected by the provider's content policy: {reason}")]
+    ContentPolicy { reason: String, report: Box<CallReport> },
+    /// The prompt is longer than every tier's context window.
+    #[error("the prompt is too long for every tier of this route: {reason}")]
+    ContextLength { reason: String, report: Box<CallReport> },
+    /// A passthrough stream failed after tokens had reached the caller.
+    #[error("the stream failed after it started: {reason}")]
+    Interrupted { reason: String, report: Box<CallReport> },
+}
+
+impl CallError {
+    pub fn report(&self) -> Option<&CallReport> {
+        match self {
+            CallError::UnknownRoute(_) => None,
+            CallError::ContentPolicy { report, .. }
+            | CallError::ContextLength { report, .. }
+            | CallError::Interrupted { report, .. } => Some(report),
+        }
+    }
+}
+
+/// Watches calls as they happen (metrics, traces). Every method has a no-op default.
+pub trait Observer: Send + Sync + fmt::Debug {
+    fn on_attempt(&self, _route: &str, _attempt: &AttemptRecord) {}
+    fn on_alert(&self, _alert: &Alert) {}
+    fn on_call(&self, _report: &CallReport) {}
+    fn on_retry_budget_exhausted(&self, _provider: &str) {}
+}
+
+#[derive(Debug)]
+struct RouteState {
+    route: Route,
+    /// Accumulates the failover share; a call that tips it over 1.0 goes to the failover tier.
+    failover_credit: Mutex<f64>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    routes: RwLock<HashMap<String, Arc<RouteState>>>,
+    budgets: RwLock<HashMap<String, Arc<RetryBudget>>>,
+    budget_policy: RetryBudgetPolicy,
+    jitter: Arc<dyn Jitter>,
+    kill: KillSwitch,
+    observer: Option<Arc<dyn Observer>>,
+}
+
+/// The engine. Cheap to clone; clones share routes, budgets, breakers and the kill switch.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+/// Builds an [`Engine`].
+#[derive(Debug)]
+pub struct EngineBuilder {
+    routes: Vec<Route>,
+    budget_policy: RetryBudgetPolicy,
+    jitter: Arc<dyn Jitter>,
+    kill: KillSwitch,
+    observer: Option<Arc<dyn Observer>>,
+}
+
+impl EngineBuilder {
+    pub fn route(mut self, route: Route) -> Self {
+        self.routes.push(route);
+        self
+    }
+
+    pub fn retry_budget(mut self, policy: RetryBudgetPolicy) -> Self {
+        self.budget_policy = policy;
+        self
+    }
+
+    /// Inject the random source for backoff jitter (tests fix it).
+    pub fn jitter(mut self, jitter: Arc<dyn Jitter>) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    pub fn kill_switch(mut self, kill: KillSwitch) -> Self {
+        self.kill = kill;
+        self
+    }
+
+    pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    pub fn build(self) -> Engine {
+        let engine = Engine {
+            inner: Arc::new(Inner {
+                routes: RwLock::new(HashMap::new()),
+                budgets: RwLock::new(HashMap::new()),
+                budget_policy: self.budget_policy,
+                jitter: self.jitter,
+                kill: self.kill,
+                observer: self.observer,
+            }),
+        };
+        engine.replace_routes(self.routes);
+        engine
+    }
+}
+
+/// A tier's breaker state, for operators.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TierState {
+    pub route: String,
+    pub tier: String,
+    pub provider: String,
+    pub model: String,
+    pub state: BreakerState,
+}
+
+impl Engine {
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder {
+            routes: Vec::new(),
+            budget_policy: RetryBudgetPolicy::default(),
+            jitter: Arc::new(SeededJitter::new(0x5eed_2e1a)),
+            kill: KillSwitch::default(),
+            observer: None,
+        }
+    }
+
+    /// Swap the routes (config reload). Calls in flight finish on the routes they started with.
+    pub fn replace_routes(&self, routes: Vec<Route>) {
+        let map = routes
+            .into_iter()
+            .map(|route| {
+                let state = RouteState { route, failover_credit: Mutex::new(0.0) };
+                (state.route.name.clone(), Arc::new(state))
+            })
+            .collect();
+        *write(&self.inner.routes) = map;
+    }
+
+    pub fn route_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = read(&self.inner.routes).keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    pub fn kill_switch(&self) -> &KillSwitch {
+        &self.inner.kill
+    }
+
+    /// Breaker states of every tier of every route.
+    pub fn tier_states(&self) -> Vec<TierState> {
+        let routes = read(&self.inner.routes);
+        let mut out: Vec<TierState> = routes
+            .values()
+            .flat_map(|state| {
+                state.route.tiers.iter().map(|tier| TierState {
+                    route: state.route.name.clone(),
+                    tier: tier.name.clone(),
+                    provider: tier.provider.name().to_string(),
+                    model: tier.model.clone(),
+                    state: tier.cooldown.state(),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.route, &a.tier).cmp(&(&b.route, &b.tier)));
+        out
+    }
+
+    /// The retry budget shared by every call to `provider`.
+    pub fn retry_budget(&self, provider: &str) -> Arc<RetryBudget> {
+        if let Some(budget) = read(&self.inner.budgets).get(provider) {
+            return budget.clone();
+        }
+        write(&self.inner.budgets)
+            .entry(provider.to_string())
+            .or_insert_with(|| Arc::new(RetryBudget::new(self.inner.budget_policy)))
+            .clone()
+    }
+
+    /// Run one call to completion, holding the answer until it is whole.
+    pub async fn complete(
+        &self,
+        route: &str,
+        request: ChatRequest,
+        options: CallOptions,
+    ) -> Result<Completion, CallError> {
+        let state = self.route_state(route)?;
+        self.run(&state, request, &options, None).await
+    }
+
+    pub(crate) fn route_state(&self, route: &str) -> Result<RouteHandle, CallError> {
+        read(&self.inner.routes)
+            .get(route)
+            .cloned()
+            .map(RouteHandle)
+            .ok_or_else(|| CallError::UnknownRoute(route.to_string()))
+    }
+
+    /// The chain itself. With a forwarder (passthrough streams) events reach the caller as they
+    /// arrive, and a failure after the first one ends the call as `Interrupted`.
+    pub(crate) async fn run(
+        &self,
+        state: &RouteHandle,
+        request: ChatRequest,
+        options: &CallOptions,
+        forward: Option<&mut Forwarder>,
+    ) -> Result<Completion, CallError> {
+        let route = &state.0.route;
+        let mut call = CallState::new(route, options);
+        let result = self.run_inner(state, &mut call, request, forward).await;
+        let result = match result {
+            Ok(done) => Ok(done),
+            Err(Ended::Error(error)) => Err(error),
+            Err(Ended::Degraded) => Ok(call.degraded(route, options)),
+        };
+        let report = match &result {
+            Ok(completion) => Some(&completion.report),
+            Err(error) => error.report(),
+        };
+        if let (Some(observer), Some(report)) = (&self.inner.observer, report) {
+            observer.on_call(report);
+        }
+        result
+    }
+
+    async fn run_inner(
+        &self,
+        state: &RouteHandle,
+        call: &mut CallState,
+        request: ChatRequest,
+        mut forward: Option<&mut Forwarder>,
+    ) -> Result<Completion, Ended> {
+        let route = &state.0.route;
+        if let Some(reason) = self.inner.kill.engaged_for(&route.name) {
+            call.steps.push(Step::KillSwitch { reason });
+            return Err(Ended::Degraded);
+        }
+        let order = self.tier_order(&state.0);
+        // Set by a context-length failure: only tiers with a larger window may follow, and
+        // while none of them has been tried the provider's message is what the caller gets.
+        let mut context_floor: Option<u32> = None;
+        let mut context_unserved: Option<String> = None;
+
+        for (position, &index) in order.iter().enumerate() {
+            let tier = &route.tiers[index];
+            if let Some(floor) = context_floor
+                && tier.context_window.unwrap_or(0) <= floor
+            {
+                call.skip(index, &tier.name, SkipReason::ContextTooSmall);
+                continue;
+            }
+            let permit = match tier.cooldown.admit() {
+                Admission::Allowed(permit) => permit,
+                Admission::Skip { .. } => {
+                    call.skip(index, &tier.name, SkipReason::CoolingDown);
+                    continue;
+                }
+            };
+            let budget = self.retry_budget(tier.provider.name());
+            // A half-open probe is one attempt: a recovering tier gets a single request, not a burst.
+            let attempts = if permit.is_probe() {
+                1
+            } else {
+                tier.attempts.unwrap_or(route.retry.attempts).max(1)
+            };
+            let mut last: Option<Classified> = None;
+            let mut tried = false;
+
+            for number in 1..=attempts {
+                if let Some(previous) = &last {
+                    let pushback = previous.retry_after;
+                    let wait = pushback.unwrap_or_else(|| {
+                        route.retry.backoff(number - 2, self.inner.jitter.as_ref())
+                    });
+                    let remaining = call.deadline.remaining();
+                    if let Some(retry_after) = pushback {
+                        if !call.deadline.fits(retry_after + call.min_attempt) {
+                            call.skip(
+                                index,
+                                &tier.name,
+                                SkipReason::RetryAfterBeyondDeadline {
+                                    retry_after_ms: millis(retry_after),
+                                    remaining_ms: millis(remaining),
+                                },
+                            );
+                            break;
+                        }
+                    } else if !call.deadline.fits(wait + call.min_attempt) {
+                        call.skip(
+                            index,
+                            &tier.name,
+                            SkipReason::NoTimeLeft { remaining_ms: millis(remaining) },
+                        );
+                        break;
+                    }
+                    if !budget.try_retry() {
+                        if let Some(observer) = &self.inner.observer {
+                            observer.on_retry_budget_exhausted(tier.provider.name());
+                        }
+                        call.skip(index, &tier.name, SkipReason::RetryBudgetExhausted);
+                        break;
+                    }
+                    call.steps.push(Step::Wait {
+                        tier: index,
+                        at_ms: millis(call.deadline.elapsed()),
+                        wait_ms: millis(wait),
+                        pushback: pushback.is_some(),
+                    });
+                    tokio::time::sleep(wait).await;
+                } else if !call.deadline.fits(call.min_attempt) {
+                    let remaining = millis(call.deadline.remaining());
+                    call.skip(
+                        index,
+                        &tier.name,
+                        SkipReason::NoTimeLeft { remaining_ms: remaining },
+                    );
+                    break;
+                } else {
+                    budget.record_request();
+                }
+
+                let clocks = AttemptClocks {
+                    first_token: route.clocks.first_token,
+                    stream_idle: route.clocks.stream_idle,
+                    cap: route.clocks.attempt.min(call.deadline.remaining()),
+                };
+                let started = call.deadline.elapsed();
+                tried = true;
+                let result = run_attempt(
+                    tier.provider.as_ref(),
+                    tier.prepare(&request),
+                    clocks,
+                    forward.as_deref_mut(),
+                )
+                .await;
+                let mut record = AttemptRecord {
+                    tier: index,
+                    tier_name: tier.name.clone(),
+                    provider: tier.provider.name().to_string(),
+                    model: tier.model.clone(),
+                    number,
+                    started_ms: millis(started),
+                    elapsed_ms: millis(call.deadline.elapsed().saturating_sub(started)),
+                    failure: None,
+                    classified: None,
+                    probe: permit.is_probe(),
+                };
+                match result {
+                    Ok(response) => {
+                        self.observe_attempt(&route.name, &record);
+                        call.steps.push(Step::Attempt(record));
+                        permit.succeeded();
+                        let failover = position == 0 && index != 0;
+                        call.outcome = if index == 0 || failover {
+                            Outcome::Answered
+                        } else {
+                            Outcome::Fallback
+                        };
+                        call.served_by = Some(ServedBy {
+                            tier: index,
+                            tier_name: tier.name.clone(),
+                            provider: tier.provider.name().to_string(),
+                            model: if response.model.is_empty() {
+                                tier.model.clone()
+                            } else {
+                                response.model.clone()
+                            },
+                            failover,
+                        });
+                        return Ok(call.finish(route, response));
+                    }
+                    Err(failure) => {
+                        let classified = classify(&failure);
+                        tracing::debug!(
+                            route = %route.name, tier = %tier.name, attempt = number,
+                            kind = classified.kind.as_str(), reason = classified.reason,
+                            "attempt failed"
+                        );
+                        record.failure = Some(failure.clone());
+                        record.classified = Some(classified.clone());
+                        self.observe_attempt(&route.name, &record);
+                        call.steps.push(Step::Attempt(record));
+                        if forward.as_deref().is_some_and(|f| f.forwarded() || f.caller_gone()) {
+                            call.outcome = Outcome::Interrupted;
+                            permit.failed();
+                            let report = Box::new(call.report(route));
+                            return Err(Ended::Error(CallError::Interrupted {
+                                reason: failure.to_string(),
+                                report,
+                            }));
+                        }
+                        match classified.disposition {
+                            Disposition::RetryTier => {
+                                last = Some(classified);
+                                if number == attempts {
+                                    call.skip(index, &tier.name, SkipReason::AttemptsExhausted);
+                                }
+                                continue;
+                            }
+                            Disposition::NextTier => {
+                                call.skip(index, &tier.name, SkipReason::NotRetryable);
+                                last = Some(classified);
+                            }
+                            Disposition::NextLargerContextTier => {
+                                context_floor = Some(tier.context_window.unwrap_or(0));
+                                context_unserved = Some(http_message(&failure));
+                                call.skip(index, &tier.name, SkipReason::PermanentFailure);
+                                last = Some(classified);
+                            }
+                            Disposition::SkipTierAndAlert => {
+                                let alert = Alert {
+                                    route: route.name.clone(),
+                                    tier_name: tier.name.clone(),
+                                    provider: tier.provider.name().to_string(),
+                                    kind: classified.kind.as_str(),
+                                    message: failure.to_string(),
+                                };
+                                tracing::warn!(
+                                    route = %alert.route, tier = %alert.tier_name, provider = %alert.provider,
+                                    kind = alert.kind, "tier skipped: {}", alert.message
+                                );
+                                if let Some(observer) = &self.inner.observer {
+                                    observer.on_alert(&alert);
+                                }
+                                call.alerts.push(alert);
+                                call.skip(index, &tier.name, SkipReason::PermanentFailure);
+                                last = Some(classified);
+                            }
+                            Disposition::Stop => {
+                                permit.succeeded();
+                                call.outcome = Outcome::Stopped;
+                                let reason = http_message(&failure);
+                                let report = Box::new(call.report(route));
+                                return Err(Ended::Error(CallError::ContentPolicy {
+                                    reason,
+                                    report,
+                                }));
+                            }
+                        }
+                        break;
+                    }
+                }
+            }
+            // The tier did not answer. Its health counts only when it was actually tried and
+            // the last failure says something about the tier rather than the request.
+            match (&last, tried) {
+                (Some(classified), true) if classified.fault != Fault::Request => permit.failed(),
+                (Some(_), true) => permit.succeeded(),
+                _ => permit.unused(),
+            }
+            if tried
+                && last
+                    .as_ref()
+                    .is_some_and(|c| c.disposition != Disposition::NextLargerContextTier)
+            {
+                // A larger tier was tried and failed for another reason: the prompt did fit.
+                context_unserved = None;
+            }
+        }
+
+        match context_unserved {
+            Some(reason) => {
+                call.outcome = Outcome::Stopped;
+                let report = Box::new(call.report(route));
+                Err(Ended::Error(CallError::ContextLength { reason, report }))
+            }
+            _ => Err(Ended::Degraded),
+        }
+    }
+
+    /// The order tiers are tried in: as configured, except that the failover share's calls start
+    /// on the failover tier.
+    fn tier_order(&self, state: &RouteState) -> Vec<usize> {
+        let count = state.route.tiers.len();
+        let mut order: Vec<usize> = (0..count).collect();
+        if let Some(failover) = state.route.failover
+            && failover.tier < count
+            && failover.share > 0.0
+        {
+            {
+                let mut credit = match state.failover_credit.lock() {
+                    Ok(guard) => guard,
+                    Err(poisoned) => poisoned.into_inner(),
+                };
+                *credit += failover.share.min(1.0);
+                if *credit >= 1.0 {
+                    *credit -= 1.0;
+                    order.retain(|&i| i != failover.tier);
+                    order.insert(0, failover.tier);
+                }
+            }
+        }
+        order
+    }
+
+    fn observe_attempt(&self, route: &str, record: &AttemptRecord) {
+        if let Some(observer) = &self.inner.observer {
+            observer.on_attempt(route, record);
+        }
+    }
+}
+
+/// A handle on a route's state, kept for the whole call so a reload cannot change it mid-way.
+#[derive(Debug, Clone)]
+pub(crate) struct RouteHandle(Arc<RouteState>);
+
+impl RouteHandle {
+    pub fn release_mode(&self) -> crate::route::ReleaseMode {
+        self.0.route.release
+    }
+}
+
+enum Ended {
+    Degraded,
+    Error(CallError),
+}
+
+/// What is known about a call while it runs.
+struct CallState {
+    deadline: Deadline,
+    /// The least time an attempt needs before it may start: the route's `min_attempt`, or the
+    /// whole deadline when the caller's is shorter (so a short deadline still gets one attempt).
+    min_attempt: Duration,
+    steps: Vec<Step>,
+    alerts: Vec<Alert>,
+    outcome: Outcome,
+    served_by: Option<ServedBy>,
+}
+
+impl CallState {
+    fn new(route: &Route, options: &CallOptions) -> Self {
+        let total =
+            options.deadline.map_or(route.clocks.deadline, |d| d.min(route.clocks.deadline));
+        Self {
+            deadline: Deadline::after(total),
+            min_attempt: route.clocks.min_attempt.min(total),
+            steps: Vec::new(),
+            alerts: Vec::new(),
+            outcome: Outcome::Degraded,
+            served_by: None,
+        }
+    }
+
+    fn skip(&mut self, tier: usize, tier_name: &str, reason: SkipReason) {
+        self.steps.push(Step::TierSkipped {
+            tier,
+            tier_name: tier_name.to_string(),
+            at_ms: millis(self.deadline.elapsed()),
+            reason,
+        });
+    }
+
+    fn report(&self, route: &Route) -> CallReport {
+        CallReport {
+            route: route.name.clone(),
+            outcome: self.outcome,
+            served_by: self.served_by.clone(),
+            steps: self.steps.clone(),
+            alerts: self.alerts.clone(),
+            elapsed_ms: millis(self.deadline.elapsed()),
+        }
+    }
+
+    fn finish(&mut self, route: &Route, response: ChatResponse) -> Completion {
+        Completion { response, report: self.report(route) }
+    }
+
+    fn degraded(&mut self, route: &Route, options: &CallOptions) -> Completion {
+        self.outcome = Outcome::Degraded;
+        self.served_by = None;
+        self.steps.push(Step::Degraded { at_ms: millis(self.deadline.elapsed()) });
+        let response = ChatResponse {
+            id: format!("degraded-{}", route.name),
+            model: "rein-degraded".to_string(),
+            text: route.degraded.render(&options.vars),
+            stop_reason: Some(StopReason::EndTurn),
+            usage: Usage::default(),
+            ..ChatResponse::default()
+        };
+        self.finish(route, response)
+    }
+}
+
+/// The provider's own words for a failure, for the caller.
+fn http_message(failure: &Failure) -> String {
+    match failure {
+        Failure::Http { http, .. } => http.message.clone(),
+        Failure::StreamError { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    match lock.read() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    match lock.write() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}

@@ -1,0 +1,333 @@
+//! Failure classification: the one place that decides what an observed [`Failure`] means.
+//!
+//! Two steps, both exhaustive. [`kind_of`] reads the facts (the body's error type and code first,
+//! the status only to narrow) into a [`FailureKind`]; [`decide`] maps every kind to a
+//! [`Disposition`] and a [`Fault`] with a `match` that has no catch-all arm, so adding a kind does
+//! not compile until someone decides its move. The server's own pushback (`x-should-retry`,
+//! `retry-after`) is applied last.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::failure::{Clock, Failure, HttpError, WireFormat};
+
+/// What kind of failure was observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The provider is overloaded (OpenAI 503, Anthropic 529 `overloaded_error`).
+    Overloaded,
+    /// A rate limit that clears by waiting (429 `rate_limit_exceeded` / `rate_limit_error`).
+    RateLimited,
+    /// Credits exhausted, spend or usage cap reached: waiting will not help (OpenAI 429
+    /// `insufficient_quota`, Anthropic 429 spend cap, Anthropic 400 credit balance).
+    QuotaExhausted,
+    /// 500 and other 5xx.
+    ServerError,
+    /// 408 Request Timeout.
+    RequestTimeout,
+    /// 409 Conflict (providers use it for transient lock contention).
+    Conflict,
+    /// No response: refused, reset before headers, DNS, TLS.
+    ConnectionFailed,
+    /// One of rein's clocks fired.
+    ClockFired(Clock),
+    /// The stream broke after it started: an error event, or the connection closed early.
+    StreamInterrupted,
+    /// A chunk or body that could not be parsed.
+    MalformedResponse,
+    /// The prompt does not fit the model's context window.
+    ContextLength,
+    /// The provider's content policy rejected the request.
+    ContentPolicy,
+    /// Any other malformed request (400, 422).
+    InvalidRequest,
+    /// 401: the key is wrong.
+    Unauthorized,
+    /// 403: the key lacks permission.
+    Forbidden,
+    /// 404: unknown model or path.
+    NotFound,
+    /// 413: request too large for the endpoint.
+    PayloadTooLarge,
+    /// Another 4xx that nothing above describes.
+    OtherClientError,
+}
+
+impl FailureKind {
+    /// The label used in metrics, logs and trace steps.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Overloaded => "overloaded",
+            FailureKind::RateLimited => "rate_limited",
+            FailureKind::QuotaExhausted => "quota_exhausted",
+            FailureKind::ServerError => "server_error",
+            FailureKind::RequestTimeout => "request_timeout",
+            FailureKind::Conflict => "conflict",
+            FailureKind::ConnectionFailed => "connection_failed",
+            FailureKind::ClockFired(Clock::Connect) => "clock_connect",
+            FailureKind::ClockFired(Clock::FirstToken) => "clock_first_token",
+            FailureKind::ClockFired(Clock::StreamIdle) => "clock_stream_idle",
+            FailureKind::ClockFired(Clock::Attempt) => "clock_attempt",
+            FailureKind::StreamInterrupted => "stream_interrupted",
+            FailureKind::MalformedResponse => "malformed_response",
+            FailureKind::ContextLength => "context_length",
+            FailureKind::ContentPolicy => "content_policy",
+            FailureKind::InvalidRequest => "invalid_request",
+            FailureKind::Unauthorized => "unauthorized",
+            FailureKind::Forbidden => "forbidden",
+            FailureKind::NotFound => "not_found",
+            FailureKind::PayloadTooLarge => "payload_too_large",
+            FailureKind::OtherClientError => "other_client_error",
+        }
+    }
+}
+
+/// The move decided for a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Disposition {
+    /// Transient: try this tier again (if the deadline, attempts and retry budget allow).
+    RetryTier,
+    /// This tier will not answer now; try the next one.
+    NextTier,
+    /// The prompt is too long for this tier: try the next tier with a larger context window.
+    NextLargerContextTier,
+    /// This tier is misconfigured or out of money for every request: skip it, tell a person,
+    /// never retry it.
+    SkipTierAndAlert,
+    /// No tier will do better: end the call and tell the caller why.
+    Stop,
+}
+
+/// Whose fault the failure is. Kept apart from the disposition: it decides whether the failure
+/// counts against the tier's health (cooldown) and which status the caller sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    /// The provider is unwell (overload, 5xx, slow, dropped connection).
+    Provider,
+    /// Our account or config with the provider (keys, quota, unknown model).
+    Account,
+    /// The request itself (too long, malformed, against policy).
+    Request,
+}
+
+/// A failure together with its decided move.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Classified {
+    pub kind: FailureKind,
+    pub disposition: Disposition,
+    pub fault: Fault,
+    /// The wait the provider asked for, which replaces rein's backoff when it fits the deadline.
+    pub retry_after: Option<Duration>,
+    /// Why, in a few words, for logs and the call report.
+    pub reason: &'static str,
+}
+
+/// Classify one observed failure.
+pub fn classify(failure: &Failure) -> Classified {
+    let (kind, retry_after, should_retry) = match failure {
+        Failure::Http { format, http } => {
+            (kind_of_http(*format, http), http.retry_after, http.should_retry)
+        }
+        Failure::Connection { .. } => (FailureKind::ConnectionFailed, None, None),
+        Failure::ClockFired { clock, .. } => (FailureKind::ClockFired(*clock), None, None),
+        Failure::StreamError { error_type, message, .. } => {
+            (kind_of_stream_error(error_type.as_deref(), message), None, None)
+        }
+        Failure::StreamCut => (FailureKind::StreamInterrupted, None, None),
+        Failure::Malformed { .. } => (FailureKind::MalformedResponse, None, None),
+    };
+    let (mut disposition, fault, mut reason) = decide(kind);
+    // The server's explicit word overrides the status-based guess, in both directions, but never
+    // turns a permanent account or request failure into a retry.
+    match should_retry {
+        Some(false) if disposition == Disposition::RetryTier => {
+            disposition = Disposition::NextTier;
+            reason = "provider said x-should-retry: false";
+        }
+        Some(true) if kind == FailureKind::OtherClientError => {
+            disposition = Disposition::RetryTier;
+            reason = "provider said x-should-retry: true";
+        }
+        _ => {}
+    }
+    Classified { kind, disposition, fault, retry_after, reason }
+}
+
+/// The decided move for each kind of failure. No catch-all arm: a new kind must be decided here.
+pub fn decide(kind: FailureKind) -> (Disposition, Fault, &'static str) {
+    use Disposition::*;
+    use Fault::*;
+    match kind {
+        FailureKind::Overloaded => (RetryTier, Provider, "provider overloaded; transient"),
+        FailureKind::RateLimited => (RetryTier, Provider, "rate limited; clears by waiting"),
+        FailureKind::QuotaExhausted => {
+            (SkipTierAndAlert, Account, "credits or spend cap exhausted; waiting will not help")
+        }
+        FailureKind::ServerError => (RetryTier, Provider, "provider server error; transient"),
+        FailureKind::RequestTimeout => (RetryTier, Provider, "provider request timeout; transient"),
+        FailureKind::Conflict => (RetryTier, Provider, "conflict; transient"),
+        FailureKind::ConnectionFailed => (RetryTier, Provider, "connection failed; transient"),
+        FailureKind::ClockFired(Clock::Connect) => (RetryTier, Provider, "connect clock fired"),
+        FailureKind::ClockFired(Clock::FirstToken) => {
+            (RetryTier, Provider, "first token did not arrive in time")
+        }
+        FailureKind::ClockFired(Clock::StreamIdle) => (RetryTier, Provider, "stream went idle"),
+        FailureKind::ClockFired(Clock::Attempt) => {
+            (RetryTier, Provider, "attempt ran past its cap")
+        }
+        FailureKind::StreamInterrupted => (RetryTier, Provider, "stream broke mid-answer"),
+        FailureKind::MalformedResponse => (RetryTier, Provider, "malformed response chunk"),
+        FailureKind::ContextLength => {
+            (NextLargerContextTier, Request, "prompt exceeds this model's context window")
+        }
+        FailureKind::ContentPolicy => {
+            (Stop, Request, "rejected by the provider's content policy; no retry")
+        }
+        FailureKind::InvalidRequest => {
+            (SkipTierAndAlert, Request, "tier rejected the request as invalid; never retried")
+        }
+        FailureKind::Unauthorized => (SkipTierAndAlert, Account, "invalid API key"),
+        FailureKind::Forbidden => (SkipTierAndAlert, Account, "API key lacks permission"),
+        FailureKind::NotFound => (SkipTierAndAlert, Account, "model or endpoint not found"),
+        FailureKind::PayloadTooLarge => {
+            (SkipTierAndAlert, Request, "request too large for this endpoint")
+        }
+        FailureKind::OtherClientError => (SkipTierAndAlert, Request, "unrecognised client error"),
+    }
+}
+
+fn kind_of_http(format: WireFormat, http: &HttpError) -> FailureKind {
+    let error_type = http.error_type.as_deref().unwrap_or("");
+    let code = http.code.as_deref().unwrap_or("");
+    let message = http.message.to_ascii_lowercase();
+
+    // The body says more than the status: read it first.
+    if is_quota_exhausted(error_type, code, &message) {
+        return FailureKind::QuotaExhausted;
+    }
+    if is_context_length(code, &message) {
+        return FailureKind::ContextLength;
+    }
+    if is_content_policy(code, &message) {
+        return FailureKind::ContentPolicy;
+    }
+    match (format, error_type) {
+        (WireFormat::Anthropic, "overloaded_error") => return FailureKind::Overloaded,
+        (WireFormat::Anthropic, "rate_limit_error") => return FailureKind::RateLimited,
+        (WireFormat::Anthropic, "api_error") => return FailureKind::ServerError,
+        (WireFormat::Anthropic, "timeout_error") => return FailureKind::RequestTimeout,
+        (WireFormat::Anthropic, "authentication_error") => return FailureKind::Unauthorized,
+        (WireFormat::Anthropic, "permission_error") => return FailureKind::Forbidden,
+        (WireFormat::Anthropic, "not_found_error") => return FailureKind::NotFound,
+        (WireFormat::Anthropic, "request_too_large") => return FailureKind::PayloadTooLarge,
+        _ => {}
+    }
+    match http.status {
+        529 | 503 => FailureKind::Overloaded,
+        429 => FailureKind::RateLimited,
+        408 => FailureKind::RequestTimeout,
+        409 => FailureKind::Conflict,
+        401 => FailureKind::Unauthorized,
+        403 => FailureKind::Forbidden,
+        404 => FailureKind::NotFound,
+        413 => FailureKind::PayloadTooLarge,
+        400 | 422 => FailureKind::InvalidRequest,
+        500..=599 => FailureKind::ServerError,
+        _ => FailureKind::OtherClientError,
+    }
+}
+
+fn kind_of_stream_error(error_type: Option<&str>, message: &str) -> FailureKind {
+    let message = message.to_ascii_lowercase();
+    match error_type.unwrap_or("") {
+        _ if is_content_policy("", &message) => FailureKind::ContentPolicy,
+        "overloaded_error" => FailureKind::Overloaded,
+        "rate_limit_error" | "rate_limit_exceeded" => FailureKind::RateLimited,
+        _ => FailureKind::StreamInterrupted,
+    }
+}
+
+/// Credits gone or a spend cap hit: read from the body, because the status (429 or 400) is the
+/// same as for failures that do clear.
+fn is_quota_exhausted(error_type: &str, code: &str, message: &str) -> bool {
+    matches!(code, "insufficient_quota" | "billing_hard_limit_reached" | "billing_not_active")
+        || error_type == "insufficient_quota"
+        || message.contains("credit balance is too low")
+        || message.contains("spend limit")
+        || message.contains("spending limit")
+        || message.contains("usage limit")
+        || message.contains("billing hard limit")
+        || message.contains("exceeded your current quota")
+}
+
+fn is_context_length(code: &str, message: &str) -> bool {
+    code == "context_length_exceeded"
+        || message.contains("prompt is too long")
+        || message.contains("maximum context length")
+        || message.contains("context window")
+}
+
+fn is_content_policy(code: &str, message: &str) -> bool {
+    code == "content_policy_violation"
+        || code == "content_filter"
+        || message.contains("content policy")
+        || message.contains("content filtering policy")
+        || message.contains("usage policies")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http(format: WireFormat, status: u16, error_type: &str, code: &str, msg: &str) -> Failure {
+        Failure::Http {
+            format,
+            http: HttpError {
+                status,
+                error_type: (!error_type.is_empty()).then(|| error_type.to_string()),
+                code: (!code.is_empty()).then(|| code.to_string()),
+                message: msg.to_string(),
+                ..HttpError::default()
+            },
+        }
+    }
+
+    #[test]
+    fn same_429_status_two_meanings() {
+        let clears =
+            http(WireFormat::OpenAi, 429, "requests", "rate_limit_exceeded", "Rate limit reached");
+        let never = http(
+            WireFormat::OpenAi,
+            429,
+            "insufficient_quota",
+            "insufficient_quota",
+            "You exceeded your current quota, please check your plan and billing details.",
+        );
+        assert_eq!(classify(&clears).disposition, Disposition::RetryTier);
+        assert_eq!(classify(&never).kind, FailureKind::QuotaExhausted);
+        assert_eq!(classify(&never).disposition, Disposition::SkipTierAndAlert);
+    }
+
+    #[test]
+    fn should_retry_false_demotes_a_retry() {
+        let mut failure = http(WireFormat::OpenAi, 500, "server_error", "", "boom");
+        if let Failure::Http { http, .. } = &mut failure {
+            http.should_retry = Some(false);
+        }
+        assert_eq!(classify(&failure).disposition, Disposition::NextTier);
+    }
+
+    #[test]
+    fn should_retry_true_never_lifts_a_permanent_failure() {
+        let mut failure =
+            http(WireFormat::OpenAi, 401, "invalid_request_error", "invalid_api_key", "bad key");
+        if let Failure::Http { http, .. } = &mut failure {
+            http.should_retry = Some(true);
+        }
+        assert_eq!(classify(&failure).disposition, Disposition::SkipTierAndAlert);
+    }
+}

@@ -1,0 +1,106 @@
+//! What was observed when an attempt failed, before anyone decides what it means.
+//!
+//! Adapters and the engine's clocks produce a [`Failure`]; [`crate::classify`] is the one place
+//! that turns it into a decision. A `Failure` records facts (status, the body's error type and
+//! code, the server's pushback headers, which clock fired), never a verdict.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Which provider wire format produced an error body. Classification reads some codes
+/// differently per format (Anthropic's 529 has no OpenAI equivalent, for instance).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireFormat {
+    OpenAi,
+    Anthropic,
+}
+
+/// One of the clocks that bound an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Clock {
+    /// Establishing the connection and receiving response headers.
+    Connect,
+    /// From sending the request until the first token of the answer.
+    FirstToken,
+    /// Between two events once the stream has started producing tokens.
+    StreamIdle,
+    /// The cap on one whole attempt.
+    Attempt,
+}
+
+impl Clock {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Clock::Connect => "connect",
+            Clock::FirstToken => "first_token",
+            Clock::StreamIdle => "stream_idle",
+            Clock::Attempt => "attempt",
+        }
+    }
+}
+
+/// An HTTP error response, as parsed from its status, body and headers.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct HttpError {
+    pub status: u16,
+    /// `error.type` from the body (OpenAI `invalid_request_error`, Anthropic `overloaded_error`).
+    pub error_type: Option<String>,
+    /// `error.code` from the body (OpenAI `insufficient_quota`, `context_length_exceeded`).
+    pub code: Option<String>,
+    /// `error.message` from the body, or the raw body text when it was not JSON.
+    pub message: String,
+    /// The server's requested wait, from `retry-after-ms` or `retry-after` (seconds or date).
+    pub retry_after: Option<Duration>,
+    /// The `x-should-retry` header, when present.
+    pub should_retry: Option<bool>,
+    /// The provider's request id (`x-request-id`, `request-id`), for support tickets.
+    pub request_id: Option<String>,
+}
+
+/// What went wrong with one attempt.
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Failure {
+    /// The provider answered with an error status.
+    #[error("{format:?} returned HTTP {}: {}", http.status, http.message)]
+    Http { format: WireFormat, http: HttpError },
+    /// No response headers arrived: refused, reset, DNS or TLS failure.
+    #[error("connection failed before a response: {detail}")]
+    Connection { detail: String },
+    /// One of rein's clocks fired.
+    #[error("the {} clock fired after {} ms", clock.as_str(), after.as_millis())]
+    ClockFired { clock: Clock, after: Duration },
+    /// The provider sent an error event inside a stream that had already started.
+    #[error("error event mid-stream: {message}")]
+    StreamError { format: WireFormat, error_type: Option<String>, message: String },
+    /// The stream ended before the model's stop reason arrived: the answer is cut off.
+    #[error("stream ended before the answer was complete")]
+    StreamCut,
+    /// A chunk or body could not be understood.
+    #[error("malformed response: {detail}")]
+    Malformed { detail: String },
+}
+
+impl Failure {
+    /// The HTTP status, when the failure was an error response.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Failure::Http { http, .. } => Some(http.status),
+            _ => None,
+        }
+    }
+}
+
+/// A short label for logs and metrics.
+impl fmt::Display for WireFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            WireFormat::OpenAi => "openai",
+            WireFormat::Anthropic => "anthropic",
+        })
+    }
+}

@@ -1,0 +1,33 @@
+//! rein's engine: everything that happens around one model call, with no HTTP server, no CLI
+//! and no environment reads. A call goes route → kill switch → chain of tiers → attempts (clocks,
+//! retry policy, retry budget) → provider adapter, and every step lands in the call's report.
+//! See ARCHITECTURE.md for the map.
+
+mod attempt;
+pub mod breaker;
+pub mod budget;
+pub mod chain;
+pub mod classify;
+pub mod clock;
+pub mod degraded;
+pub mod failure;
+pub mod model;
+pub mod provider;
+pub mod release;
+pub mod report;
+pub mod retry;
+pub mod route;
+
+pub use breaker::{BreakerState, Cooldown, CooldownPolicy};
+pub use budget::{RetryBudget, RetryBudgetPolicy};
+pub use chain::{CallError, CallOptions, Completion, Engine, EngineBuilder, Observer, TierState};
+pub use classify::{Classified, Disposition, FailureKind, Fault, classify};
+pub use clock::{ClockPolicy, Deadline};
+pub use degraded::{DegradedReply, KillFlip, KillScope, KillSwitch};
+pub use failure::{Clock, Failure, HttpError, WireFormat};
+pub use model::*;
+pub use provider::{EventStream, Provider};
+pub use release::{ReleaseStream, Released};
+pub use report::{Alert, AttemptRecord, CallReport, Outcome, ServedBy, SkipReason, Step};
+pub use retry::{FixedJitter, Jitter, RetryPolicy, SeededJitter};
+pub use route::{FailoverShare, ReleaseMode, Route, Tier, TierParams};

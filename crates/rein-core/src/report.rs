@@ -1,0 +1,164 @@
+//! The record of one call: every attempt, wait, skip and decision in order, the outcome, and
+//! the alerts raised. This is what response headers, metrics and trace steps are built from, and
+//! what a chain that runs out returns instead of only its last error.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::classify::Classified;
+use crate::failure::Failure;
+
+/// How a call ended, as the caller is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The first tier answered (or the failover share's tier, by plan).
+    Answered,
+    /// A later tier answered after the ones above it failed or were skipped.
+    Fallback,
+    /// No model answered; the route's degraded reply was sent.
+    Degraded,
+    /// The call was ended on purpose (content policy, context too long for every tier).
+    Stopped,
+    /// A passthrough stream failed after tokens were already forwarded.
+    Interrupted,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Answered => "answered",
+            Outcome::Fallback => "fallback",
+            Outcome::Degraded => "degraded",
+            Outcome::Stopped => "stopped",
+            Outcome::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// Why a tier was not (or no longer) tried.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "why")]
+pub enum SkipReason {
+    /// Its breaker is open.
+    CoolingDown,
+    /// Less than a full attempt was left before the deadline.
+    NoTimeLeft { remaining_ms: u64 },
+    /// The retry budget of its provider is spent.
+    RetryBudgetExhausted,
+    /// The server asked for a wait that does not fit the deadline.
+    RetryAfterBeyondDeadline { retry_after_ms: u64, remaining_ms: u64 },
+    /// The prompt is too long and this tier's context window is no larger.
+    ContextTooSmall,
+    /// A permanent failure on this tier: never retried.
+    PermanentFailure,
+    /// The tier's attempts are used up.
+    AttemptsExhausted,
+    /// The provider said not to retry.
+    NotRetryable,
+}
+
+/// Who served the answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServedBy {
+    pub tier: usize,
+    pub tier_name: String,
+    pub provider: String,
+    /// The model as the provider reported it in the answer.
+    pub model: String,
+    /// True when the failover share sent this call to the tier by plan.
+    pub failover: bool,
+}
+
+/// One upstream attempt.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptRecord {
+    pub tier: usize,
+    pub tier_name: String,
+    pub provider: String,
+    pub model: String,
+    /// 1 for the first attempt on this tier in this call.
+    pub number: u32,
+    /// When it started, since the call started.
+    pub started_ms: u64,
+    pub elapsed_ms: u64,
+    /// `None` when the attempt answered.
+    pub failure: Option<Failure>,
+    pub classified: Option<Classified>,
+    /// Whether this attempt was a probe through a half-open breaker.
+    pub probe: bool,
+}
+
+/// One step of the call, in order. (Attempts dominate the size; boxing them buys nothing here.)
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "step")]
+pub enum Step {
+    Attempt(AttemptRecord),
+    /// A wait before a retry, and whether the provider's `retry-after` set it.
+    Wait {
+        tier: usize,
+        at_ms: u64,
+        wait_ms: u64,
+        pushback: bool,
+    },
+    /// A tier was skipped, or given up on.
+    TierSkipped {
+        tier: usize,
+        tier_name: String,
+        at_ms: u64,
+        reason: SkipReason,
+    },
+    /// The kill switch sent the call to the degraded reply.
+    KillSwitch {
+        reason: String,
+    },
+    /// The degraded reply was sent.
+    Degraded {
+        at_ms: u64,
+    },
+}
+
+/// Something a person should know about (a tier rejecting every request, quota gone).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Alert {
+    pub route: String,
+    pub tier_name: String,
+    pub provider: String,
+    pub kind: &'static str,
+    pub message: String,
+}
+
+/// Everything that happened in one call.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CallReport {
+    pub route: String,
+    pub outcome: Outcome,
+    pub served_by: Option<ServedBy>,
+    pub steps: Vec<Step>,
+    pub alerts: Vec<Alert>,
+    pub elapsed_ms: u64,
+}
+
+impl CallReport {
+    pub fn attempts(&self) -> impl Iterator<Item = &AttemptRecord> {
+        self.steps.iter().filter_map(|step| match step {
+            Step::Attempt(attempt) => Some(attempt),
+            _ => None,
+        })
+    }
+
+    pub fn attempt_count(&self) -> usize {
+        self.attempts().count()
+    }
+
+    /// Attempts made on one tier.
+    pub fn attempts_on(&self, tier: usize) -> usize {
+        self.attempts().filter(|a| a.tier == tier).count()
+    }
+}
+
+pub(crate) fn millis(duration: Duration) -> u64 {
+    duration.as_millis().min(u128::from(u64::MAX)) as u64
+}

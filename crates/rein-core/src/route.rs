@@ -1,0 +1,149 @@
+//! Routes and tiers: what the engine is configured with.
+//!
+//! A [`Route`] is what a caller names in `model`; it owns an ordered chain of [`Tier`]s (a model
+//! on a provider, with its own prompt and parameters), the clocks, the retry policy, the release
+//! mode for streams, an optional failover share and the degraded reply.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::breaker::{Cooldown, CooldownPolicy};
+use crate::clock::ClockPolicy;
+use crate::degraded::DegradedReply;
+use crate::model::ChatRequest;
+use crate::provider::Provider;
+use crate::retry::RetryPolicy;
+
+/// Parameters a tier sets on every request it sends, replacing the caller's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TierParams {
+    /// Replaces the request's system prompt, so a fallback model runs the prompt it was
+    /// evaluated with.
+    pub system_prompt: Option<String>,
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+}
+
+/// One step of a route's chain: a model on a provider.
+#[derive(Debug, Clone)]
+pub struct Tier {
+    /// Name within the route (`primary`, `fallback`, ...), used in reports and metrics.
+    pub name: String,
+    pub provider: Arc<dyn Provider>,
+    /// The provider's model id (may be a pinned snapshot).
+    pub model: String,
+    /// Context window in tokens, when known; a context-length failure moves to a tier with a
+    /// larger one.
+    pub context_window: Option<u32>,
+    pub params: TierParams,
+    /// Attempts on this tier; `None` takes the route's retry policy.
+    pub attempts: Option<u32>,
+    pub cooldown: Cooldown,
+}
+
+impl Tier {
+    pub fn new(
+        name: impl Into<String>,
+        provider: Arc<dyn Provider>,
+        model: impl Into<String>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            provider,
+            model: model.into(),
+            context_window: None,
+            params: TierParams::default(),
+            attempts: None,
+            cooldown: Cooldown::new(CooldownPolicy::default()),
+        }
+    }
+
+    pub fn with_cooldown(mut self, policy: CooldownPolicy) -> Self {
+        self.cooldown = Cooldown::new(policy);
+        self
+    }
+
+    pub fn with_context_window(mut self, tokens: u32) -> Self {
+        self.context_window = Some(tokens);
+        self
+    }
+
+    pub fn with_params(mut self, params: TierParams) -> Self {
+        self.params = params;
+        self
+    }
+
+    pub fn with_attempts(mut self, attempts: u32) -> Self {
+        self.attempts = Some(attempts);
+        self
+    }
+
+    /// The request as this tier sends it.
+    pub fn prepare(&self, request: &ChatRequest) -> ChatRequest {
+        let mut out = request.clone();
+        out.model = self.model.clone();
+        if let Some(system) = &self.params.system_prompt {
+            out.system = Some(system.clone());
+        }
+        if let Some(max_tokens) = self.params.max_tokens {
+            out.max_tokens = Some(max_tokens);
+        }
+        if let Some(temperature) = self.params.temperature {
+            out.temperature = Some(temperature);
+        }
+        if let Some(top_p) = self.params.top_p {
+            out.top_p = Some(top_p);
+        }
+        out
+    }
+}
+
+/// How a streamed answer is released to the caller.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReleaseMode {
+    /// Hold the answer until it is complete (and checked), so a stream that dies mid-way is
+    /// retried or fallen back invisibly.
+    #[default]
+    Checked,
+    /// Forward tokens as they arrive. Retry and fallback stay possible until the first token is
+    /// forwarded; after that a failure ends the stream with an in-band error.
+    Passthrough,
+}
+
+/// A steady share of traffic sent to a fallback tier first, so that path is always exercised.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FailoverShare {
+    /// Index of the tier in the chain.
+    pub tier: usize,
+    /// Fraction of calls, 0.0–1.0.
+    pub share: f64,
+}
+
+/// A named route.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub name: String,
+    pub tiers: Vec<Tier>,
+    pub clocks: ClockPolicy,
+    pub retry: RetryPolicy,
+    pub release: ReleaseMode,
+    pub failover: Option<FailoverShare>,
+    pub degraded: DegradedReply,
+}
+
+impl Route {
+    pub fn new(name: impl Into<String>, tiers: Vec<Tier>) -> Self {
+        Self {
+            name: name.into(),
+            tiers,
+            clocks: ClockPolicy::default(),
+            retry: RetryPolicy::default(),
+            release: ReleaseMode::default(),
+            failover: None,
+            degraded: DegradedReply::default(),
+        }
+    }
+}

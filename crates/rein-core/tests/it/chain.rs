@@ -1,0 +1,184 @@
+//! Behaviour across many calls: cooldowns, the failover share, and the retry budget under
+//! sustained failure. All on paused time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rein_core::*;
+
+use crate::support::*;
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// A primary down for the first minute, twenty requests five seconds apart over it.
+#[tokio::test(start_paused = true)]
+async fn a_tier_down_for_a_minute_cools_down_then_takes_traffic_back() {
+    let primary = Scripted::new("p", WireFormat::OpenAi, vec![Act::DownUntil(secs(60), 503)]);
+    let fallback = Scripted::new("f", WireFormat::Anthropic, vec![ok()]);
+    let engine = engine(vec![route(
+        "r",
+        vec![("primary", primary.clone()), ("fallback", fallback.clone())],
+    )]);
+    let start = tokio::time::Instant::now();
+
+    let mut served = Vec::new();
+    for i in 0..20u64 {
+        tokio::time::sleep_until(start + secs(5 * i)).await;
+        let done =
+            engine.complete("r", ChatRequest::default(), CallOptions::default()).await.unwrap();
+        served.push((
+            5 * i,
+            done.report.served_by.as_ref().unwrap().tier,
+            done.report.attempts_on(0),
+        ));
+    }
+
+    // While it was down, the primary saw the three failing calls that opened the breaker (two
+    // attempts each) and then only single half-open probes, one per cooldown.
+    let during_outage: Vec<Duration> =
+        primary.arrivals().into_iter().filter(|t| *t < secs(60)).collect();
+    let failing_calls = served.iter().filter(|(t, _, n)| *t < 60 && *n > 0).count();
+    assert_eq!(failing_calls, 3 + 1, "three calls to open the breaker, then one probe: {served:?}");
+    assert_eq!(during_outage.len(), 3 * 2 + 1, "{during_outage:?}");
+    // Recovery at 60 s: within one cooldown (30 s) every call is back on the primary.
+    for (t, tier, _) in &served {
+        if *t >= 60 + 30 {
+            assert_eq!(*tier, 0, "call at {t}s after recovery went to tier {tier}");
+        }
+    }
+    assert!(served.iter().any(|(t, tier, _)| *t < 90 && *t >= 60 && *tier == 0), "{served:?}");
+    assert_eq!(engine.tier_states()[1].state, BreakerState::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failover_share_keeps_a_steady_slice_on_the_fallback() {
+    let primary = Scripted::new("p", WireFormat::OpenAi, vec![ok()]);
+    let fallback = Scripted::new("f", WireFormat::Anthropic, vec![ok()]);
+    let mut route = route("r", vec![("primary", primary.clone()), ("fallback", fallback.clone())]);
+    route.failover = Some(FailoverShare { tier: 1, share: 0.05 });
+    let engine = engine(vec![route]);
+    let mut on_fallback = 0;
+    for _ in 0..200 {
+        let done =
+            engine.complete("r", ChatRequest::default(), CallOptions::default()).await.unwrap();
+        let served = done.report.served_by.unwrap();
+        if served.tier == 1 {
+            on_fallback += 1;
+            assert!(served.failover);
+            assert_eq!(
+                done.report.outcome,
+                Outcome::Answered,
+                "planned failover is an ordinary answer"
+            );
+        }
+    }
+    assert_eq!(on_fallback, 10, "5% of 200 calls");
+    assert_eq!(fallback.arrivals().len(), 10);
+}
+
+/// Steady load at 10 calls/s for 20 s against a provider that fails every request, with three
+/// attempts per call allowed and no cooldown: the retry budget alone must hold upstream attempts
+/// to 1.2 × calls plus the floor.
+async fn storm(budget: RetryBudgetPolicy) -> (usize, usize) {
+    let primary = Scripted::new("p", WireFormat::OpenAi, vec![status(503)]);
+    let mut route = route("r", vec![("primary", primary.clone())]);
+    route.retry.attempts = 3;
+    route.tiers[0].cooldown =
+        Cooldown::new(CooldownPolicy { allowed_fails: u32::MAX, cooldown: secs(1) });
+    let engine = Engine::builder()
+        .jitter(Arc::new(FixedJitter(0.5)))
+        .retry_budget(budget)
+        .route(route)
+        .build();
+    let start = tokio::time::Instant::now();
+    let calls = 200;
+    let mut tasks = Vec::new();
+    for i in 0..calls {
+        let engine = engine.clone();
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep_until(start + Duration::from_millis(100 * i as u64)).await;
+            engine
+                .complete("r", ChatRequest::default(), CallOptions::default())
+                .await
+                .unwrap()
+                .outcome()
+        }));
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), Outcome::Degraded);
+    }
+    (calls, primary.arrivals().len())
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_budget_keeps_sustained_failure_from_becoming_a_storm() {
+    let policy = RetryBudgetPolicy { ratio: 0.2, min_retries_per_s: 1.0, window: secs(10) };
+    let (calls, attempts) = storm(policy).await;
+    // 20 s of load plus the window the floor is counted over.
+    let floor = policy.min_retries_per_s * (20.0 + policy.window.as_secs_f64());
+    assert!(
+        attempts as f64 <= 1.2 * calls as f64 + floor,
+        "{attempts} upstream attempts for {calls} calls"
+    );
+    assert!(attempts > calls, "some retries were still allowed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_budget_the_same_load_triples() {
+    // The control for the test above: an unlimited budget lets every call use all three attempts.
+    let (calls, attempts) =
+        storm(RetryBudgetPolicy { ratio: 10.0, min_retries_per_s: 1000.0, window: secs(10) }).await;
+    assert_eq!(attempts, 3 * calls);
+}
+
+#[tokio::test(start_paused = true)]
+async fn kill_switch_sends_the_route_to_its_degraded_reply_and_back() {
+    let primary = Scripted::new("p", WireFormat::OpenAi, vec![ok()]);
+    let mut route = route("support", vec![("primary", primary.clone())]);
+    route.degraded = DegradedReply {
+        template: "Order {{order_id}} is on its way. A person will reply within 2 hours.".into(),
+        fallback_text: "A person will reply within 2 hours.".into(),
+    };
+    let engine = engine(vec![route]);
+    engine.kill_switch().set(KillScope::Route("support".into()), true, "answers look wrong");
+    let mut options = CallOptions::default();
+    options.vars.insert("order_id".into(), "4417".into());
+    let done = engine.complete("support", ChatRequest::default(), options).await.unwrap();
+    assert_eq!(done.outcome(), Outcome::Degraded);
+    assert_eq!(done.response.text, "Order 4417 is on its way. A person will reply within 2 hours.");
+    assert!(primary.arrivals().is_empty(), "no model call while the switch is on");
+
+    engine.kill_switch().set(KillScope::Route("support".into()), false, "fixed");
+    let done =
+        engine.complete("support", ChatRequest::default(), CallOptions::default()).await.unwrap();
+    assert_eq!(done.outcome(), Outcome::Answered);
+    assert_eq!(engine.kill_switch().audit().len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_tier_sends_its_own_model_and_prompt_and_the_answer_names_who_answered() {
+    let primary = Scripted::new("p", WireFormat::OpenAi, vec![status(503)]);
+    let fallback = Scripted::new("f", WireFormat::Anthropic, vec![ok()]);
+    let mut route = route("r", vec![("primary", primary), ("fallback", fallback)]);
+    route.tiers[1].params.system_prompt = Some("fallback prompt".into());
+    let request = ChatRequest { system: Some("caller prompt".into()), ..ChatRequest::default() };
+    assert_eq!(route.tiers[1].prepare(&request).system.as_deref(), Some("fallback prompt"));
+    assert_eq!(route.tiers[1].prepare(&request).model, "fallback-model");
+    assert_eq!(route.tiers[0].prepare(&request).system.as_deref(), Some("caller prompt"));
+    let engine = engine(vec![route]);
+    let done = engine.complete("r", request, CallOptions::default()).await.unwrap();
+    let served = done.report.served_by.unwrap();
+    assert_eq!((served.tier_name.as_str(), served.provider.as_str()), ("fallback", "f"));
+    // Usage is that of the answer only, not summed over failed attempts.
+    assert_eq!(done.response.usage, Usage { input_tokens: 5, output_tokens: 6 });
+}
+
+#[tokio::test(start_paused = true)]
+async fn unknown_route_is_a_typed_error() {
+    let engine = engine(vec![]);
+    let error =
+        engine.complete("nope", ChatRequest::default(), CallOptions::default()).await.unwrap_err();
+    assert!(matches!(error, CallError::UnknownRoute(name) if name == "nope"));
+}

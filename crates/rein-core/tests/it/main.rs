@@ -1,0 +1,10 @@
+//! Integration tests of the engine on virtual time: the fault matrix, cooldowns, the retry
+//! budget, release modes and a property test over random fault scripts.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod chain;
+mod matrix;
+mod props;
+mod release;
+mod support;

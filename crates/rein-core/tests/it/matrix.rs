@@ -1,0 +1,276 @@
+//! The fault matrix: one row per fault, run through one `check` helper on paused time. Each row
+//! says what the primary and the fallback tier do and what must come out: the outcome, the
+//! attempts per tier and the virtual time the call took. Defaults are the spec's: deadline 20 s,
+//! first token 4 s, idle 2 s, attempt 8 s, two attempts per tier; jitter is fixed at 0.5, so the
+//! first backoff is 100 ms + 0.5 × 400 ms = 300 ms.
+
+use std::time::Duration;
+
+use rein_core::*;
+
+use crate::support::*;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Expect {
+    Answered,
+    Fallback,
+    Degraded,
+    ContentPolicy,
+    ContextLength,
+}
+
+struct Row {
+    name: &'static str,
+    primary: Vec<Act>,
+    fallback: Vec<Act>,
+    expect: Expect,
+    /// Attempts on (primary, fallback).
+    attempts: (usize, usize),
+    elapsed_ms: u64,
+    /// Alerts raised (permanent tier failures).
+    alerts: usize,
+    /// The stop reason of the answer, when one is expected.
+    stop: Option<StopReason>,
+    /// Context windows of (primary, fallback), when the row needs them.
+    windows: Option<(u32, u32)>,
+    /// The caller's deadline, when the row shortens it.
+    deadline_ms: Option<u64>,
+}
+
+const fn row(name: &'static str, expect: Expect, attempts: (usize, usize), elapsed_ms: u64) -> Row {
+    Row {
+        name,
+        primary: Vec::new(),
+        fallback: Vec::new(),
+        expect,
+        attempts,
+        elapsed_ms,
+        alerts: 0,
+        stop: None,
+        windows: None,
+        deadline_ms: None,
+    }
+}
+
+impl Row {
+    fn scripts(mut self, primary: Vec<Act>, fallback: Vec<Act>) -> Self {
+        self.primary = primary;
+        self.fallback = fallback;
+        self
+    }
+    fn alerts(mut self, n: usize) -> Self {
+        self.alerts = n;
+        self
+    }
+    fn stop(mut self, reason: StopReason) -> Self {
+        self.stop = Some(reason);
+        self
+    }
+    fn windows(mut self, primary: u32, fallback: u32) -> Self {
+        self.windows = Some((primary, fallback));
+        self
+    }
+    fn deadline(mut self, ms: u64) -> Self {
+        self.deadline_ms = Some(ms);
+        self
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn slow_stream(gap_ms: u64) -> Act {
+    Act::Ok { first_token: Duration::ZERO, token_delay: ms(gap_ms) }
+}
+
+fn rows() -> Vec<Row> {
+    use Expect::*;
+    vec![
+        row("healthy", Answered, (1, 0), 0).scripts(vec![ok()], vec![ok()]),
+        row("529 once then ok", Answered, (2, 0), 300).scripts(vec![status(529), ok()], vec![ok()]),
+        row("503 once then ok", Answered, (2, 0), 300).scripts(vec![status(503), ok()], vec![ok()]),
+        row("500 once then ok", Answered, (2, 0), 300).scripts(vec![status(500), ok()], vec![ok()]),
+        row("408 once then ok", Answered, (2, 0), 300).scripts(vec![status(408), ok()], vec![ok()]),
+        row("409 once then ok", Answered, (2, 0), 300).scripts(vec![status(409), ok()], vec![ok()]),
+        row("429 without retry-after then ok", Answered, (2, 0), 300)
+            .scripts(vec![status(429), ok()], vec![ok()]),
+        row("429 retry-after 2 s waits exactly 2 s", Answered, (2, 0), 2000)
+            .scripts(vec![retry_after(429, ms(2000)), ok()], vec![ok()]),
+        row("429 retry-after-ms 1500", Answered, (2, 0), 1500)
+            .scripts(vec![retry_after(429, ms(1500)), ok()], vec![ok()]),
+        row("retry-after beyond the deadline goes to the next tier at once", Fallback, (1, 1), 0)
+            .scripts(vec![retry_after(429, ms(30_000)), ok()], vec![ok()]),
+        row("persistent 529: bounded attempts, then the next tier", Fallback, (2, 1), 300)
+            .scripts(vec![status(529)], vec![ok()]),
+        row("persistent 503", Fallback, (2, 1), 300).scripts(vec![status(503)], vec![ok()]),
+        row("persistent 429", Fallback, (2, 1), 300).scripts(vec![status(429)], vec![ok()]),
+        row("insufficient_quota: no retry, next tier, alert", Fallback, (1, 1), 0)
+            .scripts(
+                vec![http(429, "insufficient_quota", Some("insufficient_quota"), "You exceeded your current quota, please check your plan and billing details.")],
+                vec![ok()],
+            )
+            .alerts(1),
+        row("Anthropic monthly spend cap 429: no retry", Fallback, (1, 1), 0)
+            .scripts(
+                vec![http(429, "rate_limit_error", None, "You have reached your specified workspace API usage limits. You will regain access on 2026-12-01 at 00:00 UTC.")],
+                vec![ok()],
+            )
+            .alerts(1),
+        row("Anthropic credit balance 400: no retry", Fallback, (1, 1), 0)
+            .scripts(
+                vec![http(400, "invalid_request_error", None, "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits.")],
+                vec![ok()],
+            )
+            .alerts(1),
+        row("context length: no retry, the larger tier answers", Fallback, (1, 1), 0)
+            .scripts(
+                vec![http(400, "invalid_request_error", Some("context_length_exceeded"), "This model's maximum context length is 128000 tokens.")],
+                vec![ok()],
+            )
+            .windows(128_000, 200_000),
+        row("context length with no larger tier: the caller is told", ContextLength, (1, 0), 0)
+            .scripts(
+                vec![http(400, "invalid_request_error", None, "prompt is too long: 210000 tokens > 200000 maximum")],
+                vec![ok()],
+            )
+            .windows(200_000, 128_000),
+        row("content policy: no retry, the caller gets the reason", ContentPolicy, (1, 0), 0).scripts(
+            vec![http(400, "invalid_request_error", Some("content_policy_violation"), "Your request was rejected as a result of our safety system: violence.")],
+            vec![ok()],
+        ),
+        row("401 skips the tier and alerts", Fallback, (1, 1), 0).scripts(vec![status(401)], vec![ok()]).alerts(1),
+        row("403 skips the tier and alerts", Fallback, (1, 1), 0).scripts(vec![status(403)], vec![ok()]).alerts(1),
+        row("404 skips the tier and alerts", Fallback, (1, 1), 0).scripts(vec![status(404)], vec![ok()]).alerts(1),
+        row("413 skips the tier and alerts", Fallback, (1, 1), 0).scripts(vec![status(413)], vec![ok()]).alerts(1),
+        row("reset before headers then ok", Answered, (2, 0), 300).scripts(vec![Act::Reset, ok()], vec![ok()]),
+        // 4 s first-token clock, 300 ms wait, 4 s again: the fallback starts at 8.3 s with 11.7 s left.
+        row("silent provider: first-token clock, then the fallback", Fallback, (2, 1), 8300)
+            .scripts(vec![Act::Hang], vec![ok()]),
+        row("slow first token (6 s) is cut at 4 s", Fallback, (2, 1), 8300).scripts(
+            vec![Act::Ok { first_token: ms(6000), token_delay: Duration::ZERO }],
+            vec![ok()],
+        ),
+        row("slow first token within the clock is fine", Answered, (1, 0), 3000)
+            .scripts(vec![Act::Ok { first_token: ms(3000), token_delay: Duration::ZERO }], vec![ok()]),
+        // Tokens every 1.9 s: each attempt runs to its 8 s cap; the second ends at 16.3 s, too late
+        // for a full fallback attempt, so the degraded reply goes out inside the deadline.
+        row("slow stream runs to the attempt cap, then the safe reply", Degraded, (2, 0), 16_300)
+            .scripts(vec![slow_stream(1900)], vec![ok()]),
+        row("stream cut mid-answer is retried invisibly", Answered, (2, 0), 300)
+            .scripts(vec![Act::CutAfter(3), ok()], vec![ok()]),
+        row("stream stall trips the idle clock", Answered, (2, 0), 2300)
+            .scripts(vec![Act::StallAfter(3), ok()], vec![ok()]),
+        row("malformed chunk fails the attempt cleanly", Answered, (2, 0), 300)
+            .scripts(vec![Act::MalformedAfter(2), ok()], vec![ok()]),
+        row("mid-stream error event is retried", Answered, (2, 0), 300)
+            .scripts(vec![Act::StreamErrorAfter(2), ok()], vec![ok()]),
+        row("missing terminator, stream ends: finalised at once", Answered, (1, 0), 0)
+            .scripts(vec![Act::NoDone { stall: false }], vec![ok()]),
+        row("missing terminator, connection open: finalised at the idle clock", Answered, (1, 0), 2000)
+            .scripts(vec![Act::NoDone { stall: true }], vec![ok()]),
+        row("max_tokens stop is reported, never as complete", Answered, (1, 0), 0)
+            .scripts(vec![Act::StopWith(StopReason::MaxTokens)], vec![ok()])
+            .stop(StopReason::MaxTokens),
+        row("refusal stop is reported", Answered, (1, 0), 0)
+            .scripts(vec![Act::StopWith(StopReason::Refusal)], vec![ok()])
+            .stop(StopReason::Refusal),
+        row("every tier down: the degraded reply", Degraded, (2, 2), 600)
+            .scripts(vec![status(503)], vec![status(503)]),
+        row("x-should-retry false: next tier", Fallback, (1, 1), 0).scripts(
+            vec![Act::Http(HttpError { status: 500, should_retry: Some(false), message: "no".into(), ..HttpError::default() })],
+            vec![ok()],
+        ),
+        row("short caller deadline still gets one attempt", Degraded, (1, 0), 3000)
+            .scripts(vec![Act::Hang], vec![ok()])
+            .deadline(3000),
+    ]
+}
+
+async fn check(row: Row) {
+    let primary = Scripted::new("p", WireFormat::OpenAi, row.primary.clone());
+    let fallback = Scripted::new("f", WireFormat::Anthropic, row.fallback.clone());
+    let mut route = route("r", vec![("primary", primary.clone()), ("fallback", fallback.clone())]);
+    if let Some((p, f)) = row.windows {
+        route.tiers[0].context_window = Some(p);
+        route.tiers[1].context_window = Some(f);
+    }
+    let engine = engine(vec![route]);
+    let options = CallOptions { deadline: row.deadline_ms.map(ms), ..CallOptions::default() };
+    let started = tokio::time::Instant::now();
+    let result = engine.complete("r", ChatRequest::default(), options).await;
+    let elapsed = started.elapsed();
+    let name = row.name;
+
+    assert_eq!(elapsed, ms(row.elapsed_ms), "{name}: virtual elapsed time");
+    assert!(elapsed <= ms(row.deadline_ms.unwrap_or(20_000)), "{name}: inside the deadline");
+    assert_eq!(
+        (primary.arrivals().len(), fallback.arrivals().len()),
+        row.attempts,
+        "{name}: attempts seen by the providers"
+    );
+    for arrivals in [primary.arrivals(), fallback.arrivals()] {
+        for pair in arrivals.windows(2) {
+            assert!(
+                pair[1] - pair[0] >= ms(100),
+                "{name}: two attempts within 100 ms: {arrivals:?}"
+            );
+        }
+    }
+    let report = match (&result, row.expect) {
+        (Ok(done), Expect::Answered) => {
+            assert_eq!(done.outcome(), Outcome::Answered, "{name}");
+            &done.report
+        }
+        (Ok(done), Expect::Fallback) => {
+            assert_eq!(done.outcome(), Outcome::Fallback, "{name}");
+            assert_eq!(done.report.served_by.as_ref().map(|s| s.tier), Some(1), "{name}");
+            &done.report
+        }
+        (Ok(done), Expect::Degraded) => {
+            assert_eq!(done.outcome(), Outcome::Degraded, "{name}");
+            assert_eq!(done.response.model, "rein-degraded");
+            &done.report
+        }
+        (Err(CallError::ContentPolicy { reason, report }), Expect::ContentPolicy) => {
+            assert!(
+                reason.contains("safety system"),
+                "{name}: the provider's reason reaches the caller: {reason}"
+            );
+            report
+        }
+        (Err(CallError::ContextLength { report, .. }), Expect::ContextLength) => report,
+        (other, expect) => panic!("{name}: expected {expect:?}, got {other:?}"),
+    };
+    assert_eq!(
+        (report.attempts_on(0), report.attempts_on(1)),
+        row.attempts,
+        "{name}: attempts in the report"
+    );
+    assert_eq!(report.alerts.len(), row.alerts, "{name}: alerts");
+    if let Ok(done) = &result {
+        match (&row.stop, done.outcome()) {
+            (Some(reason), _) => {
+                assert_eq!(done.response.stop_reason.as_ref(), Some(reason), "{name}")
+            }
+            (None, Outcome::Answered | Outcome::Fallback) => {
+                assert_eq!(
+                    done.response.text,
+                    full_text(),
+                    "{name}: the whole answer, never a truncated one"
+                );
+                assert_eq!(done.response.stop_reason, Some(StopReason::EndTurn), "{name}");
+            }
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn fault_matrix() {
+    let rows = rows();
+    assert!(rows.len() >= 35);
+    for row in rows {
+        check(row).await;
+    }
+}
