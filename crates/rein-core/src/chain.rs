@@ -168,6 +168,14 @@ pub struct TierState {
     pub state: BreakerState,
 }
 
+/// A tier's breaker and what the tier points at.
+#[derive(Debug, Clone)]
+pub struct TierCooldown {
+    pub provider: String,
+    pub model: String,
+    pub cooldown: crate::breaker::Cooldown,
+}
+
 impl Engine {
     pub fn builder() -> EngineBuilder {
         EngineBuilder {
@@ -218,6 +226,23 @@ impl Engine {
             .collect();
         out.sort_by(|a, b| (&a.route, &a.tier).cmp(&(&b.route, &b.tier)));
         out
+    }
+
+    /// The breaker of one tier, with what it points at, so a config reload can keep the cooldown
+    /// state of a tier that did not change.
+    pub fn cooldown_of(&self, route: &str, tier: &str) -> Option<TierCooldown> {
+        let routes = read(&self.inner.routes);
+        let tier = routes.get(route)?.route.tiers.iter().find(|t| t.name == tier)?;
+        Some(TierCooldown {
+            provider: tier.provider.name().to_string(),
+            model: tier.model.clone(),
+            cooldown: tier.cooldown.clone(),
+        })
+    }
+
+    /// The release mode of a route, if it exists.
+    pub fn release_mode(&self, route: &str) -> Option<crate::route::ReleaseMode> {
+        read(&self.inner.routes).get(route).map(|state| state.route.release)
     }
 
     /// The retry budget shared by every call to `provider`.

@@ -53,6 +53,8 @@ pub enum FailureKind {
     PayloadTooLarge,
     /// Another 4xx that nothing above describes.
     OtherClientError,
+    /// The adapter could not build this request for this provider; nothing was sent.
+    Unsendable,
 }
 
 impl FailureKind {
@@ -80,6 +82,7 @@ impl FailureKind {
             FailureKind::NotFound => "not_found",
             FailureKind::PayloadTooLarge => "payload_too_large",
             FailureKind::OtherClientError => "other_client_error",
+            FailureKind::Unsendable => "unsendable",
         }
     }
 }
@@ -134,9 +137,10 @@ pub fn classify(failure: &Failure) -> Classified {
         }
         Failure::Connection { .. } => (FailureKind::ConnectionFailed, None, None),
         Failure::ClockFired { clock, .. } => (FailureKind::ClockFired(*clock), None, None),
-        Failure::StreamError { error_type, message, .. } => {
-            (kind_of_stream_error(error_type.as_deref(), message), None, None)
+        Failure::StreamError { error_type, code, message, .. } => {
+            (kind_of_stream_error(error_type.as_deref(), code.as_deref(), message), None, None)
         }
+        Failure::Unsendable { .. } => (FailureKind::Unsendable, None, None),
         Failure::StreamCut => (FailureKind::StreamInterrupted, None, None),
         Failure::Malformed { .. } => (FailureKind::MalformedResponse, None, None),
     };
@@ -197,6 +201,9 @@ pub fn decide(kind: FailureKind) -> (Disposition, Fault, &'static str) {
             (SkipTierAndAlert, Request, "request too large for this endpoint")
         }
         FailureKind::OtherClientError => (SkipTierAndAlert, Request, "unrecognised client error"),
+        FailureKind::Unsendable => {
+            (NextTier, Request, "request cannot be expressed in this provider's format")
+        }
     }
 }
 
@@ -241,10 +248,16 @@ fn kind_of_http(format: WireFormat, http: &HttpError) -> FailureKind {
     }
 }
 
-fn kind_of_stream_error(error_type: Option<&str>, message: &str) -> FailureKind {
+fn kind_of_stream_error(
+    error_type: Option<&str>,
+    code: Option<&str>,
+    message: &str,
+) -> FailureKind {
     let message = message.to_ascii_lowercase();
+    let code = code.unwrap_or("");
     match error_type.unwrap_or("") {
-        _ if is_content_policy("", &message) => FailureKind::ContentPolicy,
+        _ if is_content_policy(code, &message) => FailureKind::ContentPolicy,
+        _ if code == "rate_limit_exceeded" => FailureKind::RateLimited,
         "overloaded_error" => FailureKind::Overloaded,
         "rate_limit_error" | "rate_limit_exceeded" => FailureKind::RateLimited,
         _ => FailureKind::StreamInterrupted,
@@ -254,8 +267,13 @@ fn kind_of_stream_error(error_type: Option<&str>, message: &str) -> FailureKind 
 /// Credits gone or a spend cap hit: read from the body, because the status (429 or 400) is the
 /// same as for failures that do clear.
 fn is_quota_exhausted(error_type: &str, code: &str, message: &str) -> bool {
-    matches!(code, "insufficient_quota" | "billing_hard_limit_reached" | "billing_not_active")
-        || error_type == "insufficient_quota"
+    matches!(
+        code,
+        "insufficient_quota"
+            | "billing_hard_limit_reached"
+            | "billing_not_active"
+            | "enforced_spend_limit_reached"
+    ) || error_type == "insufficient_quota"
         || message.contains("credit balance is too low")
         || message.contains("spend limit")
         || message.contains("spending limit")

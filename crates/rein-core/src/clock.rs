@@ -2,8 +2,9 @@
 //! from tokio's clock so tests can run on paused, virtual time.
 //!
 //! The three per-attempt clocks (first token, stream idle, attempt cap) limit one attempt; the
-//! [`Deadline`] limits the whole call across every attempt, wait and tier. The connect clock is
-//! enforced by the HTTP client, which owns the socket.
+//! [`Deadline`] limits the whole call across every attempt, wait and tier. The connect clock
+//! belongs to the HTTP client that owns the connection pool (`[upstream] connect_ms` in the
+//! gateway's config); when it fires the adapter reports [`crate::Clock::Connect`].
 
 use std::time::Duration;
 
@@ -13,8 +14,6 @@ use tokio::time::Instant;
 /// The clocks of one route. Defaults are the spec's numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClockPolicy {
-    /// Connection and TLS setup.
-    pub connect: Duration,
     /// From sending the request until the first token of the answer.
     pub first_token: Duration,
     /// Longest gap between two events once tokens are flowing.
@@ -31,7 +30,6 @@ pub struct ClockPolicy {
 impl Default for ClockPolicy {
     fn default() -> Self {
         Self {
-            connect: Duration::from_secs(2),
             first_token: Duration::from_secs(4),
             stream_idle: Duration::from_secs(2),
             attempt: Duration::from_secs(8),

@@ -11,10 +11,11 @@ use serde::{Deserialize, Serialize};
 
 /// Which provider wire format produced an error body. Classification reads some codes
 /// differently per format (Anthropic's 529 has no OpenAI equivalent, for instance).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum WireFormat {
+    #[serde(rename = "openai")]
     OpenAi,
+    #[serde(rename = "anthropic")]
     Anthropic,
 }
 
@@ -76,7 +77,16 @@ pub enum Failure {
     ClockFired { clock: Clock, after: Duration },
     /// The provider sent an error event inside a stream that had already started.
     #[error("error event mid-stream: {message}")]
-    StreamError { format: WireFormat, error_type: Option<String>, message: String },
+    StreamError {
+        format: WireFormat,
+        error_type: Option<String>,
+        code: Option<String>,
+        message: String,
+    },
+    /// The adapter could not express the request in this provider's format (e.g. tool
+    /// arguments that are not JSON, for a provider that needs them parsed). Nothing was sent.
+    #[error("the request cannot be sent in this provider's format: {detail}")]
+    Unsendable { detail: String },
     /// The stream ended before the model's stop reason arrived: the answer is cut off.
     #[error("stream ended before the answer was complete")]
     StreamCut,

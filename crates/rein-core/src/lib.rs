@@ -20,7 +20,9 @@ pub mod route;
 
 pub use breaker::{BreakerState, Cooldown, CooldownPolicy};
 pub use budget::{RetryBudget, RetryBudgetPolicy};
-pub use chain::{CallError, CallOptions, Completion, Engine, EngineBuilder, Observer, TierState};
+pub use chain::{
+    CallError, CallOptions, Completion, Engine, EngineBuilder, Observer, TierCooldown, TierState,
+};
 pub use classify::{Classified, Disposition, FailureKind, Fault, classify};
 pub use clock::{ClockPolicy, Deadline};
 pub use degraded::{DegradedReply, KillFlip, KillScope, KillSwitch};

@@ -131,6 +131,11 @@ pub struct ChatRequest {
     /// Provider-specific fields passed through unchanged into the request body.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub extra: Map<String, Value>,
+    /// The wire format `extra` was written for. Adapters of another format leave `extra` out,
+    /// so an OpenAI-only field never breaks a fallback to an Anthropic tier (and back).
+    /// `None`: send it to every provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_format: Option<crate::failure::WireFormat>,
 }
 
 /// Why the model stopped writing.

@@ -199,6 +199,7 @@ impl Provider for Scripted {
                         Some(Err(Failure::StreamError {
                             format,
                             error_type: Some("overloaded_error".into()),
+                            code: None,
                             message: "Overloaded".into(),
                         })),
                     ));
