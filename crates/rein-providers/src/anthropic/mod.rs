@@ -1,0 +1,135 @@
+//! The Anthropic Messages adapter: `POST {base_url}/messages` (base_url includes `/v1`, the
+//! same convention as the OpenAI adapter) with `x-api-key`, `anthropic-version` and
+//! `content-type` headers.
+
+mod request;
+mod response;
+mod stream;
+mod wire;
+
+use std::fmt;
+
+use futures_util::future::BoxFuture;
+use reqwest::Url;
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+
+use rein_core::{ChatRequest, EventStream, Failure, Provider, StreamEvent, WireFormat};
+
+use crate::client::HttpClient;
+use crate::config::{ANTHROPIC_DEFAULT_BASE_URL, AnthropicConfig, ConfigError};
+use crate::secret::Redactor;
+
+use request::BodyOptions;
+pub(crate) use stream::AnthropicDecoder;
+
+/// An adapter for one Anthropic-format provider. Cheap to clone; shares the pooled client.
+#[derive(Clone)]
+pub struct AnthropicProvider {
+    name: String,
+    endpoint: Url,
+    headers: HeaderMap,
+    options: BodyOptions,
+    client: HttpClient,
+    redactor: Redactor,
+}
+
+impl AnthropicProvider {
+    pub fn new(config: AnthropicConfig, client: HttpClient) -> Result<Self, ConfigError> {
+        let name = config.name.clone();
+        if name.trim().is_empty() {
+            return Err(ConfigError::Empty { provider: name, key: "name" });
+        }
+        let base_url =
+            config.base_url.clone().unwrap_or_else(|| ANTHROPIC_DEFAULT_BASE_URL.to_owned());
+        let mut endpoint = crate::parse_base_url(&name, &base_url)?;
+        crate::append_path(&mut endpoint, &["messages"]);
+
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let version = HeaderValue::from_str(&config.anthropic_version).map_err(|e| {
+            ConfigError::InvalidHeader {
+                provider: name.clone(),
+                header: "anthropic_version".into(),
+                reason: e.to_string(),
+            }
+        })?;
+        headers.insert(HeaderName::from_static("anthropic-version"), version);
+        crate::insert_static_headers(&name, &config.headers, &mut headers)?;
+        if let Some(key) = config.api_key.as_ref().filter(|key| !key.is_empty()) {
+            let mut value = HeaderValue::from_str(key.expose())
+                .map_err(|_| ConfigError::InvalidApiKey { provider: name.clone() })?;
+            value.set_sensitive(true);
+            headers.insert(HeaderName::from_static("x-api-key"), value);
+        }
+        let options = BodyOptions {
+            streaming: config.streaming,
+            default_max_tokens: config.default_max_tokens,
+        };
+        let redactor = Redactor::new(config.api_key.iter().chain(config.headers.values()));
+        Ok(Self { name, endpoint, headers, options, client, redactor })
+    }
+
+    pub fn endpoint(&self) -> &Url {
+        &self.endpoint
+    }
+
+    /// The request body this provider would send for `request`. Fails only when an assistant
+    /// tool call's arguments are not JSON (Anthropic needs them as a JSON `input`).
+    pub fn request_body(&self, request: &ChatRequest) -> Result<serde_json::Value, Failure> {
+        request::build_body(request, self.options)
+    }
+}
+
+impl fmt::Debug for AnthropicProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AnthropicProvider")
+            .field("name", &self.name)
+            .field("endpoint", &crate::redacted_url(&self.endpoint))
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl Provider for AnthropicProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn format(&self) -> WireFormat {
+        WireFormat::Anthropic
+    }
+
+    fn send(&self, request: ChatRequest) -> BoxFuture<'static, Result<EventStream, Failure>> {
+        let body = self.request_body(&request);
+        let builder = self.client.post(self.endpoint.clone()).headers(self.headers.clone());
+        let client = self.client.clone();
+        let streaming = self.options.streaming;
+        let name = self.name.clone();
+        let redactor = self.redactor.clone();
+        let attempt = async move {
+            let builder = builder.body(body?.to_string());
+            let response = client.execute(builder).await?;
+            crate::response_events(
+                &name,
+                response,
+                WireFormat::Anthropic,
+                streaming,
+                AnthropicDecoder::default(),
+                response::parse_response,
+            )
+            .await
+        };
+        Box::pin(async move { redactor.outcome(attempt.await) })
+    }
+}
+
+/// Decodes a recorded Messages SSE body as a live stream would be decoded.
+pub fn replay_anthropic_stream(body: &[u8]) -> Vec<Result<StreamEvent, Failure>> {
+    crate::stream::replay_sse(body, AnthropicDecoder::default())
+}
+
+/// Decodes a recorded non-streaming Messages body into the events it stands for.
+pub fn replay_anthropic_response(body: &[u8]) -> Vec<Result<StreamEvent, Failure>> {
+    crate::stream::replay_json(body, response::parse_response)
+}

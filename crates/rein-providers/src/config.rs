@@ -1,0 +1,234 @@
+//! What the config file says about each provider and about the shared HTTP client, as serde
+//! structs (`deny_unknown_fields`, units in key names), and the errors that name what is wrong
+//! when a provider cannot be built from them. Secrets arrive already resolved: the caller reads
+//! environment variables, this crate only carries the value (see [`crate::Secret`]).
+//!
+//! ## base_url conventions
+//! For both formats `base_url` includes the API version prefix, as the OpenAI SDKs expect:
+//! `https://api.openai.com/v1`, `http://localhost:11434/v1` (Ollama), `http://host:8000/v1`
+//! (vLLM), `https://api.anthropic.com/v1`. The adapter appends only the resource:
+//! `{base_url}/chat/completions` or `{base_url}/messages`. Azure deployments are the
+//! exception: `base_url` is the resource endpoint (`https://NAME.openai.azure.com`) and the
+//! adapter builds `{base_url}/openai/deployments/{deployment}/chat/completions?api-version=..`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::secret::Secret;
+
+/// The OpenAI base URL used when a config gives none.
+pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+/// The Anthropic base URL used when a config gives none.
+pub const ANTHROPIC_DEFAULT_BASE_URL: &str = "https://api.anthropic.com/v1";
+/// The `anthropic-version` header sent unless the config overrides it.
+pub const ANTHROPIC_DEFAULT_VERSION: &str = "2023-06-01";
+/// Anthropic requires `max_tokens`; this is sent when neither the request nor the config has one.
+pub const ANTHROPIC_DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// One `[[provider]]` entry: which wire format it speaks and how to reach it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "format")]
+pub enum ProviderConfig {
+    /// OpenAI Chat Completions, any OpenAI-compatible server, or an Azure OpenAI deployment.
+    #[serde(rename = "openai")]
+    OpenAi(OpenAiConfig),
+    /// Anthropic Messages.
+    #[serde(rename = "anthropic")]
+    Anthropic(AnthropicConfig),
+}
+
+impl ProviderConfig {
+    pub fn name(&self) -> &str {
+        match self {
+            ProviderConfig::OpenAi(config) => &config.name,
+            ProviderConfig::Anthropic(config) => &config.name,
+        }
+    }
+}
+
+/// Which body field carries the output-token ceiling on an OpenAI-format server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaxTokensField {
+    /// `max_tokens`: what OpenAI-compatible servers (vLLM, Ollama, llama.cpp) and older
+    /// Azure API versions understand.
+    MaxTokens,
+    /// `max_completion_tokens`: what api.openai.com requires for reasoning models and
+    /// accepts for all others.
+    MaxCompletionTokens,
+}
+
+/// How the API key is presented to an OpenAI-format server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpenAiAuth {
+    /// `Authorization: Bearer KEY` (OpenAI and most compatible servers).
+    Bearer,
+    /// `api-key: KEY` (Azure OpenAI, including its `/openai/v1` endpoint).
+    ApiKey,
+}
+
+/// An Azure OpenAI deployment: the model is chosen by the URL, not the body.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AzureConfig {
+    pub deployment: String,
+    /// The `api-version` query parameter, e.g. `2024-10-21`.
+    pub api_version: String,
+}
+
+/// A provider speaking OpenAI Chat Completions.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpenAiConfig {
+    /// The name routes, metrics and the retry budget use for this provider.
+    pub name: String,
+    /// Defaults to [`OPENAI_DEFAULT_BASE_URL`]; required with `azure`.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// Already resolved. Local servers (Ollama, llama.cpp) often need none.
+    #[serde(default)]
+    pub api_key: Option<Secret>,
+    /// Static headers added to every request (`OpenAI-Organization`, a gateway's own key...).
+    /// Values are treated as secrets.
+    #[serde(default)]
+    pub headers: BTreeMap<String, Secret>,
+    /// Stream the answer (`stream: true` with `stream_options.include_usage`). When false the
+    /// call is sent non-streaming and the JSON answer is turned into the same events.
+    #[serde(default = "default_true")]
+    pub streaming: bool,
+    /// Defaults to `max_completion_tokens` when the host is `api.openai.com`, `max_tokens`
+    /// everywhere else (OpenAI-compatible servers and Azure).
+    #[serde(default)]
+    pub max_tokens_field: Option<MaxTokensField>,
+    /// Defaults to `api_key` with `azure`, `bearer` otherwise.
+    #[serde(default)]
+    pub auth: Option<OpenAiAuth>,
+    #[serde(default)]
+    pub azure: Option<AzureConfig>,
+}
+
+impl OpenAiConfig {
+    /// A config for `base_url` with every option at its default.
+    pub fn new(name: impl Into<String>, base_url: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            base_url: Some(base_url.into()),
+            api_key: None,
+            headers: BTreeMap::new(),
+            streaming: true,
+            max_tokens_field: None,
+            auth: None,
+            azure: None,
+        }
+    }
+}
+
+/// A provider speaking Anthropic Messages.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnthropicConfig {
+    pub name: String,
+    /// Defaults to [`ANTHROPIC_DEFAULT_BASE_URL`] (note the `/v1`).
+    #[serde(default)]
+    pub base_url: Option<String>,
+    #[serde(default)]
+    pub api_key: Option<Secret>,
+    /// Static headers (`anthropic-beta`, ...). Values are treated as secrets.
+    #[serde(default)]
+    pub headers: BTreeMap<String, Secret>,
+    /// The `anthropic-version` header.
+    #[serde(default = "default_anthropic_version")]
+    pub anthropic_version: String,
+    /// Sent as `max_tokens` when the request has no ceiling of its own.
+    #[serde(default = "default_anthropic_max_tokens")]
+    pub default_max_tokens: u32,
+    #[serde(default = "default_true")]
+    pub streaming: bool,
+}
+
+impl AnthropicConfig {
+    pub fn new(name: impl Into<String>, base_url: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            base_url: Some(base_url.into()),
+            api_key: None,
+            headers: BTreeMap::new(),
+            anthropic_version: default_anthropic_version(),
+            default_max_tokens: ANTHROPIC_DEFAULT_MAX_TOKENS,
+            streaming: true,
+        }
+    }
+}
+
+/// Settings of the one pooled HTTP client every provider shares. No request or read timeout
+/// exists here on purpose: the engine owns every clock but the TCP/TLS connect bound.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpClientConfig {
+    /// Bound on establishing TCP + TLS; firing becomes `ClockFired { clock: Connect }`.
+    pub connect_timeout_ms: u64,
+    /// How long an idle pooled connection is kept.
+    pub pool_idle_timeout_ms: u64,
+    pub pool_max_idle_per_host: usize,
+    /// TCP keepalive probe interval on pooled connections (0 disables).
+    pub tcp_keepalive_ms: u64,
+}
+
+impl Default for HttpClientConfig {
+    fn default() -> Self {
+        Self {
+            connect_timeout_ms: 10_000,
+            pool_idle_timeout_ms: 90_000,
+            pool_max_idle_per_host: 64,
+            tcp_keepalive_ms: 30_000,
+        }
+    }
+}
+
+impl HttpClientConfig {
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms)
+    }
+}
+
+/// Why a provider could not be built from its config. Each variant names the provider and
+/// the key, and says what would fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("provider `{provider}`: `{key}` must not be empty")]
+    Empty { provider: String, key: &'static str },
+    #[error("provider `{provider}`: `base_url` ({url}) is not a valid URL: {reason}")]
+    InvalidBaseUrl { provider: String, url: String, reason: String },
+    #[error("provider `{provider}`: `base_url` ({url}) must start with http:// or https://")]
+    UnsupportedScheme { provider: String, url: String },
+    #[error(
+        "provider `{provider}`: `base_url` is required with `azure` (https://NAME.openai.azure.com)"
+    )]
+    AzureNeedsBaseUrl { provider: String },
+    #[error("provider `{provider}`: header `{header}` is not a valid HTTP header: {reason}")]
+    InvalidHeader { provider: String, header: String, reason: String },
+    #[error("provider `{provider}`: the API key is not a valid HTTP header value")]
+    InvalidApiKey { provider: String },
+}
+
+/// Why the shared HTTP client could not be built (a TLS backend failure, in practice).
+#[derive(Debug, thiserror::Error)]
+#[error("could not build the HTTP client: {detail}")]
+pub struct ClientBuildError {
+    pub detail: String,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_anthropic_version() -> String {
+    ANTHROPIC_DEFAULT_VERSION.to_owned()
+}
+
+fn default_anthropic_max_tokens() -> u32 {
+    ANTHROPIC_DEFAULT_MAX_TOKENS
+}

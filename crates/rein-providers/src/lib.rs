@@ -1,0 +1,188 @@
+//! rein's provider adapters: each turns a canonical [`ChatRequest`] into one HTTP call in a
+//! provider's wire format and the reply into [`StreamEvent`]s, behind rein-core's
+//! [`Provider`] trait. Two formats cover the field: OpenAI Chat Completions
+//! ([`OpenAiProvider`]: api.openai.com, any OpenAI-compatible server, Azure deployments) and
+//! Anthropic Messages ([`AnthropicProvider`]).
+//!
+//! Adapters record what they observed and decide nothing: they never retry, never sleep and
+//! set no timeout but the TCP/TLS connect bound of the shared [`HttpClient`]. Error responses
+//! become [`Failure::Http`] with the body's type/code/message and the pushback headers
+//! ([`parse_http_error`]); classification happens in rein-core. API keys travel as
+//! [`Secret`]s and never appear in `Debug`, `Display`, errors or logs.
+//!
+//! Module map: `config` (serde config and its errors), `client` (the pooled client and
+//! transport-error mapping), `sse` (line parser), `stream` (body → events driver),
+//! `http_error` (error responses), `openai` and `anthropic` (request bodies, stream decoders,
+//! non-streaming parsers).
+
+// `Failure` is rein-core's type and the `Provider` trait returns it by value; the error path
+// is cold, so its size (an `HttpError` of several strings) costs nothing worth a `Box`.
+#![allow(clippy::result_large_err)]
+
+mod anthropic;
+mod client;
+mod config;
+mod http_error;
+mod openai;
+mod secret;
+mod sse;
+mod stream;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use reqwest::Url;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Map, Value};
+
+use rein_core::{EventStream, Failure, Provider, WireFormat};
+
+pub use anthropic::{AnthropicProvider, replay_anthropic_response, replay_anthropic_stream};
+pub use client::HttpClient;
+pub use config::{
+    ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_MAX_TOKENS, ANTHROPIC_DEFAULT_VERSION,
+    AnthropicConfig, AzureConfig, ClientBuildError, ConfigError, HttpClientConfig, MaxTokensField,
+    OPENAI_DEFAULT_BASE_URL, OpenAiAuth, OpenAiConfig, ProviderConfig,
+};
+pub use http_error::{parse_http_error, retry_after};
+pub use openai::{OpenAiProvider, replay_openai_response, replay_openai_stream};
+pub use secret::Secret;
+
+#[doc(no_inline)]
+pub use rein_core::{ChatRequest, StreamEvent};
+
+/// Builds the adapter a config entry describes, sharing `client`'s connection pool.
+pub fn build_provider(
+    config: ProviderConfig,
+    client: &HttpClient,
+) -> Result<Arc<dyn Provider>, ConfigError> {
+    Ok(match config {
+        ProviderConfig::OpenAi(config) => Arc::new(OpenAiProvider::new(config, client.clone())?),
+        ProviderConfig::Anthropic(config) => {
+            Arc::new(AnthropicProvider::new(config, client.clone())?)
+        }
+    })
+}
+
+/// Decodes a recorded body of either format (SSE when it looks like SSE, JSON otherwise), as
+/// the adapter would decode it live. For the simulator, evals and tests.
+pub fn replay(format: WireFormat, body: &[u8]) -> Vec<Result<StreamEvent, Failure>> {
+    let is_json = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    match (format, is_json) {
+        (WireFormat::OpenAi, false) => replay_openai_stream(body),
+        (WireFormat::OpenAi, true) => replay_openai_response(body),
+        (WireFormat::Anthropic, false) => replay_anthropic_stream(body),
+        (WireFormat::Anthropic, true) => replay_anthropic_response(body),
+    }
+}
+
+/// Turns response headers into the attempt's outcome: an error status becomes
+/// [`Failure::Http`]; a success becomes the event stream, SSE or JSON by `content-type`
+/// (falling back to what was asked for), so a compatible server that ignores `stream: true`
+/// still works.
+pub(crate) async fn response_events<D: stream::Decoder>(
+    provider: &str,
+    response: reqwest::Response,
+    format: WireFormat,
+    streaming: bool,
+    decoder: D,
+    parse: stream::JsonParser,
+) -> Result<EventStream, Failure> {
+    use futures_util::StreamExt;
+
+    let status = response.status();
+    if !status.is_success() {
+        let headers = response.headers().clone();
+        let body = client::read_error_body(response).await;
+        let http = parse_http_error(format, status.as_u16(), &headers, &body);
+        tracing::debug!(provider, status = http.status, error_type = ?http.error_type, code = ?http.code, "provider error response");
+        return Err(Failure::Http { format, http });
+    }
+    let content_type = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_ascii_lowercase)
+        .unwrap_or_default();
+    let sse = if content_type.starts_with("text/event-stream") {
+        true
+    } else if content_type.starts_with("application/json") {
+        false
+    } else {
+        streaming
+    };
+    let body: stream::Body =
+        response.bytes_stream().map(|chunk| chunk.map_err(client::after_headers)).boxed();
+    Ok(if sse { stream::sse_events(body, decoder) } else { stream::json_events(body, parse) })
+}
+
+/// Merges a request's `extra` fields into the body, last: a key the body lacks is added, a
+/// key it has is replaced, except that two objects are merged key by key (so `extra` can add
+/// `output_config.effort` without dropping the `format` the adapter put there).
+pub(crate) fn merge_extra(body: &mut Map<String, Value>, extra: &Map<String, Value>) {
+    for (key, value) in extra {
+        match (body.get_mut(key), value) {
+            (Some(Value::Object(existing)), Value::Object(addition)) => {
+                for (inner_key, inner_value) in addition {
+                    existing.insert(inner_key.clone(), inner_value.clone());
+                }
+            }
+            _ => {
+                body.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+pub(crate) fn parse_base_url(provider: &str, base_url: &str) -> Result<Url, ConfigError> {
+    let url = Url::parse(base_url.trim()).map_err(|e| ConfigError::InvalidBaseUrl {
+        provider: provider.to_owned(),
+        url: base_url.to_owned(),
+        reason: e.to_string(),
+    })?;
+    if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
+        return Err(ConfigError::UnsupportedScheme {
+            provider: provider.to_owned(),
+            url: base_url.to_owned(),
+        });
+    }
+    Ok(url)
+}
+
+/// Appends path segments after the base URL's own path (a trailing `/` is ignored).
+pub(crate) fn append_path(url: &mut Url, segments: &[&str]) {
+    if let Ok(mut path) = url.path_segments_mut() {
+        path.pop_if_empty().extend(segments);
+    }
+}
+
+/// A URL for `Debug`: no query string and no user info, which is where people put keys.
+pub(crate) fn redacted_url(url: &Url) -> String {
+    let mut shown = url.clone();
+    shown.set_query(None);
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    let query_note = if url.query().is_some() { "?…" } else { "" };
+    format!("{shown}{query_note}")
+}
+
+pub(crate) fn insert_static_headers(
+    provider: &str,
+    configured: &BTreeMap<String, Secret>,
+    headers: &mut HeaderMap,
+) -> Result<(), ConfigError> {
+    for (name, value) in configured {
+        let invalid = |reason: String| ConfigError::InvalidHeader {
+            provider: provider.to_owned(),
+            header: name.clone(),
+            reason,
+        };
+        let header_name =
+            HeaderName::from_bytes(name.as_bytes()).map_err(|e| invalid(e.to_string()))?;
+        let mut header_value =
+            HeaderValue::from_str(value.expose()).map_err(|e| invalid(e.to_string()))?;
+        header_value.set_sensitive(true);
+        headers.insert(header_name, header_value);
+    }
+    Ok(())
+}

@@ -1,0 +1,168 @@
+//! The OpenAI Chat Completions adapter: `POST {base_url}/chat/completions` with
+//! `Authorization: Bearer KEY`, for api.openai.com, any OpenAI-compatible server by base URL
+//! (vLLM, Ollama, llama.cpp, gateways), and Azure OpenAI deployments
+//! (`{base_url}/openai/deployments/{deployment}/chat/completions?api-version=..` with an
+//! `api-key` header).
+
+mod request;
+mod response;
+mod stream;
+mod wire;
+
+use std::fmt;
+
+use futures_util::future::BoxFuture;
+use reqwest::Url;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+
+use rein_core::{ChatRequest, EventStream, Failure, Provider, StreamEvent, WireFormat};
+
+use crate::client::HttpClient;
+use crate::config::{
+    ConfigError, MaxTokensField, OPENAI_DEFAULT_BASE_URL, OpenAiAuth, OpenAiConfig,
+};
+use crate::secret::Redactor;
+
+pub(crate) use request::BodyOptions;
+pub(crate) use stream::OpenAiDecoder;
+
+/// An adapter for one OpenAI-format provider. Cheap to clone; shares the pooled client.
+#[derive(Clone)]
+pub struct OpenAiProvider {
+    name: String,
+    endpoint: Url,
+    headers: HeaderMap,
+    options: BodyOptions,
+    client: HttpClient,
+    redactor: Redactor,
+}
+
+impl OpenAiProvider {
+    pub fn new(config: OpenAiConfig, client: HttpClient) -> Result<Self, ConfigError> {
+        let name = config.name.clone();
+        if name.trim().is_empty() {
+            return Err(ConfigError::Empty { provider: name, key: "name" });
+        }
+        let base_url = match (&config.base_url, &config.azure) {
+            (Some(url), _) => url.clone(),
+            (None, Some(_)) => return Err(ConfigError::AzureNeedsBaseUrl { provider: name }),
+            (None, None) => OPENAI_DEFAULT_BASE_URL.to_owned(),
+        };
+        let mut endpoint = crate::parse_base_url(&name, &base_url)?;
+        match &config.azure {
+            Some(azure) => {
+                if azure.deployment.trim().is_empty() {
+                    return Err(ConfigError::Empty { provider: name, key: "azure.deployment" });
+                }
+                if azure.api_version.trim().is_empty() {
+                    return Err(ConfigError::Empty { provider: name, key: "azure.api_version" });
+                }
+                crate::append_path(
+                    &mut endpoint,
+                    &["openai", "deployments", &azure.deployment, "chat", "completions"],
+                );
+                endpoint.query_pairs_mut().append_pair("api-version", &azure.api_version);
+            }
+            None => crate::append_path(&mut endpoint, &["chat", "completions"]),
+        }
+
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        crate::insert_static_headers(&name, &config.headers, &mut headers)?;
+        if let Some(key) = config.api_key.as_ref().filter(|key| !key.is_empty()) {
+            let auth = config.auth.unwrap_or(if config.azure.is_some() {
+                OpenAiAuth::ApiKey
+            } else {
+                OpenAiAuth::Bearer
+            });
+            let (header, value) = match auth {
+                OpenAiAuth::Bearer => (AUTHORIZATION, format!("Bearer {}", key.expose())),
+                OpenAiAuth::ApiKey => {
+                    (reqwest::header::HeaderName::from_static("api-key"), key.expose().to_owned())
+                }
+            };
+            let mut value = HeaderValue::from_str(&value)
+                .map_err(|_| ConfigError::InvalidApiKey { provider: name.clone() })?;
+            value.set_sensitive(true);
+            headers.insert(header, value);
+        }
+
+        let max_tokens_field =
+            config.max_tokens_field.unwrap_or(if endpoint.host_str() == Some("api.openai.com") {
+                MaxTokensField::MaxCompletionTokens
+            } else {
+                MaxTokensField::MaxTokens
+            });
+        let options = BodyOptions { streaming: config.streaming, max_tokens_field };
+        let redactor = Redactor::new(config.api_key.iter().chain(config.headers.values()));
+        Ok(Self { name, endpoint, headers, options, client, redactor })
+    }
+
+    /// The URL requests are posted to.
+    pub fn endpoint(&self) -> &Url {
+        &self.endpoint
+    }
+
+    /// The request body this provider would send for `request`.
+    pub fn request_body(&self, request: &ChatRequest) -> serde_json::Value {
+        request::build_body(request, self.options)
+    }
+}
+
+impl fmt::Debug for OpenAiProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Header values may be credentials: names only.
+        f.debug_struct("OpenAiProvider")
+            .field("name", &self.name)
+            .field("endpoint", &crate::redacted_url(&self.endpoint))
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl Provider for OpenAiProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn format(&self) -> WireFormat {
+        WireFormat::OpenAi
+    }
+
+    fn send(&self, request: ChatRequest) -> BoxFuture<'static, Result<EventStream, Failure>> {
+        let body = self.request_body(&request);
+        let builder = self
+            .client
+            .post(self.endpoint.clone())
+            .headers(self.headers.clone())
+            .body(body.to_string());
+        let client = self.client.clone();
+        let streaming = self.options.streaming;
+        let name = self.name.clone();
+        let redactor = self.redactor.clone();
+        let attempt = async move {
+            let response = client.execute(builder).await?;
+            crate::response_events(
+                &name,
+                response,
+                WireFormat::OpenAi,
+                streaming,
+                OpenAiDecoder::default(),
+                response::parse_response,
+            )
+            .await
+        };
+        Box::pin(async move { redactor.outcome(attempt.await) })
+    }
+}
+
+/// Decodes a recorded Chat Completions SSE body as a live stream would be decoded.
+pub fn replay_openai_stream(body: &[u8]) -> Vec<Result<StreamEvent, Failure>> {
+    crate::stream::replay_sse(body, OpenAiDecoder::default())
+}
+
+/// Decodes a recorded non-streaming Chat Completions body into the events it stands for.
+pub fn replay_openai_response(body: &[u8]) -> Vec<Result<StreamEvent, Failure>> {
+    crate::stream::replay_json(body, response::parse_response)
+}

@@ -1,0 +1,177 @@
+//! Decodes a Chat Completions SSE stream. Each `data:` line is a `chat.completion.chunk`;
+//! the first one yields `Start`, then per chunk: `delta.content`, `delta.refusal`, reasoning
+//! text (`reasoning_content` from vLLM/DeepSeek, `reasoning` from Ollama/OpenRouter),
+//! `delta.tool_calls` fragments keyed by `index`, `logprobs.content`, `finish_reason`, and
+//! `usage` (the final `choices: []` chunk when `include_usage` is on). `data: [DONE]` is
+//! `Done`. An `{"error": ..}` object on a `data:` line, or an `event: error`, is a
+//! mid-stream error. Only choice 0 is read: rein always asks for one answer.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use rein_core::{Failure, StreamEvent, WireFormat};
+
+use super::wire::{WireFunction, WireLogprobs, WireUsage, stop_reason};
+use crate::http_error::error_object;
+use crate::sse::SseEvent;
+use crate::stream::{Decoder, malformed};
+
+#[derive(Debug, Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    choices: Option<Vec<Choice>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Choice {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default)]
+    delta: Option<Delta>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+    #[serde(default)]
+    logprobs: Option<WireLogprobs>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Delta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    refusal: Option<String>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ToolCallDelta>>,
+    #[serde(default)]
+    function_call: Option<WireFunction>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ToolCallDelta {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<WireFunction>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct OpenAiDecoder {
+    started: bool,
+    /// Tool call indexes already announced with `ToolCallStart`. Some servers repeat the id
+    /// on every fragment; only the first one starts a call.
+    started_calls: Vec<u32>,
+}
+
+impl Decoder for OpenAiDecoder {
+    fn decode(&mut self, record: &SseEvent) -> Result<Vec<StreamEvent>, Failure> {
+        let data = record.data.trim();
+        if data == "[DONE]" {
+            return Ok(vec![StreamEvent::Done]);
+        }
+        if data.is_empty() {
+            return Ok(Vec::new());
+        }
+        let json: Value =
+            serde_json::from_str(data).map_err(|e| malformed("chat completion chunk", &e))?;
+        let error_present = json.get("error").is_some_and(|error| !error.is_null());
+        if error_present || record.event.as_deref() == Some("error") {
+            let error = error_object(&json);
+            return Err(Failure::StreamError {
+                format: WireFormat::OpenAi,
+                error_type: error.error_type,
+                code: error.code,
+                message: error.message,
+            });
+        }
+        let chunk: Chunk =
+            serde_json::from_value(json).map_err(|e| malformed("chat completion chunk", &e))?;
+        let mut events = Vec::new();
+        let id_or_model = chunk.id.as_deref().is_some_and(|id| !id.is_empty())
+            || chunk.model.as_deref().is_some_and(|model| !model.is_empty());
+        let has_choices = chunk.choices.as_ref().is_some_and(|choices| !choices.is_empty());
+        // Azure opens with an anonymous `prompt_filter_results` chunk (`"id":"","model":""`,
+        // no choices); the answer's real id and model come with the next one.
+        if !self.started && (id_or_model || has_choices) {
+            self.started = true;
+            events.push(StreamEvent::Start {
+                id: chunk.id.clone().unwrap_or_default(),
+                model: chunk.model.clone().unwrap_or_default(),
+            });
+        }
+        for choice in chunk.choices.iter().flatten().filter(|c| c.index.unwrap_or(0) == 0) {
+            if let Some(delta) = &choice.delta {
+                self.delta(delta, &mut events);
+            }
+            if let Some(logprobs) = &choice.logprobs {
+                let tokens = logprobs.to_tokens();
+                if !tokens.is_empty() {
+                    events.push(StreamEvent::Logprobs { tokens });
+                }
+            }
+            if let Some(reason) = &choice.finish_reason {
+                events.push(StreamEvent::Stop { reason: stop_reason(reason) });
+            }
+        }
+        if let Some(usage) = &chunk.usage {
+            events.push(StreamEvent::Usage { usage: usage.to_usage() });
+        }
+        Ok(events)
+    }
+}
+
+impl OpenAiDecoder {
+    fn delta(&mut self, delta: &Delta, events: &mut Vec<StreamEvent>) {
+        let reasoning = delta.reasoning_content.as_ref().or(delta.reasoning.as_ref());
+        if let Some(text) = reasoning.filter(|t| !t.is_empty()) {
+            events.push(StreamEvent::ThinkingDelta { text: text.clone() });
+        }
+        if let Some(text) = delta.content.as_ref().filter(|t| !t.is_empty()) {
+            events.push(StreamEvent::TextDelta { text: text.clone() });
+        }
+        if let Some(text) = delta.refusal.as_ref().filter(|t| !t.is_empty()) {
+            events.push(StreamEvent::RefusalDelta { text: text.clone() });
+        }
+        for (position, call) in delta.tool_calls.iter().flatten().enumerate() {
+            let index = call.index.unwrap_or(position as u32);
+            self.call_fragment(index, call.id.as_deref(), call.function.as_ref(), events);
+        }
+        if let Some(function) = &delta.function_call {
+            // The pre-tools `function_call` shape: one call, no id.
+            self.call_fragment(0, None, Some(function), events);
+        }
+    }
+
+    fn call_fragment(
+        &mut self,
+        index: u32,
+        id: Option<&str>,
+        function: Option<&WireFunction>,
+        events: &mut Vec<StreamEvent>,
+    ) {
+        if !self.started_calls.contains(&index) {
+            self.started_calls.push(index);
+            events.push(StreamEvent::ToolCallStart {
+                index,
+                id: id.unwrap_or_default().to_owned(),
+                name: function.and_then(|f| f.name.clone()).unwrap_or_default(),
+            });
+        }
+        if let Some(arguments) =
+            function.and_then(|f| f.arguments.as_ref()).filter(|a| !a.is_empty())
+        {
+            events.push(StreamEvent::ToolCallDelta { index, arguments: arguments.clone() });
+        }
+    }
+}

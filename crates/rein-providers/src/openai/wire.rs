@@ -1,0 +1,84 @@
+//! The Chat Completions shapes rein reads, shared by the streaming and non-streaming paths:
+//! every field optional and `null`-tolerant, unknown fields ignored, because OpenAI-compatible
+//! servers differ in what they omit. Also the `finish_reason` → [`StopReason`] mapping.
+
+use serde::Deserialize;
+
+use rein_core::{StopReason, TokenLogprob, Usage};
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct WireUsage {
+    #[serde(default)]
+    pub prompt_tokens: Option<u32>,
+    #[serde(default)]
+    pub completion_tokens: Option<u32>,
+}
+
+impl WireUsage {
+    pub fn to_usage(&self) -> Usage {
+        Usage {
+            input_tokens: self.prompt_tokens.unwrap_or(0),
+            output_tokens: self.completion_tokens.unwrap_or(0),
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct WireLogprobs {
+    /// Log probabilities of the content tokens. (`refusal` token logprobs are not carried:
+    /// rein scores answers, not refusals.)
+    #[serde(default)]
+    pub content: Option<Vec<WireTokenLogprob>>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireTokenLogprob {
+    pub token: String,
+    pub logprob: f64,
+    #[serde(default)]
+    pub top_logprobs: Option<Vec<WireTopLogprob>>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct WireTopLogprob {
+    pub token: String,
+    pub logprob: f64,
+}
+
+impl WireLogprobs {
+    pub fn to_tokens(&self) -> Vec<TokenLogprob> {
+        self.content
+            .iter()
+            .flatten()
+            .map(|item| TokenLogprob {
+                token: item.token.clone(),
+                logprob: item.logprob,
+                top: item
+                    .top_logprobs
+                    .iter()
+                    .flatten()
+                    .map(|top| (top.token.clone(), top.logprob))
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+/// A function call as both shapes spell it (`tool_calls[].function`, legacy `function_call`).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct WireFunction {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub arguments: Option<String>,
+}
+
+pub(crate) fn stop_reason(finish_reason: &str) -> StopReason {
+    match finish_reason {
+        "stop" => StopReason::EndTurn,
+        "length" => StopReason::MaxTokens,
+        "tool_calls" | "function_call" => StopReason::ToolUse,
+        "content_filter" => StopReason::ContentFilter,
+        other => StopReason::Other(other.to_owned()),
+    }
+}

@@ -1,0 +1,139 @@
+//! The API key, wrapped so it can travel through configs, providers and errors without ever
+//! being printed. `Debug` and `Display` show `***`; the value itself is read in exactly one
+//! place, when the adapter writes the authentication header (marked sensitive there too, so
+//! the HTTP stack redacts it from its own debug output).
+
+use std::fmt;
+
+use serde::Deserialize;
+
+/// A credential that must never reach logs, traces, recordings or error bodies.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The raw value. Only the header builders call this.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<String> for Secret {
+    fn from(value: String) -> Self {
+        Self(value)
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(value: &str) -> Self {
+        Self(value.to_owned())
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// Scrubs a provider's credentials out of the failures it reports. A misbehaving server or
+/// proxy can echo the key back in an error body; the message must still never carry it.
+#[derive(Clone, Default)]
+pub(crate) struct Redactor {
+    needles: Vec<Secret>,
+}
+
+impl Redactor {
+    /// Values shorter than this are not scrubbed: replacing every `a` in a message would hide
+    /// the message, not a secret.
+    const MIN_LEN: usize = 6;
+
+    pub fn new<'a>(secrets: impl IntoIterator<Item = &'a Secret>) -> Self {
+        let needles = secrets.into_iter().filter(|s| s.0.len() >= Self::MIN_LEN).cloned().collect();
+        Self { needles }
+    }
+
+    pub fn text(&self, text: &mut String) {
+        for needle in &self.needles {
+            if text.contains(needle.expose()) {
+                *text = text.replace(needle.expose(), "***");
+            }
+        }
+    }
+
+    pub fn failure(&self, mut failure: rein_core::Failure) -> rein_core::Failure {
+        use rein_core::Failure;
+        match &mut failure {
+            Failure::Http { http, .. } => {
+                self.text(&mut http.message);
+                if let Some(code) = &mut http.code {
+                    self.text(code);
+                }
+            }
+            Failure::StreamError { message, .. } => self.text(message),
+            Failure::Connection { detail }
+            | Failure::Malformed { detail }
+            | Failure::Unsendable { detail } => self.text(detail),
+            Failure::ClockFired { .. } | Failure::StreamCut => {}
+        }
+        failure
+    }
+}
+
+impl Redactor {
+    /// Scrubs the failure of `send`, or every failure its stream yields.
+    pub fn outcome(
+        self,
+        outcome: Result<rein_core::EventStream, rein_core::Failure>,
+    ) -> Result<rein_core::EventStream, rein_core::Failure> {
+        use futures_util::StreamExt;
+        match outcome {
+            Ok(events) => Ok(events.map(move |item| item.map_err(|f| self.failure(f))).boxed()),
+            Err(failure) => Err(self.failure(failure)),
+        }
+    }
+}
+
+impl fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Redactor({} secrets)", self.needles.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_and_display_hide_the_value() {
+        let secret = Secret::new("sk-live-123");
+        assert_eq!(format!("{secret:?}"), "***");
+        assert_eq!(format!("{secret}"), "***");
+        assert_eq!(secret.expose(), "sk-live-123");
+    }
+
+    #[test]
+    fn redactor_scrubs_echoed_keys_but_not_short_values() {
+        let key = Secret::new("sk-live-123");
+        let short = Secret::new("ab");
+        let redactor = Redactor::new([&key, &short]);
+        let mut text = "Incorrect API key provided: sk-live-123 (ab)".to_owned();
+        redactor.text(&mut text);
+        assert_eq!(text, "Incorrect API key provided: *** (ab)");
+    }
+}

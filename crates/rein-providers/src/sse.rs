@@ -1,0 +1,229 @@
+//! A small server-sent-events parser: bytes in, `(event, data)` records out, following the
+//! WHATWG rules both providers rely on (LF, CRLF or CR line ends, `:` comments, one optional
+//! space after the colon, multi-line `data`, a blank line dispatches). It owns no I/O and no
+//! JSON; the format decoders interpret `data`.
+//!
+//! At end of input a record that never saw its terminating blank line is still handed over,
+//! flagged `terminated: false`, so the stream driver can tell a clean last event (some
+//! recordings omit the final newline) from a line cut in half by a dropped connection.
+
+/// One dispatched event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SseEvent {
+    /// The `event:` field, when the server named the event.
+    pub event: Option<String>,
+    /// The `data:` lines joined with `\n`.
+    pub data: String,
+    /// False for a record flushed at end of input without its blank line.
+    pub terminated: bool,
+}
+
+/// Why the bytes could not be read as SSE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SseError {
+    /// A line was not UTF-8.
+    InvalidUtf8,
+    /// No line end within [`MAX_LINE_BYTES`]: not an event stream, or a broken one.
+    LineTooLong,
+}
+
+/// The longest line buffered while waiting for its end. Real chunks are a few KiB; a large
+/// tool-call argument in one chunk might reach a few MiB.
+pub(crate) const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+#[derive(Debug, Default)]
+pub(crate) struct SseParser {
+    buffer: Vec<u8>,
+    event: Option<String>,
+    data: Option<String>,
+    seen_first_line: bool,
+    /// How many bytes at the front of `buffer` are known to hold no line end, so a long line
+    /// arriving in many chunks is scanned once, not once per chunk.
+    scanned: usize,
+}
+
+impl SseParser {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds a chunk and appends every event it completes.
+    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+        self.buffer.extend_from_slice(chunk);
+        let mut start = 0;
+        let mut skip = std::mem::take(&mut self.scanned);
+        let result = loop {
+            let rest = &self.buffer[start..];
+            let Some(pos) = rest[skip..].iter().position(|b| *b == b'\n' || *b == b'\r') else {
+                self.scanned = rest.len();
+                break Ok(());
+            };
+            let pos = skip + pos;
+            skip = 0;
+            let mut consumed = pos + 1;
+            if rest[pos] == b'\r' {
+                match rest.get(pos + 1) {
+                    // A CR at the very end may be the first half of a CRLF: wait for more.
+                    None => {
+                        self.scanned = pos;
+                        break Ok(());
+                    }
+                    Some(b'\n') => consumed += 1,
+                    Some(_) => {}
+                }
+            }
+            let line = rest[..pos].to_vec();
+            start += consumed;
+            if let Err(error) = self.line(&line, out) {
+                break Err(error);
+            }
+        };
+        self.buffer.drain(..start);
+        if result.is_ok() && self.buffer.len() > MAX_LINE_BYTES {
+            return Err(SseError::LineTooLong);
+        }
+        result
+    }
+
+    /// Ends the input: a final unterminated line is processed, and a pending record is handed
+    /// over with `terminated: false`.
+    pub fn finish(&mut self, out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+        let mut rest = std::mem::take(&mut self.buffer);
+        self.scanned = 0;
+        if rest.last() == Some(&b'\r') {
+            // A CR held back in case an LF followed: it did end a line (maybe an empty one).
+            rest.pop();
+            self.line(&rest, out)?;
+        } else if !rest.is_empty() {
+            self.line(&rest, out)?;
+        }
+        if let Some(mut data) = self.data.take() {
+            data.pop();
+            out.push(SseEvent { event: self.event.take(), data, terminated: false });
+        }
+        Ok(())
+    }
+
+    fn line(&mut self, line: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+        let mut line = std::str::from_utf8(line).map_err(|_| SseError::InvalidUtf8)?;
+        if !self.seen_first_line {
+            self.seen_first_line = true;
+            line = line.strip_prefix('\u{feff}').unwrap_or(line);
+        }
+        if line.is_empty() {
+            match self.data.take() {
+                Some(mut data) => {
+                    data.pop();
+                    out.push(SseEvent { event: self.event.take(), data, terminated: true });
+                }
+                None => self.event = None,
+            }
+            return Ok(());
+        }
+        if line.starts_with(':') {
+            return Ok(());
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (line, ""),
+        };
+        match field {
+            "data" => {
+                let data = self.data.get_or_insert_with(String::new);
+                data.push_str(value);
+                data.push('\n');
+            }
+            "event" => self.event = Some(value.to_owned()),
+            // `id` and `retry` steer browser reconnection; an LLM stream is never resumed.
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_all(chunks: &[&[u8]]) -> Vec<SseEvent> {
+        let mut parser = SseParser::new();
+        let mut out = Vec::new();
+        for chunk in chunks {
+            parser.push(chunk, &mut out).unwrap();
+        }
+        parser.finish(&mut out).unwrap();
+        out
+    }
+
+    fn event(name: Option<&str>, data: &str) -> SseEvent {
+        SseEvent { event: name.map(str::to_owned), data: data.to_owned(), terminated: true }
+    }
+
+    #[test]
+    fn parses_named_events_and_comments() {
+        let out = parse_all(&[b": keepalive\nevent: ping\ndata: {}\n\ndata: x\n\n"]);
+        assert_eq!(out, vec![event(Some("ping"), "{}"), event(None, "x")]);
+    }
+
+    #[test]
+    fn handles_crlf_split_across_chunks_and_multiline_data() {
+        let out = parse_all(&[b"data: a\r", b"\ndata:b\r\n\r", b"\n"]);
+        assert_eq!(out, vec![event(None, "a\nb")]);
+    }
+
+    #[test]
+    fn lone_cr_ends_a_line() {
+        let out = parse_all(&[b"data: a\r\rdata: b\r\r"]);
+        assert_eq!(out, vec![event(None, "a"), event(None, "b")]);
+    }
+
+    #[test]
+    fn event_without_data_is_not_dispatched() {
+        let out = parse_all(&[b"event: ping\n\ndata: y\n\n"]);
+        assert_eq!(out, vec![event(None, "y")]);
+    }
+
+    #[test]
+    fn unterminated_tail_is_flagged() {
+        let out = parse_all(&[b"data: whole\n\ndata: {\"half"]);
+        assert_eq!(out.len(), 2);
+        assert!(out[0].terminated);
+        assert_eq!(out[1], SseEvent { event: None, data: "{\"half".into(), terminated: false });
+    }
+
+    #[test]
+    fn strips_a_leading_bom_and_keeps_inner_whitespace() {
+        let out = parse_all(&["\u{feff}data:   {\"a\": 1}  \n\n".as_bytes()]);
+        assert_eq!(out, vec![event(None, "  {\"a\": 1}  ")]);
+    }
+
+    #[test]
+    fn byte_at_a_time_matches_whole() {
+        let input = b"event: message_start\ndata: {\"type\":\"message_start\"}\n\ndata: [DONE]\n\n";
+        let whole = parse_all(&[input]);
+        let singles: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(parse_all(&singles), whole);
+    }
+
+    #[test]
+    fn invalid_utf8_is_reported() {
+        let mut parser = SseParser::new();
+        let mut out = Vec::new();
+        assert_eq!(parser.push(b"data: \xff\xfe\n\n", &mut out), Err(SseError::InvalidUtf8));
+    }
+
+    #[test]
+    fn an_endless_line_is_refused() {
+        let mut parser = SseParser::new();
+        let mut out = Vec::new();
+        let block = vec![b'x'; 1024 * 1024];
+        let mut result = Ok(());
+        for _ in 0..=(MAX_LINE_BYTES / block.len()) {
+            result = parser.push(&block, &mut out);
+            if result.is_err() {
+                break;
+            }
+        }
+        assert_eq!(result, Err(SseError::LineTooLong));
+    }
+}

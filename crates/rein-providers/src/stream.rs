@@ -1,0 +1,221 @@
+//! Turns a response body into the attempt's [`EventStream`]. Streaming bodies go bytes →
+//! [`SseParser`] → a format [`Decoder`] → events; a JSON body (non-streaming mode, or a
+//! compatible server that ignored `stream: true`) is read whole and replayed through
+//! [`ChatResponse::to_events`], so both paths yield the same events.
+//!
+//! The stream stops at the first `Done` or `Err`. When the bytes simply end it ends too,
+//! without inventing a `Done`: the engine decides whether the answer was complete. A final
+//! record cut in half by the connection is dropped rather than reported as malformed, since
+//! the cut, not the chunk, is what went wrong.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use futures_util::stream::{self, BoxStream, StreamExt};
+
+use rein_core::{ChatResponse, EventStream, Failure, StreamEvent};
+
+use crate::sse::{SseError, SseEvent, SseParser};
+
+/// A body as the adapters see it: chunks, or the failure that ended it.
+pub(crate) type Body = BoxStream<'static, Result<Bytes, Failure>>;
+
+/// Interprets one SSE record of a provider's stream.
+pub(crate) trait Decoder: Send + 'static {
+    fn decode(&mut self, record: &SseEvent) -> Result<Vec<StreamEvent>, Failure>;
+}
+
+/// The synchronous core shared by live streams and recorded replays.
+struct Pump<D> {
+    parser: SseParser,
+    decoder: D,
+    pending: VecDeque<Result<StreamEvent, Failure>>,
+    done: bool,
+}
+
+impl<D: Decoder> Pump<D> {
+    fn new(decoder: D) -> Self {
+        Self { parser: SseParser::new(), decoder, pending: VecDeque::new(), done: false }
+    }
+
+    fn push_bytes(&mut self, bytes: &[u8]) {
+        let mut records = Vec::new();
+        let parsed = self.parser.push(bytes, &mut records);
+        self.dispatch(records);
+        if let Err(error) = parsed
+            && !self.done
+        {
+            let detail = match error {
+                SseError::InvalidUtf8 => "stream line is not UTF-8".to_owned(),
+                SseError::LineTooLong => {
+                    format!("stream line longer than {} bytes", crate::sse::MAX_LINE_BYTES)
+                }
+            };
+            self.fail(Failure::Malformed { detail });
+        }
+    }
+
+    fn finish(&mut self) {
+        let mut records = Vec::new();
+        let parsed = self.parser.finish(&mut records);
+        self.dispatch(records);
+        if parsed.is_err() {
+            // The last, unterminated line was cut inside a multi-byte character.
+            tracing::debug!("dropped a truncated final stream line");
+        }
+        self.done = true;
+    }
+
+    fn fail(&mut self, failure: Failure) {
+        self.pending.push_back(Err(failure));
+        self.done = true;
+    }
+
+    fn dispatch(&mut self, records: Vec<SseEvent>) {
+        for record in records {
+            if self.done {
+                return;
+            }
+            match self.decoder.decode(&record) {
+                Ok(events) => {
+                    for event in events {
+                        let is_done = event == StreamEvent::Done;
+                        self.pending.push_back(Ok(event));
+                        if is_done {
+                            self.done = true;
+                            break;
+                        }
+                    }
+                }
+                Err(Failure::Malformed { .. }) if !record.terminated => {
+                    tracing::debug!("dropped a truncated final stream record");
+                    self.done = true;
+                }
+                Err(failure) => self.fail(failure),
+            }
+        }
+    }
+}
+
+/// The events of a live SSE body.
+pub(crate) fn sse_events<D: Decoder>(body: Body, decoder: D) -> EventStream {
+    let state = (body, Pump::new(decoder));
+    stream::unfold(state, |(mut body, mut pump)| async move {
+        loop {
+            if let Some(item) = pump.pending.pop_front() {
+                return Some((item, (body, pump)));
+            }
+            if pump.done {
+                return None;
+            }
+            match body.next().await {
+                Some(Ok(bytes)) => pump.push_bytes(&bytes),
+                Some(Err(failure)) => pump.fail(failure),
+                None => pump.finish(),
+            }
+        }
+    })
+    .boxed()
+}
+
+/// The events of a recorded SSE body, decoded the way a live one would be.
+pub(crate) fn replay_sse<D: Decoder>(
+    bytes: &[u8],
+    decoder: D,
+) -> Vec<Result<StreamEvent, Failure>> {
+    let mut pump = Pump::new(decoder);
+    pump.push_bytes(bytes);
+    if !pump.done {
+        pump.finish();
+    }
+    pump.pending.into_iter().collect()
+}
+
+/// Parses a whole (non-streaming) JSON answer.
+pub(crate) type JsonParser = fn(&[u8]) -> Result<ChatResponse, Failure>;
+
+/// The events of a JSON body: read it whole, parse it, replay it as a stream would carry it.
+pub(crate) fn json_events(body: Body, parse: JsonParser) -> EventStream {
+    stream::once(async move {
+        let mut bytes = Vec::new();
+        let mut body = body;
+        while let Some(chunk) = body.next().await {
+            match chunk {
+                Ok(chunk) => bytes.extend_from_slice(&chunk),
+                Err(failure) => return vec![Err(failure)],
+            }
+        }
+        replay_json(&bytes, parse)
+    })
+    .flat_map(stream::iter)
+    .boxed()
+}
+
+pub(crate) fn replay_json(bytes: &[u8], parse: JsonParser) -> Vec<Result<StreamEvent, Failure>> {
+    match parse(bytes) {
+        Ok(response) => response.to_events().into_iter().map(Ok).collect(),
+        Err(failure) => vec![Err(failure)],
+    }
+}
+
+/// A `Malformed` failure naming what could not be read; the chunk itself is not quoted, since
+/// it may carry the user's conversation.
+pub(crate) fn malformed(what: &str, error: &serde_json::Error) -> Failure {
+    Failure::Malformed { detail: format!("{what}: {error}") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::anthropic::AnthropicDecoder;
+    use crate::openai::OpenAiDecoder;
+
+    fn pumped<D: Decoder>(
+        bytes: &[u8],
+        size: usize,
+        decoder: D,
+    ) -> Vec<Result<StreamEvent, Failure>> {
+        let mut pump = Pump::new(decoder);
+        for piece in bytes.chunks(size) {
+            if pump.done {
+                break;
+            }
+            pump.push_bytes(piece);
+        }
+        if !pump.done {
+            pump.finish();
+        }
+        pump.pending.into_iter().collect()
+    }
+
+    macro_rules! fixture {
+        ($path:literal) => {
+            include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/", $path))
+                .as_slice()
+        };
+    }
+
+    #[test]
+    fn chunk_boundaries_do_not_change_the_events() {
+        let openai = [
+            fixture!("openai/streams/parallel_tool_calls.sse"),
+            fixture!("openai/streams/padded_compatible.sse"),
+            fixture!("openai/streams/mid_stream_error.sse"),
+        ];
+        let anthropic = [
+            fixture!("anthropic/streams/basic.sse"),
+            fixture!("anthropic/streams/thinking.sse"),
+            fixture!("anthropic/streams/padded_unknown_events.sse"),
+        ];
+        for size in [1, 2, 3, 7, 64, 1000] {
+            for bytes in openai {
+                let whole = replay_sse(bytes, OpenAiDecoder::default());
+                assert_eq!(pumped(bytes, size, OpenAiDecoder::default()), whole, "size {size}");
+            }
+            for bytes in anthropic {
+                let whole = replay_sse(bytes, AnthropicDecoder::default());
+                assert_eq!(pumped(bytes, size, AnthropicDecoder::default()), whole, "size {size}");
+            }
+        }
+    }
+}
