@@ -1,0 +1,137 @@
+//! rein sim: a fault-injecting simulator of the OpenAI Chat Completions and Anthropic Messages
+//! APIs. It speaks both wire formats as the providers do (streaming and not, error bodies,
+//! request-id headers) and breaks requests on demand, so rein's end-to-end tests and users'
+//! drills can watch the gateway meet each failure for real.
+//!
+//! A request's fault comes from, in order: the `x-sim-fault` header, a `model` of the form
+//! `sim:<spec>`, the active [`Scenario`] phase. See [`FaultSpec`] for the spec language.
+//! Healthy answers are deterministic (see [`healthy_answer`]), and every request lands in an
+//! attempt log ([`LogEntry`]). Admin routes: `GET /_sim/log`, `POST /_sim/reset`,
+//! `GET /_sim/health`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), rein_sim::SimError> {
+//! // Or `rein_sim::start` with a `tokio::net::TcpListener` you bound yourself.
+//! let addr = "127.0.0.1:0".parse().expect("an address");
+//! let sim = rein_sim::bind(addr, rein_sim::SimConfig::default()).await?;
+//! println!("{}", sim.base_url()); // point an OpenAI client at {base_url}/v1
+//! sim.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod answer;
+mod anthropic;
+mod body;
+mod fault;
+mod log;
+mod openai;
+mod request;
+mod respond;
+mod scenario;
+mod schema;
+mod server;
+mod state;
+mod stream;
+mod wire;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use answer::{HealthyAnswer, HealthyToolCall, SENTINEL, healthy_answer, healthy_text};
+pub use fault::{
+    ErrorFault, ErrorKind, FAULT_NAMES, FaultSpec, FaultSpecError, Outcome, Shape, Step, Transport,
+};
+pub use log::{FaultSource, LogEntry};
+pub use respond::FAULT_HEADER;
+pub use scenario::{Phase, PhaseFaults, Scenario, ScenarioError};
+
+/// How to run the simulator.
+#[derive(Debug, Clone, Default)]
+pub struct SimConfig {
+    /// A timeline of faults, starting when the simulator starts.
+    pub scenario: Option<Scenario>,
+    /// Append the attempt log here, one JSON line per request.
+    pub log_path: Option<PathBuf>,
+}
+
+/// Why the simulator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("cannot listen on {addr}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot read the listener's address")]
+    Address(#[source] std::io::Error),
+    #[error("cannot open the attempt log {}", path.display())]
+    Log { path: PathBuf, source: std::io::Error },
+}
+
+/// A running simulator. Dropping the handle stops it, like [`SimHandle::shutdown`] without
+/// waiting.
+#[derive(Debug)]
+pub struct SimHandle {
+    addr: SocketAddr,
+    shared: Arc<state::Shared>,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// Starts the simulator on `listener` (bind it to `127.0.0.1:0` in tests). It runs on the
+/// current tokio runtime, and its timeline uses tokio's clock, so it follows paused time.
+pub async fn start(listener: TcpListener, config: SimConfig) -> Result<SimHandle, SimError> {
+    let addr = listener.local_addr().map_err(SimError::Address)?;
+    let log = log::AttemptLog::open(config.log_path.as_deref())?;
+    let shared = Arc::new(state::Shared::new(config.scenario, log));
+    let (stop, stopped) = watch::channel(false);
+    let task = tokio::spawn(server::accept_loop(listener, shared.clone(), stopped));
+    Ok(SimHandle { addr, shared, stop, task: Some(task) })
+}
+
+/// Binds `addr` and starts the simulator on it.
+pub async fn bind(addr: SocketAddr, config: SimConfig) -> Result<SimHandle, SimError> {
+    let listener =
+        TcpListener::bind(addr).await.map_err(|source| SimError::Bind { addr, source })?;
+    start(listener, config).await
+}
+
+impl SimHandle {
+    /// The address the simulator listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<addr>`: OpenAI clients take `{base_url}/v1` as their base URL, Anthropic
+    /// clients `{base_url}`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every request received since the start or the last reset, in order.
+    pub fn log(&self) -> Vec<LogEntry> {
+        self.shared.log.entries()
+    }
+
+    /// Restarts the scenario timeline and forgets script positions and the in-memory log,
+    /// like `POST /_sim/reset`.
+    pub fn reset(&self) {
+        self.shared.reset();
+    }
+
+    /// Stops accepting, drops every open connection and waits for the accept loop to end.
+    pub async fn shutdown(mut self) {
+        self.stop.send_replace(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for SimHandle {
+    fn drop(&mut self) {
+        self.stop.send_replace(true);
+    }
+}

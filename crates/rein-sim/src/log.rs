@@ -1,0 +1,124 @@
+//! The attempt log: one JSON line per request received, kept in memory (for `GET /_sim/log`
+//! and [`crate::SimHandle::log`]) and appended to a file when one is configured, flushed per
+//! line so a drill can tail it. Secrets never enter it: of `authorization` / `x-api-key` only
+//! their presence is recorded.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+
+use crate::SimError;
+
+/// One request the simulator received and what it did with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogEntry {
+    /// Wall-clock time of the request, Unix milliseconds (advances with tokio's clock).
+    pub unix_ms: u64,
+    /// Milliseconds since the simulator started or was last reset.
+    pub elapsed_ms: u64,
+    pub method: String,
+    pub path: String,
+    /// `openai` or `anthropic`; absent for paths of neither.
+    pub format: Option<String>,
+    /// The request's `model`, when it had one.
+    pub model: Option<String>,
+    pub stream: bool,
+    /// The step applied, as written (`ok` when healthy; `bad_spec` when the spec was invalid).
+    pub fault: String,
+    /// Where the fault came from.
+    pub fault_source: FaultSource,
+    /// The whole script when the fault came from one (`529,529,ok`).
+    pub script: Option<String>,
+    /// 1-based position in the script of the step applied.
+    pub script_step: Option<u32>,
+    /// The scenario phase in force, if any (whether or not it applied to this request).
+    pub phase: Option<String>,
+    /// Hash of (model, messages, path): requests with the same key walk one script.
+    pub sequence_key: String,
+    /// The status sent; absent when no response was sent (`reset`, `hang`).
+    pub status: Option<u16>,
+    /// The request id the simulator returned in `x-request-id` / `request-id`.
+    pub request_id: Option<String>,
+    /// The request's `idempotency-key` header.
+    pub idempotency_key: Option<String>,
+    /// The request's own `x-request-id` header.
+    pub client_request_id: Option<String>,
+    /// Whether `authorization` or `x-api-key` was present (their values are never logged).
+    pub auth_present: bool,
+}
+
+/// Where a request's fault came from, in order of precedence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultSource {
+    /// The `x-sim-fault` request header.
+    Header,
+    /// The request's `model`, of the form `sim:<spec>`.
+    Model,
+    /// The active scenario phase.
+    Scenario,
+    /// No fault applied.
+    None,
+}
+
+/// The in-memory log and its optional file.
+#[derive(Debug)]
+pub(crate) struct AttemptLog {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    entries: Vec<LogEntry>,
+    file: Option<File>,
+}
+
+fn lock(mutex: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+    // A panic while holding the lock leaves the log as it was: still usable.
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl AttemptLog {
+    pub fn open(path: Option<&Path>) -> Result<AttemptLog, SimError> {
+        let file = match path {
+            Some(path) => Some(
+                OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map_err(|source| SimError::Log { path: path.to_owned(), source })?,
+            ),
+            None => None,
+        };
+        Ok(AttemptLog { inner: Mutex::new(Inner { entries: Vec::new(), file }) })
+    }
+
+    pub fn record(&self, entry: LogEntry) {
+        let mut inner = lock(&self.inner);
+        if let Some(file) = inner.file.as_mut() {
+            match serde_json::to_string(&entry) {
+                Ok(mut line) => {
+                    line.push('\n');
+                    if let Err(error) = file.write_all(line.as_bytes()).and_then(|()| file.flush())
+                    {
+                        tracing::warn!(%error, "rein sim: cannot write the attempt log");
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "rein sim: cannot serialise a log entry"),
+            }
+        }
+        inner.entries.push(entry);
+    }
+
+    pub fn entries(&self) -> Vec<LogEntry> {
+        lock(&self.inner).entries.clone()
+    }
+
+    /// Forgets the in-memory entries (the file keeps its history).
+    pub fn clear(&self) {
+        lock(&self.inner).entries.clear();
+    }
+}

@@ -1,0 +1,173 @@
+//! The HTTP side: an accept loop serving HTTP/1.1 with hyper, one task per connection, and
+//! the routes. Serving connections by hand (rather than through a framework) is what lets a
+//! fault drop a connection before any header (`reset`, as a TCP RST) or in the middle of a
+//! body (`cut`).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming as IncomingBody;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use rein_core::WireFormat;
+use serde_json::json;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, watch};
+
+use crate::body::SimBody;
+use crate::respond::{self, Endpoint, Incoming, Reply};
+use crate::state::Shared;
+
+/// Request bodies above this are refused (the providers' own limit is 32 MB).
+const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+
+/// Resolves once the simulator is told to stop (or its handle is gone).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+/// Accepts connections until shutdown.
+pub(crate) async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            () = stopped(&mut shutdown) => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    tokio::spawn(connection(stream, shared.clone(), shutdown.clone()));
+                }
+                Err(error) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(%error, "rein sim: accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+}
+
+/// Serves one connection until it closes, a `reset` fault drops it, or shutdown.
+async fn connection(stream: TcpStream, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    let _ = stream.set_nodelay(true);
+    // A second handle on the socket, so that `reset` can set SO_LINGER=0 after hyper owns the
+    // stream: closing then sends an RST instead of a FIN.
+    let (stream, spare) = match spare_handle(stream) {
+        Ok(pair) => pair,
+        Err(error) => {
+            tracing::warn!(%error, "rein sim: cannot set up a connection");
+            return;
+        }
+    };
+    let reset = Arc::new(Notify::new());
+    let service = {
+        let reset = reset.clone();
+        service_fn(move |request| {
+            let shared = shared.clone();
+            let reset = reset.clone();
+            async move { Ok::<_, Infallible>(route(&shared, &reset, request).await) }
+        })
+    };
+    let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => {
+            if let Err(error) = result {
+                tracing::debug!(%error, "rein sim: connection ended");
+            }
+        }
+        () = reset.notified() => {
+            match TcpStream::from_std(spare) {
+                Ok(spare) => {
+                    let _ = spare.set_zero_linger();
+                }
+                Err(error) => tracing::warn!(%error, "rein sim: cannot reset a connection"),
+            }
+        }
+        () = stopped(&mut shutdown) => {}
+    }
+}
+
+fn spare_handle(stream: TcpStream) -> std::io::Result<(TcpStream, std::net::TcpStream)> {
+    let std_stream = stream.into_std()?;
+    let spare = std_stream.try_clone()?;
+    Ok((TcpStream::from_std(std_stream)?, spare))
+}
+
+async fn route(
+    shared: &Shared,
+    reset: &Notify,
+    request: Request<IncomingBody>,
+) -> Response<SimBody> {
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path().to_owned();
+    let anthropic_client = parts.headers.contains_key("anthropic-version");
+    let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) => {
+            return plain(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                json!({"error": {"message": format!("cannot read the request body: {error}")}}),
+            );
+        }
+    };
+    let incoming = Incoming { method: parts.method, path, headers: parts.headers, body };
+    let reply = match (&incoming.method, incoming.path.as_str()) {
+        (&Method::GET, "/_sim/health") => return plain(StatusCode::OK, json!({"status": "ok"})),
+        (&Method::GET, "/_sim/log") => {
+            let entries = serde_json::to_value(shared.log.entries()).unwrap_or_default();
+            return plain(StatusCode::OK, entries);
+        }
+        (&Method::POST, "/_sim/reset") => {
+            shared.reset();
+            return plain(StatusCode::OK, json!({"reset": true}));
+        }
+        (&Method::POST, "/v1/chat/completions") => {
+            respond::provider(shared, Endpoint::Chat(WireFormat::OpenAi), incoming).await
+        }
+        (&Method::POST, "/v1/messages") => {
+            respond::provider(shared, Endpoint::Chat(WireFormat::Anthropic), incoming).await
+        }
+        (&Method::GET, "/v1/models") => {
+            let format = if anthropic_client { WireFormat::Anthropic } else { WireFormat::OpenAi };
+            respond::provider(shared, Endpoint::Models(format), incoming).await
+        }
+        _ => {
+            let format = if anthropic_client || incoming.path.starts_with("/v1/messages") {
+                WireFormat::Anthropic
+            } else {
+                WireFormat::OpenAi
+            };
+            respond::not_found(shared, format, &incoming)
+        }
+    };
+    match reply {
+        Reply::Send(response) => response,
+        Reply::Reset(wait) => {
+            if let Some(wait) = wait {
+                tokio::time::sleep(wait).await;
+            }
+            reset.notify_one();
+            // The connection task drops the connection, and this future with it.
+            std::future::pending().await
+        }
+        // hyper drops this future when the client goes away.
+        Reply::Hang => std::future::pending().await,
+    }
+}
+
+fn plain(status: StatusCode, body: serde_json::Value) -> Response<SimBody> {
+    let mut response = Response::new(SimBody::full(Bytes::from(body.to_string())));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    response
+}

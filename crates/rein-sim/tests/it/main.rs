@@ -1,0 +1,8 @@
+//! rein-sim's integration tests: a simulator on 127.0.0.1:0, spoken to over raw HTTP.
+
+mod anthropic;
+mod log;
+mod openai;
+mod scenario;
+mod support;
+mod transport;
