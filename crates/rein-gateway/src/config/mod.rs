@@ -1,0 +1,601 @@
+//! The gateway's config: TOML parsed into raw structs ([`raw`]), then validated into typed
+//! settings with errors that name the key and the fix. Secrets are read from environment
+//! variables through an injected lookup (so tests need no process environment), held in
+//! [`Secret`], and never printed.
+
+pub mod raw;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rein_core::{
+    ClockPolicy, CooldownPolicy, DegradedReply, ReleaseMode, RetryBudgetPolicy, RetryPolicy,
+    TierParams,
+};
+use serde::Serialize;
+
+pub use raw::ProviderKind;
+use raw::{RawConfig, RawProvider, RawRoute};
+
+/// A secret value. Debug, Display and Serialize print `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The value, for the one place that must send it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str("***")
+    }
+}
+
+/// One problem in a config, at one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigProblem {
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}`: {}", self.key, self.message)
+    }
+}
+
+/// Every problem found in a config, not just the first.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    pub problems: Vec<ConfigProblem>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let count = self.problems.len();
+        writeln!(f, "the config has {count} problem{}:", if count == 1 { "" } else { "s" })?;
+        for problem in &self.problems {
+            writeln!(f, "  - {problem}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Looks up an environment variable.
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// The process environment, for the binary.
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub store: StoreConfig,
+    pub retry_budget: RetryBudgetPolicy,
+    pub upstream: UpstreamConfig,
+    pub providers: BTreeMap<String, ProviderConfig>,
+    pub routes: BTreeMap<String, RouteConfig>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub client_keys: Vec<Secret>,
+    pub admin_key: Option<Secret>,
+    pub max_body_bytes: usize,
+    pub forward_client_keys: bool,
+    pub drain_timeout: Duration,
+}
+
+/// The pooled HTTP client shared by every provider.
+#[derive(Debug, Clone, Serialize)]
+pub struct UpstreamConfig {
+    /// The connect clock.
+    pub connect: Duration,
+    pub pool_idle: Duration,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StoreConfig {
+    pub sqlite_path: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProviderConfig {
+    pub kind: ProviderKind,
+    pub base_url: Option<String>,
+    pub api_key: Option<Secret>,
+    pub headers: BTreeMap<String, String>,
+    pub api_version: Option<String>,
+    pub deployment: Option<String>,
+    pub default_max_tokens: Option<u32>,
+    /// For `sim`: whether it speaks Anthropic's format rather than OpenAI's.
+    pub sim_anthropic: bool,
+    pub scenario: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RouteConfig {
+    pub clocks: ClockPolicy,
+    pub retry: RetryPolicy,
+    pub release: ReleaseMode,
+    /// (index of the tier, share).
+    pub failover: Option<(usize, f64)>,
+    pub degraded: DegradedReply,
+    pub tiers: Vec<TierConfig>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TierConfig {
+    pub name: String,
+    pub provider: String,
+    pub model: String,
+    pub context_window: Option<u32>,
+    pub params: TierParams,
+    pub attempts: Option<u32>,
+    pub cooldown: CooldownPolicy,
+}
+
+impl Config {
+    /// Parse and validate a TOML config.
+    pub fn from_toml(text: &str, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
+        let deserializer =
+            toml::Deserializer::parse(text).map_err(|error| single("(file)", error.to_string()))?;
+        let raw: RawConfig = serde_path_to_error::deserialize(deserializer).map_err(|error| {
+            let key = error.path().to_string();
+            let key = if key == "." || key.is_empty() { "(file)".to_string() } else { key };
+            single(&key, error.into_inner().message().to_string())
+        })?;
+        validate(raw, env)
+    }
+}
+
+fn single(key: &str, message: String) -> ConfigError {
+    ConfigError { problems: vec![ConfigProblem { key: key.to_string(), message }] }
+}
+
+struct Problems(Vec<ConfigProblem>);
+
+impl Problems {
+    fn add(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.0.push(ConfigProblem { key: key.into(), message: message.into() });
+    }
+}
+
+fn ms(value: u64) -> Duration {
+    Duration::from_millis(value)
+}
+
+/// Turn raw settings into typed ones, collecting every problem.
+pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
+    let mut problems = Problems(Vec::new());
+
+    let listen = match raw.server.listen.parse::<SocketAddr>() {
+        Ok(addr) => Some(addr),
+        Err(_) => {
+            problems.add(
+                "server.listen",
+                format!("`{}` is not an address like 127.0.0.1:8787", raw.server.listen),
+            );
+            None
+        }
+    };
+    let mut client_keys = Vec::new();
+    for (i, name) in raw.server.client_keys_env.iter().enumerate() {
+        match env(name).filter(|v| !v.is_empty()) {
+            Some(value) => client_keys.push(Secret::new(value)),
+            None => problems.add(
+                format!("server.client_keys_env[{i}]"),
+                format!("environment variable `{name}` is not set"),
+            ),
+        }
+    }
+    let admin_key = match &raw.server.admin_key_env {
+        Some(name) => match env(name).filter(|v| !v.is_empty()) {
+            Some(value) => Some(Secret::new(value)),
+            None => {
+                problems.add(
+                    "server.admin_key_env",
+                    format!("environment variable `{name}` is not set"),
+                );
+                None
+            }
+        },
+        None => None,
+    };
+    if let Some(addr) = listen
+        && !addr.ip().is_loopback()
+        && raw.server.client_keys_env.is_empty()
+    {
+        problems.add(
+            "server.client_keys_env",
+            format!(
+                "rein refuses to listen on the non-loopback address {addr} without client keys: set `server.client_keys_env` to the environment variables holding them, or listen on 127.0.0.1"
+            ),
+        );
+    }
+    if raw.upstream.connect_ms == 0 {
+        problems.add("upstream.connect_ms", "must be greater than 0");
+    }
+    if raw.server.max_body_bytes == 0 {
+        problems.add("server.max_body_bytes", "must be greater than 0");
+    }
+
+    let budget = &raw.retry_budget;
+    if !(0.0..=10.0).contains(&budget.ratio) {
+        problems
+            .add("retry_budget.ratio", format!("({}) must be between 0.0 and 10.0", budget.ratio));
+    }
+    if budget.min_retries_per_s < 0.0 {
+        problems.add("retry_budget.min_retries_per_s", "must not be negative");
+    }
+    if budget.window_s == 0 {
+        problems.add("retry_budget.window_s", "must be at least 1");
+    }
+
+    let mut providers = BTreeMap::new();
+    for (name, provider) in &raw.providers {
+        if let Some(config) = validate_provider(name, provider, env, &mut problems) {
+            providers.insert(name.clone(), config);
+        }
+    }
+
+    if raw.routes.is_empty() {
+        problems.add("routes", "no routes: add at least one `[routes.<name>]` with a tier");
+    }
+    let mut routes = BTreeMap::new();
+    for (name, route) in &raw.routes {
+        if let Some(config) = validate_route(name, route, &raw.providers, &mut problems) {
+            routes.insert(name.clone(), config);
+        }
+    }
+
+    if !problems.0.is_empty() {
+        return Err(ConfigError { problems: problems.0 });
+    }
+    let Some(listen) = listen else {
+        return Err(single("server.listen", "invalid".into()));
+    };
+    Ok(Config {
+        server: ServerConfig {
+            listen,
+            client_keys,
+            admin_key,
+            max_body_bytes: raw.server.max_body_bytes,
+            forward_client_keys: raw.server.forward_client_keys,
+            drain_timeout: ms(raw.server.drain_timeout_ms),
+        },
+        store: StoreConfig { sqlite_path: raw.store.sqlite_path },
+        retry_budget: RetryBudgetPolicy {
+            ratio: budget.ratio,
+            min_retries_per_s: budget.min_retries_per_s,
+            window: Duration::from_secs(budget.window_s.max(1)),
+        },
+        upstream: UpstreamConfig {
+            connect: ms(raw.upstream.connect_ms),
+            pool_idle: ms(raw.upstream.pool_idle_ms),
+        },
+        providers,
+        routes,
+    })
+}
+
+fn validate_provider(
+    name: &str,
+    raw: &RawProvider,
+    env: EnvLookup<'_>,
+    problems: &mut Problems,
+) -> Option<ProviderConfig> {
+    let key = |field: &str| format!("providers.{name}.{field}");
+    let mut ok = true;
+    let needs_key = matches!(
+        raw.kind,
+        ProviderKind::Openai | ProviderKind::Anthropic | ProviderKind::AzureOpenai
+    );
+    let api_key = match &raw.api_key_env {
+        Some(var) => match env(var).filter(|v| !v.is_empty()) {
+            Some(value) => Some(Secret::new(value)),
+            None => {
+                problems
+                    .add(key("api_key_env"), format!("environment variable `{var}` is not set"));
+                ok = false;
+                None
+            }
+        },
+        None if needs_key => {
+            problems.add(
+                key("api_key_env"),
+                "is required for this kind: name the environment variable that holds the API key",
+            );
+            ok = false;
+            None
+        }
+        None => None,
+    };
+    if let Some(url) = &raw.base_url
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        problems.add(key("base_url"), format!("`{url}` must start with http:// or https://"));
+        ok = false;
+    }
+    match raw.kind {
+        ProviderKind::OpenaiCompatible if raw.base_url.is_none() => {
+            problems.add(
+                key("base_url"),
+                "is required for kind `openai_compatible` (e.g. http://localhost:8000/v1)",
+            );
+            ok = false;
+        }
+        ProviderKind::AzureOpenai => {
+            for (field, value) in [
+                ("base_url", &raw.base_url),
+                ("deployment", &raw.deployment),
+                ("api_version", &raw.api_version),
+            ] {
+                if value.is_none() {
+                    problems.add(key(field), "is required for kind `azure_openai`");
+                    ok = false;
+                }
+            }
+        }
+        _ => {}
+    }
+    let sim_anthropic = match (raw.kind, raw.format.as_deref()) {
+        (ProviderKind::Sim, None | Some("openai")) => false,
+        (ProviderKind::Sim, Some("anthropic")) => true,
+        (ProviderKind::Sim, Some(other)) => {
+            problems.add(
+                key("format"),
+                format!("`{other}` is not a wire format: use `openai` or `anthropic`"),
+            );
+            ok = false;
+            false
+        }
+        (_, Some(_)) => {
+            problems.add(key("format"), "only applies to kind `sim`");
+            ok = false;
+            false
+        }
+        (_, None) => false,
+    };
+    if raw.scenario.is_some() && raw.kind != ProviderKind::Sim {
+        problems.add(key("scenario"), "only applies to kind `sim`");
+        ok = false;
+    }
+    ok.then(|| ProviderConfig {
+        kind: raw.kind,
+        base_url: raw.base_url.clone(),
+        api_key,
+        headers: raw.headers.clone(),
+        api_version: raw.api_version.clone(),
+        deployment: raw.deployment.clone(),
+        default_max_tokens: raw.default_max_tokens,
+        sim_anthropic,
+        scenario: raw.scenario.clone(),
+    })
+}
+
+fn validate_route(
+    name: &str,
+    raw: &RawRoute,
+    providers: &BTreeMap<String, RawProvider>,
+    problems: &mut Problems,
+) -> Option<RouteConfig> {
+    let key = |field: &str| format!("routes.{name}.{field}");
+    let before = problems.0.len();
+    let defaults = ClockPolicy::default();
+    let attempt = raw.attempt_ms.map_or(defaults.attempt, ms);
+    let clocks = ClockPolicy {
+        first_token: raw.first_token_ms.map_or(defaults.first_token, ms),
+        stream_idle: raw.stream_idle_ms.map_or(defaults.stream_idle, ms),
+        attempt,
+        deadline: raw.deadline_ms.map_or(defaults.deadline, ms),
+        min_attempt: raw.min_attempt_ms.map_or(attempt, ms),
+    };
+    for (field, value) in [
+        ("first_token_ms", clocks.first_token),
+        ("stream_idle_ms", clocks.stream_idle),
+        ("attempt_ms", clocks.attempt),
+        ("deadline_ms", clocks.deadline),
+    ] {
+        if value.is_zero() {
+            problems.add(key(field), "must be greater than 0");
+        }
+    }
+    let millis = |d: Duration| d.as_millis();
+    if clocks.deadline < clocks.min_attempt {
+        problems.add(
+            key("deadline_ms"),
+            format!(
+                "({}) is less than `min_attempt_ms` ({}): no attempt could ever start; raise the deadline or lower `attempt_ms`/`min_attempt_ms`",
+                millis(clocks.deadline),
+                millis(clocks.min_attempt)
+            ),
+        );
+    }
+    if clocks.first_token > clocks.attempt {
+        problems.add(
+            key("first_token_ms"),
+            format!(
+                "({}) is more than `attempt_ms` ({}): the attempt cap would always fire first",
+                millis(clocks.first_token),
+                millis(clocks.attempt)
+            ),
+        );
+    }
+    if clocks.stream_idle > clocks.attempt {
+        problems.add(
+            key("stream_idle_ms"),
+            format!(
+                "({}) is more than `attempt_ms` ({})",
+                millis(clocks.stream_idle),
+                millis(clocks.attempt)
+            ),
+        );
+    }
+
+    let defaults = RetryPolicy::default();
+    let retry = RetryPolicy {
+        attempts: raw.attempts.unwrap_or(defaults.attempts),
+        base: raw.backoff_base_ms.map_or(defaults.base, ms),
+        cap: raw.backoff_cap_ms.map_or(defaults.cap, ms),
+        floor: raw.backoff_floor_ms.map_or(defaults.floor, ms),
+    };
+    if retry.attempts == 0 {
+        problems.add(key("attempts"), "must be at least 1 (the first attempt counts)");
+    }
+    if retry.floor > retry.cap {
+        problems.add(
+            key("backoff_floor_ms"),
+            format!(
+                "({}) is more than `backoff_cap_ms` ({})",
+                millis(retry.floor),
+                millis(retry.cap)
+            ),
+        );
+    }
+    if retry.cap >= clocks.deadline {
+        problems.add(
+            key("backoff_cap_ms"),
+            format!("({}) is not less than `deadline_ms` ({}): a wait that long could never be followed by an attempt", millis(retry.cap), millis(clocks.deadline)),
+        );
+    }
+
+    let release = match raw.release.as_deref() {
+        None | Some("checked") => ReleaseMode::Checked,
+        Some("passthrough") => ReleaseMode::Passthrough,
+        Some(other) => {
+            problems.add(
+                key("release"),
+                format!("`{other}` is not a release mode: use `checked` or `passthrough`"),
+            );
+            ReleaseMode::Checked
+        }
+    };
+
+    if raw.tiers.is_empty() {
+        problems.add(key("tiers"), "a route needs at least one tier (`[[routes.<name>.tiers]]`)");
+    }
+    let mut tiers = Vec::new();
+    for (i, tier) in raw.tiers.iter().enumerate() {
+        let tier_key = |field: &str| format!("routes.{name}.tiers[{i}].{field}");
+        if raw.tiers[..i].iter().any(|t| t.name == tier.name) {
+            problems.add(
+                tier_key("name"),
+                format!("`{}` is used by an earlier tier of this route", tier.name),
+            );
+        }
+        if !providers.contains_key(&tier.provider) {
+            let known: Vec<&str> = providers.keys().map(String::as_str).collect();
+            problems.add(
+                tier_key("provider"),
+                format!(
+                    "`{}` is not a configured provider (known: {})",
+                    tier.provider,
+                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                ),
+            );
+        }
+        if tier.model.trim().is_empty() {
+            problems.add(tier_key("model"), "must not be empty");
+        }
+        if let Some(t) = tier.temperature
+            && !(0.0..=2.0).contains(&t)
+        {
+            problems.add(tier_key("temperature"), format!("({t}) must be between 0.0 and 2.0"));
+        }
+        if tier.attempts == Some(0) {
+            problems.add(tier_key("attempts"), "must be at least 1");
+        }
+        if tier.allowed_fails == Some(0) {
+            problems.add(tier_key("allowed_fails"), "must be at least 1");
+        }
+        let cooldown_defaults = CooldownPolicy::default();
+        tiers.push(TierConfig {
+            name: tier.name.clone(),
+            provider: tier.provider.clone(),
+            model: tier.model.clone(),
+            context_window: tier.context_window,
+            params: TierParams {
+                system_prompt: tier.system_prompt.clone(),
+                max_tokens: tier.max_tokens,
+                temperature: tier.temperature,
+                top_p: tier.top_p,
+            },
+            attempts: tier.attempts,
+            cooldown: CooldownPolicy {
+                allowed_fails: tier.allowed_fails.unwrap_or(cooldown_defaults.allowed_fails),
+                cooldown: tier.cooldown_s.map_or(cooldown_defaults.cooldown, Duration::from_secs),
+            },
+        });
+    }
+
+    let failover = match &raw.failover {
+        None => None,
+        Some(failover) => {
+            if !(0.0..=1.0).contains(&failover.share) {
+                problems.add(
+                    key("failover.share"),
+                    format!("({}) must be between 0.0 and 1.0", failover.share),
+                );
+            }
+            match raw.tiers.iter().position(|t| t.name == failover.tier) {
+                Some(0) => {
+                    problems.add(
+                        key("failover.tier"),
+                        "names the first tier; the failover share goes to a later one",
+                    );
+                    None
+                }
+                Some(index) => Some((index, failover.share)),
+                None => {
+                    problems.add(
+                        key("failover.tier"),
+                        format!("`{}` is not a tier of this route", failover.tier),
+                    );
+                    None
+                }
+            }
+        }
+    };
+
+    let degraded = match &raw.degraded {
+        None => DegradedReply::default(),
+        Some(d) => DegradedReply {
+            template: d.template.clone(),
+            fallback_text: d.fallback_text.clone().unwrap_or_else(|| d.template.clone()),
+        },
+    };
+
+    (problems.0.len() == before).then_some(RouteConfig {
+        clocks,
+        retry,
+        release,
+        failover,
+        degraded,
+        tiers,
+    })
+}

@@ -1,0 +1,267 @@
+//! The config file as written: serde structs that mirror the TOML one to one, with
+//! `deny_unknown_fields` so a typo is an error that names the key. Units are in key names.
+//! Nothing here is checked beyond types; [`super::validate`] turns these into typed settings.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub server: RawServer,
+    #[serde(default)]
+    pub store: RawStore,
+    #[serde(default)]
+    pub retry_budget: RawRetryBudget,
+    #[serde(default)]
+    pub upstream: RawUpstream,
+    #[serde(default)]
+    pub providers: BTreeMap<String, RawProvider>,
+    #[serde(default)]
+    pub routes: BTreeMap<String, RawRoute>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// Environment variables holding the client API keys callers must present.
+    #[serde(default)]
+    pub client_keys_env: Vec<String>,
+    /// Environment variable holding the admin API key.
+    #[serde(default)]
+    pub admin_key_env: Option<String>,
+    #[serde(default = "default_body_limit")]
+    pub max_body_bytes: usize,
+    /// Forward the caller's own provider key instead of the configured one.
+    #[serde(default)]
+    pub forward_client_keys: bool,
+    /// How long shutdown waits for in-flight requests and streams.
+    #[serde(default = "default_drain_ms")]
+    pub drain_timeout_ms: u64,
+}
+
+impl Default for RawServer {
+    fn default() -> Self {
+        Self {
+            listen: default_listen(),
+            client_keys_env: Vec::new(),
+            admin_key_env: None,
+            max_body_bytes: default_body_limit(),
+            forward_client_keys: false,
+            drain_timeout_ms: default_drain_ms(),
+        }
+    }
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8787".to_string()
+}
+
+fn default_body_limit() -> usize {
+    4 * 1024 * 1024
+}
+
+fn default_drain_ms() -> u64 {
+    30_000
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStore {
+    /// The embedded SQLite database (WAL), relative to the working directory.
+    #[serde(default = "default_sqlite_path")]
+    pub sqlite_path: String,
+}
+
+impl Default for RawStore {
+    fn default() -> Self {
+        Self { sqlite_path: default_sqlite_path() }
+    }
+}
+
+fn default_sqlite_path() -> String {
+    "rein.sqlite".to_string()
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetryBudget {
+    #[serde(default = "default_ratio")]
+    pub ratio: f64,
+    #[serde(default = "default_min_retries")]
+    pub min_retries_per_s: f64,
+    #[serde(default = "default_window_s")]
+    pub window_s: u64,
+}
+
+impl Default for RawRetryBudget {
+    fn default() -> Self {
+        Self {
+            ratio: default_ratio(),
+            min_retries_per_s: default_min_retries(),
+            window_s: default_window_s(),
+        }
+    }
+}
+
+fn default_ratio() -> f64 {
+    0.2
+}
+
+fn default_min_retries() -> f64 {
+    1.0
+}
+
+fn default_window_s() -> u64 {
+    10
+}
+
+/// The pooled HTTP client every provider shares.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstream {
+    /// TCP and TLS connection setup (the connect clock).
+    #[serde(default = "default_connect_ms")]
+    pub connect_ms: u64,
+    /// How long an idle pooled connection is kept.
+    #[serde(default = "default_pool_idle_ms")]
+    pub pool_idle_ms: u64,
+}
+
+impl Default for RawUpstream {
+    fn default() -> Self {
+        Self { connect_ms: default_connect_ms(), pool_idle_ms: default_pool_idle_ms() }
+    }
+}
+
+fn default_connect_ms() -> u64 {
+    2_000
+}
+
+fn default_pool_idle_ms() -> u64 {
+    90_000
+}
+
+/// Which API a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// api.openai.com.
+    Openai,
+    /// api.anthropic.com.
+    Anthropic,
+    /// Any server speaking OpenAI Chat Completions (vLLM, Ollama, llama.cpp server, ...).
+    OpenaiCompatible,
+    /// Azure OpenAI deployments.
+    AzureOpenai,
+    /// rein's own simulator, started in-process (no network, no key).
+    Sim,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProvider {
+    pub kind: ProviderKind,
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// Environment variable that holds the API key. The key itself never appears in config.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Extra static headers sent with every request.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Azure: the `api-version` query parameter.
+    #[serde(default)]
+    pub api_version: Option<String>,
+    /// Azure: the deployment name.
+    #[serde(default)]
+    pub deployment: Option<String>,
+    /// Anthropic: `max_tokens` to send when the caller gave none.
+    #[serde(default)]
+    pub default_max_tokens: Option<u32>,
+    /// Sim: which wire format the in-process simulator tier speaks (`openai` or `anthropic`).
+    #[serde(default)]
+    pub format: Option<String>,
+    /// Sim: a scenario file with a fault timeline.
+    #[serde(default)]
+    pub scenario: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    #[serde(default)]
+    pub deadline_ms: Option<u64>,
+    #[serde(default)]
+    pub first_token_ms: Option<u64>,
+    #[serde(default)]
+    pub stream_idle_ms: Option<u64>,
+    #[serde(default)]
+    pub attempt_ms: Option<u64>,
+    #[serde(default)]
+    pub min_attempt_ms: Option<u64>,
+    #[serde(default)]
+    pub attempts: Option<u32>,
+    #[serde(default)]
+    pub backoff_base_ms: Option<u64>,
+    #[serde(default)]
+    pub backoff_cap_ms: Option<u64>,
+    #[serde(default)]
+    pub backoff_floor_ms: Option<u64>,
+    /// `checked` or `passthrough`.
+    #[serde(default)]
+    pub release: Option<String>,
+    #[serde(default)]
+    pub failover: Option<RawFailover>,
+    #[serde(default)]
+    pub degraded: Option<RawDegraded>,
+    #[serde(default)]
+    pub tiers: Vec<RawTier>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFailover {
+    /// Name of the tier that gets the share.
+    pub tier: String,
+    /// Fraction of calls, 0.0–1.0.
+    pub share: f64,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDegraded {
+    /// Static text, or a template with `{{name}}` placeholders.
+    pub template: String,
+    /// Sent when a placeholder has no value; defaults to the template itself.
+    #[serde(default)]
+    pub fallback_text: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTier {
+    pub name: String,
+    pub provider: String,
+    pub model: String,
+    #[serde(default)]
+    pub context_window: Option<u32>,
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    #[serde(default)]
+    pub attempts: Option<u32>,
+    #[serde(default)]
+    pub allowed_fails: Option<u32>,
+    #[serde(default)]
+    pub cooldown_s: Option<u64>,
+}

@@ -1,0 +1,209 @@
+//! Turning a validated [`Config`] into live parts: provider adapters over one pooled HTTP
+//! client, in-process simulators for `kind = "sim"` providers, and the engine's routes.
+//!
+//! A reload builds everything anew except what must survive it: the pooled client, simulators
+//! whose settings did not change, and the cooldown state of every tier that still points at the
+//! same provider and model (an outage does not end because someone edited a prompt).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use rein_core::{Engine, FailoverShare, Provider, Route, Tier};
+use rein_providers::{
+    AnthropicConfig, AzureConfig, HttpClient, HttpClientConfig, OpenAiAuth, OpenAiConfig,
+    ProviderConfig as AdapterConfig, Secret as ProviderSecret, build_provider,
+};
+use rein_sim::{Scenario, SimConfig, SimHandle};
+
+use crate::config::{Config, ProviderConfig, ProviderKind};
+
+/// Why a config could not be made live (after it validated).
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("`providers.{provider}`: {message}")]
+    Provider { provider: String, message: String },
+    #[error("cannot build the HTTP client: {0}")]
+    Client(String),
+}
+
+/// The parts that live across reloads.
+#[derive(Debug)]
+pub struct Upstreams {
+    client: HttpClient,
+    sims: Mutex<BTreeMap<String, (SimKey, Arc<SimHandle>)>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SimKey {
+    scenario: Option<String>,
+}
+
+impl Upstreams {
+    pub fn new(config: &Config) -> Result<Self, BuildError> {
+        let client = HttpClient::new(&HttpClientConfig {
+            connect_timeout_ms: config.upstream.connect.as_millis() as u64,
+            pool_idle_timeout_ms: config.upstream.pool_idle.as_millis() as u64,
+            ..HttpClientConfig::default()
+        })
+        .map_err(|e| BuildError::Client(e.to_string()))?;
+        Ok(Self { client, sims: Mutex::new(BTreeMap::new()) })
+    }
+
+    /// The in-process simulators currently running, by provider name.
+    pub fn sims(&self) -> Vec<(String, Arc<SimHandle>)> {
+        lock(&self.sims).iter().map(|(name, (_, sim))| (name.clone(), sim.clone())).collect()
+    }
+
+    async fn sim(
+        &self,
+        name: &str,
+        provider: &ProviderConfig,
+    ) -> Result<Arc<SimHandle>, BuildError> {
+        let key = SimKey { scenario: provider.scenario.clone() };
+        if let Some((existing, sim)) = lock(&self.sims).get(name)
+            && *existing == key
+        {
+            return Ok(sim.clone());
+        }
+        let fail = |message: String| BuildError::Provider { provider: name.to_string(), message };
+        let scenario = match &provider.scenario {
+            None => None,
+            Some(path) => {
+                let text = tokio::fs::read_to_string(path)
+                    .await
+                    .map_err(|e| fail(format!("cannot read scenario `{path}`: {e}")))?;
+                Some(
+                    Scenario::from_toml_str(&text)
+                        .map_err(|e| fail(format!("scenario `{path}`: {e}")))?,
+                )
+            }
+        };
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        let sim = rein_sim::bind(addr, SimConfig { scenario, log_path: None })
+            .await
+            .map_err(|e| fail(format!("cannot start the simulator: {e}")))?;
+        let sim = Arc::new(sim);
+        lock(&self.sims).insert(name.to_string(), (key, sim.clone()));
+        Ok(sim)
+    }
+
+    async fn provider(
+        &self,
+        name: &str,
+        config: &ProviderConfig,
+    ) -> Result<Arc<dyn Provider>, BuildError> {
+        let headers: BTreeMap<String, ProviderSecret> = config
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), ProviderSecret::new(v.clone())))
+            .collect();
+        let api_key = config.api_key.as_ref().map(|k| ProviderSecret::new(k.expose()));
+        let openai = |base_url: String| {
+            let mut adapter = OpenAiConfig::new(name, base_url);
+            adapter.api_key = api_key.clone();
+            adapter.headers = headers.clone();
+            adapter
+        };
+        let anthropic = |base_url: String| {
+            let mut adapter = AnthropicConfig::new(name, base_url);
+            adapter.api_key = api_key.clone();
+            adapter.headers = headers.clone();
+            if let Some(max_tokens) = config.default_max_tokens {
+                adapter.default_max_tokens = max_tokens;
+            }
+            adapter
+        };
+        let adapter = match config.kind {
+            ProviderKind::Openai => AdapterConfig::OpenAi(openai(
+                config
+                    .base_url
+                    .clone()
+                    .unwrap_or_else(|| rein_providers::OPENAI_DEFAULT_BASE_URL.to_string()),
+            )),
+            ProviderKind::OpenaiCompatible => {
+                AdapterConfig::OpenAi(openai(config.base_url.clone().unwrap_or_default()))
+            }
+            ProviderKind::AzureOpenai => {
+                let mut adapter = openai(config.base_url.clone().unwrap_or_default());
+                adapter.auth = Some(OpenAiAuth::ApiKey);
+                adapter.azure = Some(AzureConfig {
+                    deployment: config.deployment.clone().unwrap_or_default(),
+                    api_version: config.api_version.clone().unwrap_or_default(),
+                });
+                AdapterConfig::OpenAi(adapter)
+            }
+            ProviderKind::Anthropic => AdapterConfig::Anthropic(anthropic(
+                config
+                    .base_url
+                    .clone()
+                    .unwrap_or_else(|| rein_providers::ANTHROPIC_DEFAULT_BASE_URL.to_string()),
+            )),
+            ProviderKind::Sim => {
+                let sim = self.sim(name, config).await?;
+                let base = format!("{}/v1", sim.base_url());
+                if config.sim_anthropic {
+                    AdapterConfig::Anthropic(anthropic(base))
+                } else {
+                    AdapterConfig::OpenAi(openai(base))
+                }
+            }
+        };
+        build_provider(adapter, &self.client).map_err(|e| BuildError::Provider {
+            provider: name.to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Build every route of `config`, keeping the cooldown state of unchanged tiers from
+    /// `engine`'s current routes.
+    pub async fn routes(
+        &self,
+        config: &Config,
+        engine: Option<&Engine>,
+    ) -> Result<Vec<Route>, BuildError> {
+        let mut providers: BTreeMap<&str, Arc<dyn Provider>> = BTreeMap::new();
+        for (name, provider) in &config.providers {
+            providers.insert(name, self.provider(name, provider).await?);
+        }
+        let mut routes = Vec::new();
+        for (name, route) in &config.routes {
+            let mut tiers = Vec::new();
+            for tier in &route.tiers {
+                let Some(provider) = providers.get(tier.provider.as_str()) else {
+                    return Err(BuildError::Provider {
+                        provider: tier.provider.clone(),
+                        message: "is not configured".into(),
+                    });
+                };
+                let mut built = Tier::new(&tier.name, provider.clone(), &tier.model)
+                    .with_cooldown(tier.cooldown)
+                    .with_params(tier.params.clone());
+                built.context_window = tier.context_window;
+                built.attempts = tier.attempts;
+                if let Some(existing) = engine.and_then(|e| e.cooldown_of(name, &tier.name))
+                    && existing.provider == tier.provider
+                    && existing.model == tier.model
+                    && existing.cooldown.policy() == tier.cooldown
+                {
+                    built.cooldown = existing.cooldown;
+                }
+                tiers.push(built);
+            }
+            let mut built = Route::new(name, tiers);
+            built.clocks = route.clocks;
+            built.retry = route.retry;
+            built.release = route.release;
+            built.degraded = route.degraded.clone();
+            built.failover = route.failover.map(|(tier, share)| FailoverShare { tier, share });
+            routes.push(built);
+        }
+        Ok(routes)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}

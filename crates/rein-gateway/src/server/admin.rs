@@ -1,0 +1,135 @@
+//! The admin API, behind its own key: the kill switch (read, flip, audit), tier cooldown states,
+//! config reload and the effective config with secrets masked. Answers are JSON; errors are
+//! `{"error": {"message": ...}}`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use rein_core::KillScope;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{Gateway, StartError};
+
+pub fn router() -> Router<Arc<Gateway>> {
+    Router::new()
+        .route("/kill", get(kill_state).post(kill_flip))
+        .route("/tiers", get(tiers))
+        .route("/reload", post(reload))
+        .route("/config", get(config))
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, axum::Json(json!({ "error": { "message": message.into() } }))).into_response()
+}
+
+fn denied(gateway: &Gateway, headers: &HeaderMap) -> Option<Response> {
+    let runtime = gateway.runtime();
+    if runtime.config.server.admin_key.is_none() {
+        return Some(error(
+            StatusCode::FORBIDDEN,
+            "the admin API is off: set `server.admin_key_env` to the environment variable holding the admin key",
+        ));
+    }
+    (!runtime.admin_allowed(headers)).then(|| {
+        error(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong admin key (`Authorization: Bearer <admin key>`)",
+        )
+    })
+}
+
+async fn kill_state(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    if let Some(response) = denied(&gateway, &headers) {
+        return response;
+    }
+    let switch = gateway.engine.kill_switch();
+    let routes: Vec<_> = gateway
+        .engine
+        .route_names()
+        .into_iter()
+        .map(|route| json!({ "route": route, "engaged_reason": switch.engaged_for(&route) }))
+        .collect();
+    axum::Json(json!({ "routes": routes, "audit": switch.audit() })).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Flip {
+    /// A route name; absent for the global switch.
+    #[serde(default)]
+    route: Option<String>,
+    engaged: bool,
+    reason: String,
+}
+
+async fn kill_flip(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Some(response) = denied(&gateway, &headers) {
+        return response;
+    }
+    let flip: Flip = match serde_json::from_slice(&body) {
+        Ok(flip) => flip,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "body must be {{\"route\"?: string, \"engaged\": bool, \"reason\": string}}: {e}"
+                ),
+            );
+        }
+    };
+    if flip.reason.trim().is_empty() {
+        return error(StatusCode::BAD_REQUEST, "`reason` must say why the switch is flipped");
+    }
+    let scope = match flip.route {
+        None => KillScope::Global,
+        Some(route) if gateway.engine.route_names().contains(&route) => KillScope::Route(route),
+        Some(route) => return error(StatusCode::NOT_FOUND, format!("no route named `{route}`")),
+    };
+    let record = gateway.engine.kill_switch().set(scope, flip.engaged, flip.reason);
+    axum::Json(record).into_response()
+}
+
+async fn tiers(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    if let Some(response) = denied(&gateway, &headers) {
+        return response;
+    }
+    axum::Json(json!({ "tiers": gateway.engine.tier_states() })).into_response()
+}
+
+async fn reload(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    if let Some(response) = denied(&gateway, &headers) {
+        return response;
+    }
+    match gateway.reload().await {
+        Ok(version) => axum::Json(json!({ "version": version })).into_response(),
+        Err(StartError::Config(problems)) => (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({
+                "error": {
+                    "message": "the new config is invalid; the old one stays in force",
+                    "problems": problems.problems.iter().map(|p| json!({"key": p.key, "message": p.message})).collect::<Vec<_>>(),
+                }
+            })),
+        )
+            .into_response(),
+        Err(other) => error(StatusCode::BAD_REQUEST, format!("reload refused, the old config stays in force: {other}")),
+    }
+}
+
+async fn config(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    if let Some(response) = denied(&gateway, &headers) {
+        return response;
+    }
+    let runtime = gateway.runtime();
+    axum::Json(json!({ "version": runtime.version, "config": &runtime.config })).into_response()
+}

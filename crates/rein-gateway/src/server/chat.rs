@@ -1,0 +1,361 @@
+//! The model-call endpoints: `POST /v1/chat/completions` (OpenAI) and `POST /v1/messages`
+//! (Anthropic). Both run the same path: auth → content type → body limit → parse (errors name
+//! the field) → per-request context from headers → the engine → the answer in the caller's
+//! format, with response headers that say what happened.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use rein_core::{CallOptions, CallReport, ChatRequest, ReleaseMode, ReleaseStream, Released};
+use serde_json::Value;
+
+use super::Gateway;
+use super::error::{Api, ApiError};
+use crate::wire::{self, ErrorKind, ResponseMeta};
+
+/// Per-request context the caller sends in headers.
+pub const DEADLINE_HEADER: &str = "x-rein-deadline-ms";
+pub const RUN_HEADER: &str = "x-rein-run-id";
+pub const CONVERSATION_HEADER: &str = "x-rein-conversation-id";
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+
+pub async fn openai_chat(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    handle(gateway, Api::OpenAi, headers, body).await
+}
+
+pub async fn anthropic_messages(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    handle(gateway, Api::Anthropic, headers, body).await
+}
+
+struct Parsed {
+    route: String,
+    request: ChatRequest,
+    stream: bool,
+    include_usage: bool,
+}
+
+async fn handle(gateway: Arc<Gateway>, api: Api, headers: HeaderMap, body: Body) -> Response {
+    let request_id = super::new_id("req_");
+    match prepare(&gateway, api, &headers, body, &request_id).await {
+        Ok((parsed, options)) => {
+            if parsed.stream {
+                stream(gateway, api, parsed, options, request_id).await
+            } else {
+                complete(gateway, api, parsed, options, request_id).await
+            }
+        }
+        Err(error) => {
+            gateway.metrics.http_error(api.label(), error.status.as_u16());
+            error.into_response()
+        }
+    }
+}
+
+async fn prepare(
+    gateway: &Gateway,
+    api: Api,
+    headers: &HeaderMap,
+    body: Body,
+    request_id: &str,
+) -> Result<(Parsed, CallOptions), ApiError> {
+    let runtime = gateway.runtime();
+    if !runtime.client_allowed(headers) {
+        let message = match api {
+            Api::OpenAi => {
+                "Incorrect API key provided. Send a rein client key as `Authorization: Bearer <key>`."
+            }
+            Api::Anthropic => {
+                "invalid x-api-key: send a rein client key as `x-api-key` or `Authorization: Bearer`."
+            }
+        };
+        return Err(ApiError::new(api, ErrorKind::Authentication, message, request_id));
+    }
+    let content_type =
+        headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !content_type.to_ascii_lowercase().starts_with("application/json") {
+        let shown = if content_type.is_empty() { "none" } else { content_type };
+        let message = format!("Content-Type must be application/json (got {shown})");
+        return Err(ApiError::new(api, ErrorKind::UnsupportedMediaType, &message, request_id));
+    }
+    let limit = runtime.config.server.max_body_bytes;
+    let too_large = || {
+        let message = format!(
+            "The request body is larger than this gateway accepts ({limit} bytes, `server.max_body_bytes`)."
+        );
+        ApiError::new(api, ErrorKind::RequestTooLarge, &message, request_id)
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    let bytes: Bytes = axum::body::to_bytes(body, limit).await.map_err(|_| too_large())?;
+
+    let parsed = match api {
+        Api::OpenAi => wire::openai::parse_request(&bytes).map(|p| Parsed {
+            route: p.route,
+            request: p.request,
+            stream: p.stream,
+            include_usage: p.include_usage,
+        }),
+        Api::Anthropic => wire::anthropic::parse_request(&bytes).map(|p| Parsed {
+            route: p.route,
+            request: p.request,
+            stream: p.stream,
+            include_usage: false,
+        }),
+    }
+    .map_err(|error| ApiError::wire(api, &error, request_id))?;
+
+    let mut options = CallOptions::default();
+    if let Some(value) = headers.get(DEADLINE_HEADER) {
+        let deadline =
+            value.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()).filter(|ms| *ms > 0);
+        match deadline {
+            Some(ms) => options.deadline = Some(Duration::from_millis(ms)),
+            None => {
+                let message = format!(
+                    "Header `{DEADLINE_HEADER}` must be a positive whole number of milliseconds."
+                );
+                return Err(ApiError::new(api, ErrorKind::InvalidRequest, &message, request_id));
+            }
+        }
+    }
+    for (name, var) in [
+        (RUN_HEADER, "run_id"),
+        (CONVERSATION_HEADER, "conversation_id"),
+        (IDEMPOTENCY_HEADER, "idempotency_key"),
+    ] {
+        if let Some(value) = headers.get(name).and_then(|v| v.to_str().ok()) {
+            options.vars.insert(var.to_string(), value.to_string());
+        }
+    }
+    Ok((parsed, options))
+}
+
+fn meta(api: Api) -> ResponseMeta {
+    let created = rein_core::clock::unix_ms() / 1000;
+    match api {
+        Api::OpenAi => ResponseMeta::new(super::new_id("chatcmpl-"), created),
+        Api::Anthropic => ResponseMeta::new(super::new_id("msg_"), created),
+    }
+}
+
+async fn complete(
+    gateway: Arc<Gateway>,
+    api: Api,
+    parsed: Parsed,
+    options: CallOptions,
+    request_id: String,
+) -> Response {
+    let engine = gateway.engine.clone();
+    match engine.complete(&parsed.route, parsed.request, options).await {
+        Ok(completion) => {
+            let meta = meta(api);
+            let body: Value = match api {
+                Api::OpenAi => wire::openai::render_response(&completion, &meta),
+                Api::Anthropic => wire::anthropic::render_response(&completion, &meta),
+            };
+            log_call(&request_id, &completion.report);
+            let mut response = (StatusCode::OK, axum::Json(body)).into_response();
+            report_headers(response.headers_mut(), api, &request_id, Some(&completion.report));
+            response
+        }
+        Err(error) => {
+            if let Some(report) = error.report() {
+                log_call(&request_id, report);
+            }
+            let mut response = ApiError::call(api, &error, &request_id).into_response();
+            report_headers(response.headers_mut(), api, &request_id, error.report());
+            response
+        }
+    }
+}
+
+/// An encoder of released items in the caller's format.
+enum Encoder {
+    OpenAi(wire::OpenAiStream),
+    Anthropic(wire::AnthropicStream),
+}
+
+impl Encoder {
+    fn encode(&mut self, item: &Released) -> Vec<Bytes> {
+        match self {
+            Encoder::OpenAi(e) => e.encode(item),
+            Encoder::Anthropic(e) => e.encode(item),
+        }
+    }
+
+    fn close(&mut self) -> Vec<Bytes> {
+        match self {
+            Encoder::OpenAi(e) => e.close(),
+            Encoder::Anthropic(e) => e.close(),
+        }
+    }
+}
+
+async fn stream(
+    gateway: Arc<Gateway>,
+    api: Api,
+    parsed: Parsed,
+    options: CallOptions,
+    request_id: String,
+) -> Response {
+    let engine = gateway.engine.clone();
+    let mode = engine.release_mode(&parsed.route);
+    let mut released = match engine.stream(&parsed.route, parsed.request, options) {
+        Ok(stream) => stream,
+        Err(error) => return ApiError::call(api, &error, &request_id).into_response(),
+    };
+    // Hold items until the outcome is known (checked mode: the whole answer is held anyway) or,
+    // in passthrough mode, until the first piece of content, which must not wait.
+    let mut held = Vec::new();
+    let mut report: Option<CallReport> = None;
+    loop {
+        match released.next().await {
+            None => break,
+            Some(Released::Failed(error)) if held.is_empty() => {
+                if let Some(report) = error.report() {
+                    log_call(&request_id, report);
+                }
+                let mut response = ApiError::call(api, &error, &request_id).into_response();
+                report_headers(response.headers_mut(), api, &request_id, error.report());
+                return response;
+            }
+            Some(item) => {
+                let content = matches!(&item, Released::Event(e) if e.is_content());
+                let end = match &item {
+                    Released::Completed(done) => {
+                        report = Some(done.report.clone());
+                        true
+                    }
+                    Released::Failed(error) => {
+                        report = error.report().cloned();
+                        true
+                    }
+                    Released::Event(_) => false,
+                };
+                held.push(item);
+                if end || (content && mode == Some(ReleaseMode::Passthrough)) {
+                    break;
+                }
+            }
+        }
+    }
+    if let Some(report) = &report {
+        log_call(&request_id, report);
+    }
+    let mut encoder = match api {
+        Api::OpenAi => Encoder::OpenAi(wire::OpenAiStream::new(meta(api), parsed.include_usage)),
+        Api::Anthropic => Encoder::Anthropic(wire::AnthropicStream::new(meta(api))),
+    };
+    let first: Vec<Bytes> = held.iter().flat_map(|item| encoder.encode(item)).collect();
+    // The encoder finishes itself on `Completed`/`Failed`; the rest of the stream is needed
+    // only when neither has arrived yet.
+    let finished = report.is_some();
+    let rest = Rest {
+        released: if finished { None } else { Some(released) },
+        encoder,
+        request_id: request_id.clone(),
+    };
+    let body_stream =
+        futures_util::stream::iter(first.into_iter().map(Ok::<Bytes, std::io::Error>))
+            .chain(rest.into_stream());
+    let mut response = Response::new(Body::from_stream(body_stream));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if mode == Some(ReleaseMode::Passthrough) {
+        headers.insert("x-rein-release", HeaderValue::from_static("passthrough"));
+    }
+    report_headers(headers, api, &request_id, report.as_ref());
+    response
+}
+
+/// The part of a released stream still to come after the held items.
+struct Rest {
+    released: Option<ReleaseStream>,
+    encoder: Encoder,
+    request_id: String,
+}
+
+impl Rest {
+    fn into_stream(self) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send {
+        futures_util::stream::unfold(Some(self), |state| async move {
+            let mut state = state?;
+            let released = state.released.as_mut()?;
+            match released.next().await {
+                Some(item) => {
+                    if let Released::Completed(done) = &item {
+                        log_call(&state.request_id, &done.report);
+                    }
+                    if let Released::Failed(error) = &item
+                        && let Some(report) = error.report()
+                    {
+                        log_call(&state.request_id, report);
+                    }
+                    let frames = state.encoder.encode(&item);
+                    Some((frames, Some(state)))
+                }
+                None => {
+                    let frames = state.encoder.close();
+                    state.released = None;
+                    Some((frames, Some(state)))
+                }
+            }
+        })
+        .flat_map(|frames| futures_util::stream::iter(frames.into_iter().map(Ok)))
+    }
+}
+
+fn report_headers(
+    headers: &mut HeaderMap,
+    api: Api,
+    request_id: &str,
+    report: Option<&CallReport>,
+) {
+    let mut set = |name: &'static str, value: &str| {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            headers.insert(name, value);
+        }
+    };
+    set("x-rein-request-id", request_id);
+    set(if api == Api::OpenAi { "x-request-id" } else { "request-id" }, request_id);
+    if let Some(report) = report {
+        set("x-rein-route", &report.route);
+        set("x-rein-outcome", report.outcome.as_str());
+        set("x-rein-attempts", &report.attempt_count().to_string());
+        if let Some(served) = &report.served_by {
+            set("x-rein-tier", &served.tier_name);
+            set("x-rein-provider", &served.provider);
+            set("x-rein-model", &served.model);
+        }
+    }
+}
+
+fn log_call(request_id: &str, report: &CallReport) {
+    tracing::info!(
+        request_id,
+        route = %report.route,
+        outcome = report.outcome.as_str(),
+        attempts = report.attempt_count(),
+        tier = report.served_by.as_ref().map(|s| s.tier_name.as_str()).unwrap_or("-"),
+        elapsed_ms = report.elapsed_ms,
+        "call finished"
+    );
+}

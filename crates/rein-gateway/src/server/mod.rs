@@ -1,0 +1,337 @@
+//! The HTTP server: routes, shared state, config reload and graceful shutdown.
+//!
+//! One [`Gateway`] holds the engine (which lives as long as the process: retry budgets, breakers
+//! and the kill switch survive reloads) and the current config snapshot, swapped atomically on a
+//! reload so requests in flight finish on the config they started with.
+
+mod admin;
+mod chat;
+mod error;
+
+use std::future::{Future, IntoFuture};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use arc_swap::ArcSwap;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use rand::RngExt;
+use rein_core::Engine;
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+
+use crate::config::{Config, Secret, process_env};
+use crate::metrics::{Metrics, MetricsObserver};
+use crate::runtime::{BuildError, Upstreams};
+
+pub use chat::{CONVERSATION_HEADER, DEADLINE_HEADER, IDEMPOTENCY_HEADER, RUN_HEADER};
+pub use error::{Api, ApiError};
+
+/// The config in force, with its version number (1 at start, +1 per successful reload).
+#[derive(Debug)]
+pub struct Runtime {
+    pub config: Config,
+    pub version: u64,
+}
+
+impl Runtime {
+    /// Whether the request carries a valid client key (always, when none are configured: rein
+    /// then only listens on loopback, which config validation enforces).
+    pub fn client_allowed(&self, headers: &HeaderMap) -> bool {
+        let keys = &self.config.server.client_keys;
+        keys.is_empty()
+            || presented(headers).iter().any(|given| keys.iter().any(|key| same(key, given)))
+    }
+
+    /// Whether the request carries the admin key. No admin key configured: the admin API is off.
+    pub fn admin_allowed(&self, headers: &HeaderMap) -> bool {
+        match &self.config.server.admin_key {
+            Some(key) => presented(headers).iter().any(|given| same(key, given)),
+            None => false,
+        }
+    }
+}
+
+/// Keys presented as `Authorization: Bearer <key>` or `x-api-key: <key>`.
+fn presented(headers: &HeaderMap) -> Vec<&str> {
+    let mut keys = Vec::new();
+    if let Some(value) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())
+        && let Some(token) = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer "))
+    {
+        keys.push(token.trim());
+    }
+    if let Some(value) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) {
+        keys.push(value.trim());
+    }
+    keys
+}
+
+fn same(key: &Secret, given: &str) -> bool {
+    key.expose().as_bytes().ct_eq(given.as_bytes()).into()
+}
+
+/// Everything a running gateway shares between requests.
+pub struct Gateway {
+    runtime: ArcSwap<Runtime>,
+    pub engine: Engine,
+    pub metrics: Arc<Metrics>,
+    upstreams: Upstreams,
+    config_path: Option<PathBuf>,
+    /// Replaces the config file when there is none (the embedded default).
+    default_config: Option<String>,
+    /// Where secrets named by the config are read from (the process environment in the binary).
+    env: EnvSource,
+    draining: AtomicBool,
+    reloads: AtomicU64,
+}
+
+/// A source of environment variables.
+pub type EnvSource = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("version", &self.runtime().version)
+            .field("routes", &self.engine.route_names())
+            .field("config_path", &self.config_path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the gateway could not start or reload.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
+    #[error("{0}")]
+    Build(#[from] BuildError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: String, source: std::io::Error },
+}
+
+impl Gateway {
+    /// Build a gateway from a config file, or from `default_config` text when `path` is `None`.
+    pub async fn new(
+        path: Option<PathBuf>,
+        default_config: Option<String>,
+    ) -> Result<Arc<Self>, StartError> {
+        let env: EnvSource = Arc::new(process_env);
+        let text = read_config(path.as_ref(), default_config.as_deref()).await?;
+        let config = Config::from_toml(&text, &*env)?;
+        Self::from_config(config, path, default_config, env).await
+    }
+
+    /// Build a gateway from an already validated config.
+    pub async fn from_config(
+        config: Config,
+        config_path: Option<PathBuf>,
+        default_config: Option<String>,
+        env: EnvSource,
+    ) -> Result<Arc<Self>, StartError> {
+        let metrics = Arc::new(Metrics::new());
+        let upstreams = Upstreams::new(&config)?;
+        let engine = Engine::builder()
+            .retry_budget(config.retry_budget)
+            .jitter(Arc::new(rein_core::SeededJitter::new(rand::rng().random())))
+            .observer(Arc::new(MetricsObserver(metrics.clone())))
+            .build();
+        let routes = upstreams.routes(&config, None).await?;
+        engine.replace_routes(routes);
+        Ok(Arc::new(Self {
+            runtime: ArcSwap::from_pointee(Runtime { config, version: 1 }),
+            engine,
+            metrics,
+            upstreams,
+            config_path,
+            default_config,
+            env,
+            draining: AtomicBool::new(false),
+            reloads: AtomicU64::new(0),
+        }))
+    }
+
+    pub fn runtime(&self) -> Arc<Runtime> {
+        self.runtime.load_full()
+    }
+
+    pub fn upstreams(&self) -> &Upstreams {
+        &self.upstreams
+    }
+
+    /// Re-read the config and swap it in. An invalid config is refused and the old one kept.
+    pub async fn reload(&self) -> Result<u64, StartError> {
+        let text = read_config(self.config_path.as_ref(), self.default_config.as_deref()).await?;
+        let config = Config::from_toml(&text, &*self.env)?;
+        self.apply(config).await
+    }
+
+    /// Swap in a validated config.
+    pub async fn apply(&self, config: Config) -> Result<u64, StartError> {
+        let routes = self.upstreams.routes(&config, Some(&self.engine)).await?;
+        let version = self.runtime().version + 1;
+        self.engine.replace_routes(routes);
+        self.runtime.store(Arc::new(Runtime { config, version }));
+        self.reloads.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(version, "config reloaded");
+        Ok(version)
+    }
+
+    /// Serve on `listener` until `shutdown` resolves, then stop accepting and drain in-flight
+    /// requests and streams for up to `server.drain_timeout_ms`.
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let gateway = self.clone();
+        tokio::spawn(async move {
+            shutdown.await;
+            gateway.draining.store(true, Ordering::SeqCst);
+            tracing::info!("shutting down: draining in-flight requests");
+            stop_tx.send_replace(true);
+        });
+        let mut graceful = stop_rx.clone();
+        let server =
+            axum::serve(listener, router(self.clone())).with_graceful_shutdown(async move {
+                let _ = graceful.wait_for(|stop| *stop).await;
+            });
+        let mut server = tokio::spawn(server.into_future());
+        let mut stopping = stop_rx;
+        tokio::select! {
+            result = &mut server => return result.map_err(std::io::Error::other)?,
+            _ = stopping.wait_for(|stop| *stop) => {}
+        }
+        let drain = self.runtime().config.server.drain_timeout;
+        match tokio::time::timeout(drain, server).await {
+            Ok(result) => result.map_err(std::io::Error::other)?,
+            Err(_) => {
+                tracing::warn!(
+                    drain_ms = drain.as_millis() as u64,
+                    "drain timeout: closing the remaining connections"
+                );
+                Ok(())
+            }
+        }
+    }
+}
+
+async fn read_config(path: Option<&PathBuf>, default: Option<&str>) -> Result<String, StartError> {
+    match (path, default) {
+        (Some(path), _) => tokio::fs::read_to_string(path)
+            .await
+            .map_err(|source| StartError::Read { path: path.display().to_string(), source }),
+        (None, Some(text)) => Ok(text.to_string()),
+        (None, None) => Err(StartError::Read {
+            path: "(none)".into(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no config given"),
+        }),
+    }
+}
+
+/// Bind the configured address.
+pub async fn bind(gateway: &Gateway) -> Result<TcpListener, StartError> {
+    let addr = gateway.runtime().config.server.listen;
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr: addr.to_string(), source })
+}
+
+/// A fresh random id with a prefix (`req_`, `chatcmpl-`, `msg_`).
+pub fn new_id(prefix: &str) -> String {
+    let value: u128 = rand::rng().random();
+    format!("{prefix}{value:032x}")
+}
+
+/// The whole HTTP surface.
+pub fn router(gateway: Arc<Gateway>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat::openai_chat))
+        .route("/v1/messages", post(chat::anthropic_messages))
+        .route("/v1/models", get(models))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/", get(dashboard))
+        .nest("/admin", admin::router())
+        .with_state(gateway)
+}
+
+async fn models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    if !gateway.runtime().client_allowed(&headers) {
+        return ApiError::new(
+            Api::OpenAi,
+            crate::wire::ErrorKind::Authentication,
+            "Incorrect API key provided.",
+            &new_id("req_"),
+        )
+        .into_response();
+    }
+    let created = rein_core::clock::unix_ms() / 1000;
+    axum::Json(crate::wire::openai::models_body(&gateway.engine.route_names(), created))
+        .into_response()
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(gateway): State<Arc<Gateway>>) -> Response {
+    if gateway.draining.load(Ordering::SeqCst) {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response()
+    } else if gateway.engine.route_names().is_empty() {
+        (StatusCode::SERVICE_UNAVAILABLE, "no routes\n").into_response()
+    } else {
+        "ready\n".into_response()
+    }
+}
+
+async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
+    let body = gateway.metrics.render(&gateway.engine);
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body)
+        .into_response()
+}
+
+async fn dashboard(State(gateway): State<Arc<Gateway>>) -> Html<String> {
+    let runtime = gateway.runtime();
+    let mut rows = String::new();
+    for tier in gateway.engine.tier_states() {
+        rows.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:?}</td></tr>",
+            escape(&tier.route),
+            escape(&tier.tier),
+            escape(&tier.provider),
+            escape(&tier.model),
+            tier.state
+        ));
+    }
+    let mut kills = String::new();
+    for flip in gateway.engine.kill_switch().audit().iter().rev().take(20) {
+        kills.push_str(&format!(
+            "<li>{} {:?} engaged={} — {}</li>",
+            flip.at_unix_ms,
+            flip.scope,
+            flip.engaged,
+            escape(&flip.reason)
+        ));
+    }
+    Html(format!(
+        "<!doctype html><meta charset=utf-8><title>rein</title>\
+         <style>body{{font:14px system-ui;margin:2em}}td,th{{padding:4px 12px;text-align:left}}</style>\
+         <h1>rein</h1><p>config version {} · routes: {}</p>\
+         <h2>Tiers</h2><table><tr><th>route</th><th>tier</th><th>provider</th><th>model</th><th>breaker</th></tr>{rows}</table>\
+         <h2>Kill switch</h2><ul>{kills}</ul><p><a href=/metrics>metrics</a></p>",
+        runtime.version,
+        escape(&gateway.engine.route_names().join(", ")),
+    ))
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}

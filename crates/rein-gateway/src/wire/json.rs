@@ -1,0 +1,233 @@
+//! Shared reading of request bodies: JSON into typed raw structs with the path of any bad field
+//! (through `serde_path_to_error`), the "string or array" shapes both formats use, and the
+//! fields rein does not model, kept for `ChatRequest::extra`. Also SSE framing.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use bytes::Bytes;
+use serde::de::{self, DeserializeOwned, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::{Map, Value};
+
+use super::WireError;
+
+/// Parse the body as a JSON object.
+pub(crate) fn parse_object(body: &[u8]) -> Result<Map<String, Value>, WireError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|error| WireError::MalformedJson { detail: error.to_string() })?;
+    match value {
+        Value::Object(map) => Ok(map),
+        other => Err(WireError::NotAnObject { found: type_name(&other) }),
+    }
+}
+
+/// Fail unless `field` is present and not null.
+pub(crate) fn require(map: &Map<String, Value>, field: &str) -> Result<(), WireError> {
+    match map.get(field) {
+        None | Some(Value::Null) => Err(WireError::missing(field)),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Deserialize a whole body into `T`, naming the path of the first bad field.
+pub(crate) fn typed<T: DeserializeOwned>(map: &Map<String, Value>) -> Result<T, WireError> {
+    serde_path_to_error::deserialize(Value::Object(map.clone())).map_err(|error| {
+        let path = error.path().to_string();
+        let detail = humanize(&error.inner().to_string());
+        // "missing field `name`" at `tools[0].function` reads better as the full path.
+        if let Some(name) =
+            detail.strip_prefix("missing field `").and_then(|rest| rest.strip_suffix('`'))
+        {
+            return WireError::missing(join(&path, name));
+        }
+        if path == "." {
+            WireError::invalid("(body)", detail)
+        } else {
+            WireError::invalid(path, detail)
+        }
+    })
+}
+
+/// serde's words for JSON types, in JSON's words; and never the names of rein's own structs.
+fn humanize(detail: &str) -> String {
+    let mut out = detail
+        .replace("expected f64", "expected a number")
+        .replace("expected u32", "expected a non-negative integer")
+        .replace("expected u8", "expected an integer from 0 to 255")
+        .replace("expected a sequence", "expected an array")
+        .replace("invalid type: map", "invalid type: object")
+        .replace("invalid type: sequence", "invalid type: array")
+        .replace("expected string or map", "expected a string");
+    for (prefix, instead) in [("expected struct ", "an object"), ("expected enum ", "a string")] {
+        if let Some(start) = out.find(prefix) {
+            let rest = &out[start + prefix.len()..];
+            let end = rest.find(|c: char| !c.is_alphanumeric() && c != '_').unwrap_or(rest.len());
+            out = format!("{}expected {instead}{}", &out[..start], &rest[end..]);
+        }
+    }
+    out
+}
+
+/// The fields of the body that rein does not model and that are not null, for
+/// `ChatRequest::extra`.
+pub(crate) fn extra(map: &Map<String, Value>, known: &[&str]) -> Map<String, Value> {
+    map.iter()
+        .filter(|(key, value)| !known.contains(&key.as_str()) && !value.is_null())
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect()
+}
+
+/// `field` under `path`, with `.` between unless `path` is the root.
+pub(crate) fn join(path: &str, field: &str) -> String {
+    if path.is_empty() || path == "." { field.to_string() } else { format!("{path}.{field}") }
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A field that is either a string or an array of `T` (message content, `stop`, `system`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum TextOr<T> {
+    Text(String),
+    List(Vec<T>),
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for TextOr<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TextOrVisitor<T>(PhantomData<T>);
+
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for TextOrVisitor<T> {
+            type Value = TextOr<T>;
+
+            fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+                formatter.write_str("a string or an array")
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+                Ok(TextOr::Text(text.to_owned()))
+            }
+
+            fn visit_string<E: de::Error>(self, text: String) -> Result<Self::Value, E> {
+                Ok(TextOr::Text(text))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+                while let Some(item) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(TextOr::List(items))
+            }
+        }
+
+        deserializer.deserialize_any(TextOrVisitor(PhantomData))
+    }
+}
+
+/// A field that is either a string or an object `T` (OpenAI's `tool_choice`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum StringOrObject<T> {
+    String(String),
+    Object(T),
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for StringOrObject<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct StringOrObjectVisitor<T>(PhantomData<T>);
+
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for StringOrObjectVisitor<T> {
+            type Value = StringOrObject<T>;
+
+            fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+                formatter.write_str("a string or an object")
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+                Ok(StringOrObject::String(text.to_owned()))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(StringOrObject::Object)
+            }
+        }
+
+        deserializer.deserialize_any(StringOrObjectVisitor(PhantomData))
+    }
+}
+
+/// One SSE frame carrying a JSON payload, with an optional `event:` line.
+pub(crate) fn sse_frame(event: Option<&str>, data: &Value) -> Bytes {
+    let data = data.to_string();
+    let frame = match event {
+        Some(event) => format!("event: {event}\ndata: {data}\n\n"),
+        None => format!("data: {data}\n\n"),
+    };
+    Bytes::from(frame)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    struct Body {
+        content: TextOr<Part>,
+        #[serde(default)]
+        choice: Option<StringOrObject<Part>>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    struct Part {
+        text: String,
+    }
+
+    fn parse(body: &str) -> Result<Body, WireError> {
+        typed(&parse_object(body.as_bytes())?)
+    }
+
+    #[test]
+    fn text_or_list_reads_both_shapes() {
+        assert!(
+            matches!(parse(r#"{"content":"hi"}"#).unwrap().content, TextOr::Text(t) if t == "hi")
+        );
+        let body =
+            parse(r#"{"content":[{"text":"a"},{"text":"b"}],"choice":{"text":"c"}}"#).unwrap();
+        assert!(matches!(body.content, TextOr::List(parts) if parts[1].text == "b"));
+        assert!(matches!(body.choice, Some(StringOrObject::Object(part)) if part.text == "c"));
+        let body = parse(r#"{"content":"x","choice":"auto"}"#).unwrap();
+        assert!(matches!(body.choice, Some(StringOrObject::String(mode)) if mode == "auto"));
+    }
+
+    #[test]
+    fn errors_carry_the_path_inside_arrays() {
+        let error = parse(r#"{"content":[{"text":"a"},{"text":5}]}"#).unwrap_err();
+        assert_eq!(error.param(), Some("content[1].text"));
+        let error = parse(r#"{"content":[{"text":"a"},{}]}"#).unwrap_err();
+        assert_eq!(error, WireError::missing("content[1].text"));
+        let error = parse(r#"{"content":"a","choice":{"text":false}}"#).unwrap_err();
+        assert_eq!(error.param(), Some("choice.text"));
+    }
+
+    #[test]
+    fn bodies_must_be_json_objects() {
+        assert!(matches!(parse("{nope"), Err(WireError::MalformedJson { .. })));
+        assert_eq!(parse("[1]").unwrap_err(), WireError::NotAnObject { found: "an array" });
+    }
+
+    #[test]
+    fn extra_skips_known_and_null_fields() {
+        let map = parse_object(br#"{"a":1,"b":null,"c":"x"}"#).unwrap();
+        let extra = extra(&map, &["a"]);
+        assert_eq!(Value::Object(extra), serde_json::json!({"c": "x"}));
+    }
+}

@@ -1,0 +1,202 @@
+//! The wire formats rein speaks to callers: OpenAI Chat Completions (`openai`) and Anthropic
+//! Messages (`anthropic`). Pure translation with no I/O: a request body becomes a canonical
+//! [`ChatRequest`](rein_core::ChatRequest) plus the route it names; a
+//! [`Completion`](rein_core::Completion) becomes the response body; the engine's
+//! [`Released`](rein_core::Released) items become SSE frames; and errors become bodies in the
+//! caller's format. Either format carries any canonical answer, whichever provider produced it,
+//! so an OpenAI SDK can be served by a Claude tier and back.
+//!
+//! Every body also carries a top-level `rein` object (outcome, route, tier, attempts); the
+//! official SDKs ignore fields they do not know.
+
+mod anthropic_stream;
+mod json;
+mod openai_stream;
+
+pub mod anthropic;
+pub mod openai;
+
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+use rein_core::{CallError, CallReport};
+
+pub use anthropic::{AnthropicRequest, AnthropicStream};
+pub use openai::{OpenAiRequest, OpenAiStream};
+
+/// What the caller is told for one response: the ids and times rein assigns, not the provider's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseMeta {
+    /// The response id the caller sees, used verbatim: `chatcmpl-…` for OpenAI, `msg_…` for
+    /// Anthropic.
+    pub id: String,
+    /// When the response was created, in Unix seconds (OpenAI's `created`).
+    pub created: u64,
+}
+
+impl ResponseMeta {
+    pub fn new(id: impl Into<String>, created: u64) -> Self {
+        Self { id: id.into(), created }
+    }
+}
+
+/// The kinds of error rein answers with, each with one HTTP status. Each format maps a kind to
+/// its own `type` and `code`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// 400: the request is malformed or asks for something rein cannot do.
+    InvalidRequest,
+    /// 401: missing or wrong API key.
+    Authentication,
+    /// 403: the key may not use this route.
+    PermissionDenied,
+    /// 404: no route with the requested `model` name.
+    NotFound,
+    /// 413: the body is larger than rein accepts.
+    RequestTooLarge,
+    /// 415: the body is not `application/json`.
+    UnsupportedMediaType,
+    /// 429: rein's own rate limit.
+    RateLimited,
+    /// 500: something failed inside rein.
+    Internal,
+    /// 503: rein cannot take the call right now (overloaded, shutting down).
+    Unavailable,
+    /// 504: the deadline passed before any answer.
+    Timeout,
+}
+
+impl ErrorKind {
+    pub fn status(self) -> StatusCode {
+        match self {
+            ErrorKind::InvalidRequest => StatusCode::BAD_REQUEST,
+            ErrorKind::Authentication => StatusCode::UNAUTHORIZED,
+            ErrorKind::PermissionDenied => StatusCode::FORBIDDEN,
+            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::RequestTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    /// The kind a call that ended without an answer is reported as.
+    pub fn of_call_error(error: &CallError) -> Self {
+        match error {
+            CallError::UnknownRoute(_) => ErrorKind::NotFound,
+            CallError::ContentPolicy { .. } | CallError::ContextLength { .. } => {
+                ErrorKind::InvalidRequest
+            }
+            // Only a stream can be interrupted; a plain response never sees this.
+            CallError::Interrupted { .. } => ErrorKind::Internal,
+        }
+    }
+}
+
+/// A request body that cannot be translated. Always a 400; `param` is the JSON path of the
+/// offending field (`messages[0].role`), and the message names it too.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("the request body is not valid JSON: {detail}")]
+    MalformedJson { detail: String },
+    #[error("the request body must be a JSON object, not {found}")]
+    NotAnObject { found: &'static str },
+    #[error("`{field}` is required")]
+    Missing { field: String },
+    #[error("`{field}`: {detail}")]
+    Invalid { field: String, detail: String },
+    #[error("`{field}`: {what} is not supported yet")]
+    Unsupported { field: String, what: String },
+}
+
+impl WireError {
+    /// The JSON path of the offending field, when there is one.
+    pub fn param(&self) -> Option<&str> {
+        match self {
+            WireError::MalformedJson { .. } | WireError::NotAnObject { .. } => None,
+            WireError::Missing { field }
+            | WireError::Invalid { field, .. }
+            | WireError::Unsupported { field, .. } => Some(field),
+        }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        ErrorKind::InvalidRequest
+    }
+
+    pub(crate) fn invalid(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        WireError::Invalid { field: field.into(), detail: detail.into() }
+    }
+
+    pub(crate) fn missing(field: impl Into<String>) -> Self {
+        WireError::Missing { field: field.into() }
+    }
+
+    pub(crate) fn unsupported(field: impl Into<String>, what: impl Into<String>) -> Self {
+        WireError::Unsupported { field: field.into(), what: what.into() }
+    }
+}
+
+/// The `rein` object every body carries: what happened to the call.
+pub fn rein_summary(report: &CallReport) -> Value {
+    json!({
+        "outcome": report.outcome.as_str(),
+        "route": report.route,
+        "tier": report.served_by.as_ref().map(|served| served.tier_name.clone()),
+        "attempts": report.attempt_count(),
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_its_status() {
+        let statuses: Vec<u16> = [
+            ErrorKind::InvalidRequest,
+            ErrorKind::Authentication,
+            ErrorKind::PermissionDenied,
+            ErrorKind::NotFound,
+            ErrorKind::RequestTooLarge,
+            ErrorKind::UnsupportedMediaType,
+            ErrorKind::RateLimited,
+            ErrorKind::Internal,
+            ErrorKind::Unavailable,
+            ErrorKind::Timeout,
+        ]
+        .iter()
+        .map(|kind| kind.status().as_u16())
+        .collect();
+        assert_eq!(statuses, [400, 401, 403, 404, 413, 415, 429, 500, 503, 504]);
+    }
+
+    #[test]
+    fn call_errors_map_to_kinds() {
+        let report = Box::new(fixtures::report(rein_core::Outcome::Stopped, None));
+        assert_eq!(
+            ErrorKind::of_call_error(&CallError::UnknownRoute("x".into())),
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            ErrorKind::of_call_error(&CallError::ContextLength {
+                reason: "too long".into(),
+                report
+            }),
+            ErrorKind::InvalidRequest
+        );
+    }
+
+    #[test]
+    fn wire_errors_name_their_field() {
+        let error = WireError::invalid("messages[0].role", "unknown variant `robot`");
+        assert_eq!(error.param(), Some("messages[0].role"));
+        assert_eq!(error.to_string(), "`messages[0].role`: unknown variant `robot`");
+        assert_eq!(WireError::missing("model").to_string(), "`model` is required");
+    }
+}

@@ -1,0 +1,566 @@
+//! OpenAI Chat Completions (`POST /v1/chat/completions`): the request body as the official
+//! `openai` SDKs send it, the `chat.completion` response, and error bodies in OpenAI's
+//! `{"error":{message,type,param,code}}` shape. The streaming encoder is in `openai_stream`.
+//!
+//! `system` and `developer` messages become the canonical system prompt; content may be a
+//! string or text parts; fields rein does not model (`seed`, `user`, `metadata`, ...) pass
+//! through `ChatRequest::extra` so they still reach OpenAI tiers.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use rein_core::{
+    CallError, ChatRequest, ChatResponse, Completion, Message, ResponseFormat, StopReason,
+    TokenLogprob, ToolCall, ToolChoice, ToolSpec,
+};
+
+use super::json::{StringOrObject, TextOr, extra, parse_object, require, typed};
+use super::{ErrorKind, ResponseMeta, WireError, rein_summary};
+
+pub use super::openai_stream::OpenAiStream;
+
+/// A parsed Chat Completions request.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpenAiRequest {
+    /// The request's `model`: the name of a rein route.
+    pub route: String,
+    pub request: ChatRequest,
+    pub stream: bool,
+    /// `stream_options.include_usage`: end the stream with a usage chunk.
+    pub include_usage: bool,
+}
+
+/// Fields rein reads itself; everything else that is not null goes to `ChatRequest::extra`.
+const KNOWN_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "stop",
+    "tools",
+    "tool_choice",
+    "response_format",
+    "logprobs",
+    "top_logprobs",
+    "n",
+    "stream",
+    "stream_options",
+    "modalities",
+    "functions",
+    "function_call",
+    "audio",
+];
+
+const LEGACY_FUNCTIONS: &str =
+    "legacy function calling is not supported; use `tools`, `tool_choice` and `tool_calls`";
+
+#[derive(Debug, Deserialize)]
+struct RawRequest {
+    model: String,
+    messages: Vec<RawMessage>,
+    max_tokens: Option<u32>,
+    max_completion_tokens: Option<u32>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    stop: Option<TextOr<String>>,
+    tools: Option<Vec<RawTool>>,
+    tool_choice: Option<StringOrObject<RawNamedToolChoice>>,
+    response_format: Option<RawResponseFormat>,
+    logprobs: Option<bool>,
+    top_logprobs: Option<u8>,
+    n: Option<u32>,
+    stream: Option<bool>,
+    stream_options: Option<RawStreamOptions>,
+    modalities: Option<Vec<String>>,
+    functions: Option<Value>,
+    function_call: Option<Value>,
+    audio: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RawRole {
+    System,
+    Developer,
+    User,
+    Assistant,
+    Tool,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawMessage {
+    role: RawRole,
+    content: Option<TextOr<RawPart>>,
+    tool_calls: Option<Vec<RawToolCall>>,
+    tool_call_id: Option<String>,
+    refusal: Option<String>,
+    function_call: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawPart {
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<String>,
+    refusal: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawToolCall {
+    id: String,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    function: RawFunctionCall,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawFunctionCall {
+    name: String,
+    arguments: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawTool {
+    #[serde(rename = "type")]
+    kind: String,
+    function: Option<RawFunction>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawFunction {
+    name: String,
+    description: Option<String>,
+    parameters: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawNamedToolChoice {
+    #[serde(rename = "type")]
+    kind: String,
+    function: Option<RawFunctionName>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawFunctionName {
+    name: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawFormatKind {
+    Text,
+    JsonObject,
+    JsonSchema,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawResponseFormat {
+    #[serde(rename = "type")]
+    kind: RawFormatKind,
+    json_schema: Option<RawJsonSchema>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawJsonSchema {
+    name: String,
+    schema: Option<Value>,
+    strict: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawStreamOptions {
+    include_usage: Option<bool>,
+}
+
+/// Parse a Chat Completions request body.
+pub fn parse_request(body: &[u8]) -> Result<OpenAiRequest, WireError> {
+    let map = parse_object(body)?;
+    require(&map, "model")?;
+    require(&map, "messages")?;
+    let raw: RawRequest = typed(&map)?;
+    let extra = extra(&map, KNOWN_FIELDS);
+
+    if raw.functions.is_some() {
+        return Err(WireError::invalid("functions", LEGACY_FUNCTIONS));
+    }
+    if raw.function_call.is_some() {
+        return Err(WireError::invalid("function_call", LEGACY_FUNCTIONS));
+    }
+    if raw.audio.is_some() {
+        return Err(WireError::unsupported("audio", "audio output"));
+    }
+    // `modalities: ["text"]` asks for the default and goes nowhere (it is a known field), rather
+    // than confuse a provider that has no such field.
+    if let Some(modality) = raw.modalities.iter().flatten().find(|m| m.as_str() != "text") {
+        return Err(WireError::unsupported("modalities", format!("the `{modality}` modality")));
+    }
+    if let Some(n) = raw.n
+        && n != 1
+    {
+        return Err(WireError::invalid("n", format!("only 1 choice is supported, got {n}")));
+    }
+    if let Some(top) = raw.top_logprobs
+        && top > 20
+    {
+        return Err(WireError::invalid("top_logprobs", format!("must be from 0 to 20, got {top}")));
+    }
+    if raw.messages.is_empty() {
+        return Err(WireError::invalid("messages", "must contain at least one message"));
+    }
+
+    let mut system: Vec<String> = Vec::new();
+    let mut messages = Vec::with_capacity(raw.messages.len());
+    for (index, message) in raw.messages.into_iter().enumerate() {
+        let path = format!("messages[{index}]");
+        if message.function_call.is_some() {
+            return Err(WireError::invalid(format!("{path}.function_call"), LEGACY_FUNCTIONS));
+        }
+        let text = content_text(message.content, &path)?;
+        match message.role {
+            RawRole::System | RawRole::Developer => system.push(text),
+            RawRole::User => messages.push(Message::user(text)),
+            RawRole::Assistant => {
+                // A refused turn echoed back has only `refusal`; keep its words.
+                let text = match message.refusal {
+                    Some(refusal) if text.is_empty() => refusal,
+                    _ => text,
+                };
+                let mut turn = Message::assistant(text);
+                for (call_index, call) in message.tool_calls.into_iter().flatten().enumerate() {
+                    if let Some(kind) = call.kind.filter(|kind| kind != "function") {
+                        return Err(WireError::unsupported(
+                            format!("{path}.tool_calls[{call_index}].type"),
+                            format!("tool call type `{kind}`"),
+                        ));
+                    }
+                    turn.tool_calls.push(ToolCall {
+                        id: call.id,
+                        name: call.function.name,
+                        arguments: call.function.arguments,
+                    });
+                }
+                messages.push(turn);
+            }
+            RawRole::Tool => {
+                let Some(call_id) = message.tool_call_id else {
+                    return Err(WireError::missing(format!("{path}.tool_call_id")));
+                };
+                messages.push(Message::tool_result(call_id, text));
+            }
+        }
+    }
+
+    let mut tools = Vec::new();
+    for (index, tool) in raw.tools.into_iter().flatten().enumerate() {
+        if tool.kind != "function" {
+            return Err(WireError::unsupported(
+                format!("tools[{index}].type"),
+                format!("tool type `{}`", tool.kind),
+            ));
+        }
+        let Some(function) = tool.function else {
+            return Err(WireError::missing(format!("tools[{index}].function")));
+        };
+        tools.push(ToolSpec {
+            name: function.name,
+            description: function.description,
+            // A function without `parameters` takes none.
+            parameters: function
+                .parameters
+                .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+        });
+    }
+
+    let tool_choice = raw.tool_choice.map(tool_choice).transpose()?;
+    let response_format = raw.response_format.map(response_format).transpose()?;
+    let logprobs = match raw.logprobs {
+        Some(true) => Some(raw.top_logprobs.unwrap_or(0)),
+        _ => None,
+    };
+    let stop = match raw.stop {
+        None => Vec::new(),
+        Some(TextOr::Text(stop)) => vec![stop],
+        Some(TextOr::List(stops)) => stops,
+    };
+
+    let request = ChatRequest {
+        model: String::new(),
+        system: if system.is_empty() { None } else { Some(system.join("\n\n")) },
+        messages,
+        max_tokens: raw.max_completion_tokens.or(raw.max_tokens),
+        temperature: raw.temperature,
+        top_p: raw.top_p,
+        stop,
+        tools,
+        tool_choice,
+        response_format,
+        logprobs,
+        extra,
+        extra_format: Some(rein_core::WireFormat::OpenAi),
+    };
+    Ok(OpenAiRequest {
+        route: raw.model,
+        request,
+        stream: raw.stream.unwrap_or(false),
+        include_usage: raw.stream_options.and_then(|o| o.include_usage).unwrap_or(false),
+    })
+}
+
+/// The text of a message's content: a string, or its text parts joined by newlines.
+fn content_text(content: Option<TextOr<RawPart>>, path: &str) -> Result<String, WireError> {
+    let parts = match content {
+        None => return Ok(String::new()),
+        Some(TextOr::Text(text)) => return Ok(text),
+        Some(TextOr::List(parts)) => parts,
+    };
+    let mut texts = Vec::with_capacity(parts.len());
+    for (index, part) in parts.into_iter().enumerate() {
+        let part_path = format!("{path}.content[{index}]");
+        match part.kind.as_str() {
+            "text" => match part.text {
+                Some(text) => texts.push(text),
+                None => return Err(WireError::missing(format!("{part_path}.text"))),
+            },
+            "refusal" => match part.refusal {
+                Some(refusal) => texts.push(refusal),
+                None => return Err(WireError::missing(format!("{part_path}.refusal"))),
+            },
+            other => {
+                return Err(WireError::unsupported(
+                    format!("{part_path}.type"),
+                    format!("content part type `{other}`"),
+                ));
+            }
+        }
+    }
+    Ok(texts.join("\n"))
+}
+
+fn tool_choice(raw: StringOrObject<RawNamedToolChoice>) -> Result<ToolChoice, WireError> {
+    match raw {
+        StringOrObject::String(mode) => match mode.as_str() {
+            "auto" => Ok(ToolChoice::Auto),
+            "none" => Ok(ToolChoice::None),
+            "required" => Ok(ToolChoice::Required),
+            other => Err(WireError::invalid(
+                "tool_choice",
+                format!(
+                    "unknown value `{other}`, expected one of auto, none, required, or an \
+                     object naming a function"
+                ),
+            )),
+        },
+        StringOrObject::Object(named) => {
+            if named.kind != "function" {
+                return Err(WireError::unsupported(
+                    "tool_choice.type",
+                    format!("tool choice type `{}`", named.kind),
+                ));
+            }
+            match named.function {
+                Some(function) => Ok(ToolChoice::Tool { name: function.name }),
+                None => Err(WireError::missing("tool_choice.function")),
+            }
+        }
+    }
+}
+
+fn response_format(raw: RawResponseFormat) -> Result<ResponseFormat, WireError> {
+    Ok(match raw.kind {
+        RawFormatKind::Text => ResponseFormat::Text,
+        RawFormatKind::JsonObject => ResponseFormat::JsonObject,
+        RawFormatKind::JsonSchema => {
+            let Some(schema) = raw.json_schema else {
+                return Err(WireError::missing("response_format.json_schema"));
+            };
+            ResponseFormat::JsonSchema {
+                name: schema.name,
+                schema: schema.schema.unwrap_or_else(|| json!({})),
+                strict: schema.strict.unwrap_or(false),
+            }
+        }
+    })
+}
+
+/// OpenAI's `finish_reason` for a canonical stop reason.
+pub(crate) fn finish_reason(reason: Option<&StopReason>) -> String {
+    match reason {
+        None | Some(StopReason::EndTurn | StopReason::StopSequence) => "stop".into(),
+        Some(StopReason::MaxTokens) => "length".into(),
+        Some(StopReason::ToolUse) => "tool_calls".into(),
+        Some(StopReason::ContentFilter) => "content_filter".into(),
+        // The refusal itself is in `message.refusal`.
+        Some(StopReason::Refusal | StopReason::PauseTurn) => "stop".into(),
+        Some(StopReason::Other(other)) => other.clone(),
+    }
+}
+
+/// The `chat.completion` object for a finished call.
+pub fn render_response(completion: &Completion, meta: &ResponseMeta) -> Value {
+    let response = &completion.response;
+    let mut message = Map::new();
+    message.insert("role".into(), json!("assistant"));
+    message.insert("content".into(), message_content(response));
+    message.insert("refusal".into(), json!(response.refusal));
+    if !response.tool_calls.is_empty() {
+        let calls = response.tool_calls.iter().map(tool_call_json).collect();
+        message.insert("tool_calls".into(), Value::Array(calls));
+    }
+    message.insert("annotations".into(), json!([]));
+
+    json!({
+        "id": meta.id,
+        "object": "chat.completion",
+        "created": meta.created,
+        "model": response.model,
+        "choices": [{
+            "index": 0,
+            "message": message,
+            "logprobs": logprobs_json(&response.logprobs),
+            "finish_reason": finish_reason(response.stop_reason.as_ref()),
+        }],
+        "usage": usage_json(response),
+        "system_fingerprint": null,
+        "rein": rein_summary(&completion.report),
+    })
+}
+
+/// `content` is null when the answer is only tool calls or a refusal, as OpenAI sends it.
+fn message_content(response: &ChatResponse) -> Value {
+    if response.text.is_empty() && (!response.tool_calls.is_empty() || response.refusal.is_some()) {
+        Value::Null
+    } else {
+        json!(response.text)
+    }
+}
+
+fn tool_call_json(call: &ToolCall) -> Value {
+    json!({
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    })
+}
+
+pub(crate) fn usage_json(response: &ChatResponse) -> Value {
+    let usage = response.usage;
+    json!({
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": u64::from(usage.input_tokens) + u64::from(usage.output_tokens),
+    })
+}
+
+/// `{"content": [...], "refusal": null}`, or null when there are none.
+pub(crate) fn logprobs_json(tokens: &[TokenLogprob]) -> Value {
+    if tokens.is_empty() {
+        return Value::Null;
+    }
+    let content: Vec<Value> = tokens
+        .iter()
+        .map(|token| {
+            let top: Vec<Value> = token
+                .top
+                .iter()
+                .map(|(text, logprob)| {
+                    json!({"token": text, "logprob": logprob, "bytes": text.as_bytes()})
+                })
+                .collect();
+            json!({
+                "token": token.token,
+                "logprob": token.logprob,
+                "bytes": token.token.as_bytes(),
+                "top_logprobs": top,
+            })
+        })
+        .collect();
+    json!({"content": content, "refusal": null})
+}
+
+/// OpenAI's error `type` and default `code` for each kind. A bad key is an
+/// `invalid_request_error` with code `invalid_api_key`, as OpenAI sends it.
+fn type_and_code(kind: ErrorKind) -> (&'static str, Option<&'static str>) {
+    match kind {
+        ErrorKind::InvalidRequest => ("invalid_request_error", None),
+        ErrorKind::Authentication => ("invalid_request_error", Some("invalid_api_key")),
+        ErrorKind::PermissionDenied => ("invalid_request_error", Some("permission_denied")),
+        ErrorKind::NotFound => ("invalid_request_error", Some("model_not_found")),
+        ErrorKind::RequestTooLarge => ("invalid_request_error", Some("request_too_large")),
+        ErrorKind::UnsupportedMediaType => {
+            ("invalid_request_error", Some("unsupported_media_type"))
+        }
+        ErrorKind::RateLimited => ("requests", Some("rate_limit_exceeded")),
+        ErrorKind::Internal => ("server_error", None),
+        ErrorKind::Unavailable => ("server_error", Some("service_unavailable")),
+        ErrorKind::Timeout => ("server_error", Some("timeout")),
+    }
+}
+
+/// An error body in OpenAI's format, with the kind's default `code`.
+pub fn error_body(kind: ErrorKind, message: &str, param: Option<&str>) -> Value {
+    error_body_with_code(kind, message, param, type_and_code(kind).1)
+}
+
+/// An error body in OpenAI's format with an explicit `code` (`context_length_exceeded`, ...).
+pub fn error_body_with_code(
+    kind: ErrorKind,
+    message: &str,
+    param: Option<&str>,
+    code: Option<&str>,
+) -> Value {
+    json!({
+        "error": {
+            "message": message,
+            "type": type_and_code(kind).0,
+            "param": param,
+            "code": code,
+        }
+    })
+}
+
+/// The 400 body for a request that could not be parsed.
+pub fn wire_error_body(error: &WireError) -> Value {
+    error_body(error.kind(), &error.to_string(), error.param())
+}
+
+/// The status and body for a call that ended without an answer, with OpenAI's codes for
+/// context length and content policy, and the `rein` object when there is a report.
+pub fn call_error_body(error: &CallError) -> (axum::http::StatusCode, Value) {
+    let kind = ErrorKind::of_call_error(error);
+    let message = error.to_string();
+    let mut body = match error {
+        CallError::UnknownRoute(_) => {
+            error_body_with_code(kind, &message, Some("model"), Some("model_not_found"))
+        }
+        CallError::ContentPolicy { .. } => {
+            error_body_with_code(kind, &message, None, Some("content_policy_violation"))
+        }
+        CallError::ContextLength { .. } => {
+            error_body_with_code(kind, &message, Some("messages"), Some("context_length_exceeded"))
+        }
+        CallError::Interrupted { .. } => {
+            error_body_with_code(kind, &message, None, Some("stream_interrupted"))
+        }
+    };
+    if let (Some(report), Value::Object(map)) = (error.report(), &mut body) {
+        map.insert("rein".into(), rein_summary(report));
+    }
+    (kind.status(), body)
+}
+
+/// The `GET /v1/models` list: one entry per route name.
+pub fn models_body(routes: &[String], created: u64) -> Value {
+    let data: Vec<Value> = routes
+        .iter()
+        .map(
+            |route| json!({"id": route, "object": "model", "created": created, "owned_by": "rein"}),
+        )
+        .collect();
+    json!({"object": "list", "data": data})
+}
+
+#[cfg(test)]
+#[path = "openai_tests.rs"]
+mod tests;

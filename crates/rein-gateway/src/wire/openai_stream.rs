@@ -1,0 +1,329 @@
+//! The OpenAI streaming encoder: the engine's released items as `chat.completion.chunk` SSE
+//! frames, as OpenAI streams them: a first chunk with `delta.role`, content, refusal and tool
+//! call deltas, then (only once the answer is whole) a chunk with `finish_reason`, the usage
+//! chunk with `choices: []` when the caller asked for it, and `data: [DONE]`.
+//!
+//! A call that fails after it started ends with an in-band error frame (`code:
+//! stream_interrupted`) and neither a `finish_reason` nor `[DONE]`, so no SDK takes a cut
+//! answer for a complete one.
+
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use rein_core::{CallError, Completion, Released, StreamEvent};
+
+use super::json::sse_frame;
+use super::openai::{call_error_body, finish_reason, logprobs_json, usage_json};
+use super::{ResponseMeta, rein_summary};
+
+/// Encodes one streamed answer. Feed it every [`Released`] item in order; call
+/// [`close`](Self::close) if the engine's stream ends without a `Completed` or `Failed`.
+#[derive(Debug)]
+pub struct OpenAiStream {
+    meta: ResponseMeta,
+    include_usage: bool,
+    /// The model that answered, from the `Start` event (or the completion).
+    model: Option<String>,
+    /// Whether the first chunk (`delta.role`) has gone out.
+    started: bool,
+    /// Whether a terminal item has been encoded; nothing follows it.
+    finished: bool,
+    /// Canonical tool-call index → the dense index the caller sees (0, 1, 2, ... in order of
+    /// start), since SDKs accumulate tool calls into a list by index.
+    tool_indices: Vec<(u32, u32)>,
+}
+
+impl OpenAiStream {
+    pub fn new(meta: ResponseMeta, include_usage: bool) -> Self {
+        Self {
+            meta,
+            include_usage,
+            model: None,
+            started: false,
+            finished: false,
+            tool_indices: Vec::new(),
+        }
+    }
+
+    /// Whether the stream has ended (answer complete, or failed); later items are ignored.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// The SSE frames for one released item (possibly none).
+    pub fn encode(&mut self, item: &Released) -> Vec<Bytes> {
+        if self.finished {
+            return Vec::new();
+        }
+        match item {
+            Released::Event(event) => self.event(event),
+            Released::Completed(completion) => self.completed(completion),
+            Released::Failed(error) => self.failed(error),
+        }
+    }
+
+    /// The engine's stream ended without a terminal item: if the answer was not finished, end
+    /// with the in-band error rather than let the caller take what it has as complete.
+    pub fn close(&mut self) -> Vec<Bytes> {
+        if self.finished {
+            return Vec::new();
+        }
+        self.finished = true;
+        vec![interrupted_frame("the stream ended before the answer was complete", None)]
+    }
+
+    fn event(&mut self, event: &StreamEvent) -> Vec<Bytes> {
+        let mut frames = Vec::new();
+        let delta = match event {
+            StreamEvent::Start { model, .. } => {
+                if self.model.is_none() {
+                    self.model = Some(model.clone());
+                }
+                self.ensure_started(&mut frames);
+                return frames;
+            }
+            StreamEvent::TextDelta { text } if !text.is_empty() => json!({"content": text}),
+            StreamEvent::RefusalDelta { text } if !text.is_empty() => json!({"refusal": text}),
+            StreamEvent::ToolCallStart { index, id, name } => {
+                let index = self.start_tool(*index);
+                json!({"tool_calls": [{
+                    "index": index,
+                    "id": id,
+                    "type": "function",
+                    "function": {"name": name, "arguments": ""},
+                }]})
+            }
+            StreamEvent::ToolCallDelta { index, arguments } => {
+                let index = self.tool_index(*index);
+                json!({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
+            }
+            StreamEvent::Logprobs { tokens } if !tokens.is_empty() => {
+                self.ensure_started(&mut frames);
+                frames.push(sse_frame(
+                    None,
+                    &self.chunk(json!({}), Value::Null, logprobs_json(tokens)),
+                ));
+                return frames;
+            }
+            // Chat Completions has no place for reasoning text. The stop reason and usage are
+            // sent from the completion, once the answer is known to be whole.
+            StreamEvent::TextDelta { .. }
+            | StreamEvent::RefusalDelta { .. }
+            | StreamEvent::Logprobs { .. }
+            | StreamEvent::ThinkingDelta { .. }
+            | StreamEvent::Usage { .. }
+            | StreamEvent::Stop { .. }
+            | StreamEvent::Done => return frames,
+        };
+        self.ensure_started(&mut frames);
+        frames.push(sse_frame(None, &self.chunk(delta, Value::Null, Value::Null)));
+        frames
+    }
+
+    fn completed(&mut self, completion: &Completion) -> Vec<Bytes> {
+        let mut frames = Vec::new();
+        let response = &completion.response;
+        if self.model.is_none() {
+            self.model = Some(response.model.clone());
+        }
+        self.ensure_started(&mut frames);
+        let reason = finish_reason(response.stop_reason.as_ref());
+        let mut last = self.chunk(json!({}), json!(reason), Value::Null);
+        if let Value::Object(map) = &mut last {
+            map.insert("rein".into(), rein_summary(&completion.report));
+        }
+        frames.push(sse_frame(None, &last));
+        if self.include_usage {
+            let mut usage = self.base();
+            if let Value::Object(map) = &mut usage {
+                map.insert("choices".into(), json!([]));
+                map.insert("usage".into(), usage_json(response));
+            }
+            frames.push(sse_frame(None, &usage));
+        }
+        frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        self.finished = true;
+        frames
+    }
+
+    fn failed(&mut self, error: &CallError) -> Vec<Bytes> {
+        self.finished = true;
+        let summary = error.report().map(rein_summary);
+        if self.started {
+            return vec![interrupted_frame(&error.to_string(), summary)];
+        }
+        // Nothing was sent yet: the caller gets the error the plain call would have had.
+        let (_, body) = call_error_body(error);
+        vec![sse_frame(None, &body)]
+    }
+
+    fn ensure_started(&mut self, frames: &mut Vec<Bytes>) {
+        if self.started {
+            return;
+        }
+        self.started = true;
+        let delta = json!({"role": "assistant", "content": "", "refusal": null});
+        frames.push(sse_frame(None, &self.chunk(delta, Value::Null, Value::Null)));
+    }
+
+    fn start_tool(&mut self, canonical: u32) -> u32 {
+        let dense = self.tool_indices.len() as u32;
+        self.tool_indices.push((canonical, dense));
+        dense
+    }
+
+    fn tool_index(&mut self, canonical: u32) -> u32 {
+        match self.tool_indices.iter().rev().find(|(c, _)| *c == canonical) {
+            Some((_, dense)) => *dense,
+            None => self.start_tool(canonical),
+        }
+    }
+
+    /// The fields every chunk carries.
+    fn base(&self) -> Value {
+        let mut chunk = json!({
+            "id": self.meta.id,
+            "object": "chat.completion.chunk",
+            "created": self.meta.created,
+            "model": self.model.as_deref().unwrap_or_default(),
+            "system_fingerprint": null,
+        });
+        if self.include_usage
+            && let Value::Object(map) = &mut chunk
+        {
+            map.insert("usage".into(), Value::Null);
+        }
+        chunk
+    }
+
+    fn chunk(&self, delta: Value, finish: Value, logprobs: Value) -> Value {
+        let mut chunk = self.base();
+        if let Value::Object(map) = &mut chunk {
+            map.insert(
+                "choices".into(),
+                json!([{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]),
+            );
+        }
+        chunk
+    }
+}
+
+fn interrupted_frame(message: &str, summary: Option<Value>) -> Bytes {
+    let mut body = json!({
+        "error": {
+            "message": message,
+            "type": "server_error",
+            "param": null,
+            "code": "stream_interrupted",
+        }
+    });
+    if let (Some(summary), Value::Object(map)) = (summary, &mut body) {
+        map.insert("rein".into(), summary);
+    }
+    sse_frame(None, &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::fixtures::{self, frames_json};
+
+    fn encode_all(stream: &mut OpenAiStream, items: &[Released]) -> Vec<Bytes> {
+        items.iter().flat_map(|item| stream.encode(item)).collect()
+    }
+
+    #[test]
+    fn streams_text_tool_calls_and_usage() {
+        let mut stream = OpenAiStream::new(fixtures::meta("chatcmpl-rein-1"), true);
+        let frames = encode_all(&mut stream, &fixtures::tool_answer_items());
+        assert!(stream.is_finished());
+        assert!(frames.iter().all(|f| f.starts_with(b"data: ") && f.ends_with(b"\n\n")));
+        assert_eq!(frames.last().unwrap().as_ref(), b"data: [DONE]\n\n");
+        insta::with_settings!({sort_maps => true}, {
+            insta::assert_json_snapshot!(frames_json(&frames));
+        });
+    }
+
+    #[test]
+    fn without_include_usage_there_is_no_usage_chunk() {
+        let mut stream = OpenAiStream::new(fixtures::meta("chatcmpl-rein-2"), false);
+        let frames = encode_all(&mut stream, &fixtures::text_answer_items());
+        let json = frames_json(&frames);
+        let frames = json.as_array().unwrap();
+        assert!(frames.iter().all(|frame| frame["data"].get("usage").is_none()));
+        insta::with_settings!({sort_maps => true}, {
+            insta::assert_json_snapshot!(json);
+        });
+    }
+
+    #[test]
+    fn refusal_streams_as_refusal_deltas() {
+        let mut stream = OpenAiStream::new(fixtures::meta("chatcmpl-rein-3"), false);
+        let frames = encode_all(&mut stream, &fixtures::refusal_items());
+        insta::with_settings!({sort_maps => true}, {
+            insta::assert_json_snapshot!(frames_json(&frames));
+        });
+    }
+
+    #[test]
+    fn failure_after_tokens_is_an_in_band_error_without_done() {
+        let mut stream = OpenAiStream::new(fixtures::meta("chatcmpl-rein-4"), true);
+        let frames = encode_all(&mut stream, &fixtures::interrupted_items());
+        let text: String = frames.iter().map(|f| String::from_utf8_lossy(f).into_owned()).collect();
+        assert!(!text.contains("[DONE]"));
+        assert!(!text.contains("\"finish_reason\":\"stop\""));
+        assert!(stream.is_finished());
+        assert!(stream.encode(&fixtures::completed(fixtures::text_response())).is_empty());
+        insta::with_settings!({sort_maps => true}, {
+            insta::assert_json_snapshot!(frames_json(&frames));
+        });
+    }
+
+    #[test]
+    fn failure_before_any_token_carries_the_call_error() {
+        let mut stream = OpenAiStream::new(fixtures::meta("chatcmpl-rein-5"), false);
+        let frames = stream.encode(&fixtures::context_length_failure());
+        insta::with_settings!({sort_maps => true}, {
+            insta::assert_json_snapshot!(frames_json(&frames));
+        });
+    }
+
+    #[test]
+    fn a_stream_that_ends_without_a_terminal_item_is_interrupted() {
+        let mut stream = OpenAiStream::new(fixtures::meta("chatcmpl-rein-6"), false);
+        let items = fixtures::text_answer_items();
+        let mut frames = encode_all(&mut stream, &items[..3]);
+        frames.extend(stream.close());
+        let last = String::from_utf8_lossy(frames.last().unwrap()).into_owned();
+        assert!(last.contains("stream_interrupted"), "{last}");
+        assert!(stream.close().is_empty());
+    }
+
+    #[test]
+    fn tool_call_indices_are_dense_in_order_of_start() {
+        let mut stream = OpenAiStream::new(fixtures::meta("chatcmpl-rein-7"), false);
+        let items = [
+            Released::Event(StreamEvent::Start { id: "x".into(), model: "m".into() }),
+            Released::Event(StreamEvent::ToolCallStart {
+                index: 1,
+                id: "toolu_a".into(),
+                name: "f".into(),
+            }),
+            Released::Event(StreamEvent::ToolCallDelta { index: 1, arguments: "{}".into() }),
+            Released::Event(StreamEvent::ToolCallStart {
+                index: 3,
+                id: "toolu_b".into(),
+                name: "g".into(),
+            }),
+            Released::Event(StreamEvent::ToolCallDelta { index: 3, arguments: "{}".into() }),
+        ];
+        let json = frames_json(&encode_all(&mut stream, &items));
+        let indices: Vec<u64> = json
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["data"]["choices"][0]["delta"]["tool_calls"][0]["index"].as_u64())
+            .collect();
+        assert_eq!(indices, [0, 0, 1, 1]);
+    }
+}

@@ -1,0 +1,394 @@
+//! Tests of the OpenAI request parser, response renderer and error bodies, on bodies shaped as
+//! the official `openai` Python and Node SDKs send them.
+
+use serde_json::{Value, json};
+
+use rein_core::{Completion, Outcome, Role, ToolChoice};
+
+use super::*;
+use crate::wire::fixtures;
+
+fn parse(body: Value) -> Result<OpenAiRequest, WireError> {
+    parse_request(body.to_string().as_bytes())
+}
+
+fn snapshot_json(name: &str, value: &Value) {
+    insta::with_settings!({sort_maps => true}, {
+        insta::assert_json_snapshot!(name, value);
+    });
+}
+
+#[test]
+fn parses_a_plain_sdk_request() {
+    // openai-python: client.chat.completions.create(model=..., messages=[...])
+    let parsed = parse(json!({
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "Where is my order?"}
+        ],
+        "model": "support"
+    }))
+    .unwrap();
+    assert_eq!(parsed.route, "support");
+    assert!(!parsed.stream);
+    assert_eq!(parsed.request.system.as_deref(), Some("You are a helpful assistant."));
+    assert_eq!(parsed.request.messages, [Message::user("Where is my order?")]);
+    assert!(parsed.request.model.is_empty(), "the tier sets the provider's model");
+}
+
+#[test]
+fn parses_a_full_tool_conversation() {
+    let parsed = parse(json!({
+        "model": "support",
+        "messages": [
+            {"role": "developer", "content": [{"type": "text", "text": "Be brief."}]},
+            {"role": "system", "content": "Answer in English."},
+            {"role": "user", "content": [
+                {"type": "text", "text": "What's the weather in Paris?"},
+                {"type": "text", "text": "And in Rome?"}
+            ], "name": "ana"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_abc", "type": "function",
+                 "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}},
+                {"id": "toolu_01X", "type": "function",
+                 "function": {"name": "get_weather", "arguments": "{\"city\":\"Rome\"}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "call_abc", "content": "18C sunny"},
+            {"role": "tool", "tool_call_id": "toolu_01X",
+             "content": [{"type": "text", "text": "22C"}]}
+        ],
+        "tools": [{
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "Current weather for a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                               "required": ["city"]},
+                "strict": true
+            }
+        }, {"type": "function", "function": {"name": "now"}}],
+        "tool_choice": "auto",
+        "parallel_tool_calls": true,
+        "max_completion_tokens": 512,
+        "max_tokens": 100,
+        "temperature": 0.2,
+        "top_p": 0.9,
+        "stop": ["\n\nUser:", "END"],
+        "seed": 7,
+        "user": "user-123",
+        "metadata": {"ticket": "T-1"},
+        "store": false,
+        "frequency_penalty": 0.5,
+        "presence_penalty": 0,
+        "logit_bias": null,
+        "stream": true,
+        "stream_options": {"include_usage": true}
+    }))
+    .unwrap();
+    assert!(parsed.stream && parsed.include_usage);
+    assert_eq!(parsed.request.max_tokens, Some(512), "max_completion_tokens wins");
+    assert_eq!(parsed.request.messages[1].role, Role::Assistant);
+    assert_eq!(parsed.request.messages[3].tool_call_id.as_deref(), Some("toolu_01X"));
+    snapshot_json("tool_conversation_request", &json!(parsed));
+}
+
+#[test]
+fn parses_response_format_tool_choice_and_logprobs() {
+    let parsed = parse(json!({
+        "model": "extract",
+        "messages": [{"role": "user", "content": "Extract the order id."}],
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "order", "strict": true,
+                            "schema": {"type": "object", "properties": {"id": {"type": "string"}}}}
+        },
+        "tool_choice": {"type": "function", "function": {"name": "lookup"}},
+        "logprobs": true,
+        "top_logprobs": 3,
+        "n": 1,
+        "stop": "END"
+    }))
+    .unwrap();
+    assert_eq!(parsed.request.tool_choice, Some(ToolChoice::Tool { name: "lookup".into() }));
+    assert_eq!(parsed.request.logprobs, Some(3));
+    assert_eq!(parsed.request.stop, ["END"]);
+    snapshot_json("structured_request", &json!(parsed));
+
+    let required = parse(json!({"model": "m", "messages": [{"role": "user", "content": "x"}],
+                                "tool_choice": "required", "response_format": {"type": "json_object"},
+                                "logprobs": false, "top_logprobs": 2}))
+    .unwrap();
+    assert_eq!(required.request.tool_choice, Some(ToolChoice::Required));
+    assert_eq!(required.request.response_format, Some(ResponseFormat::JsonObject));
+    assert_eq!(required.request.logprobs, None);
+}
+
+#[test]
+fn an_echoed_refusal_keeps_its_words() {
+    let parsed = parse(json!({"model": "m", "messages": [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": null, "refusal": "I can't help with that."},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "No."}]}
+    ]}))
+    .unwrap();
+    assert_eq!(parsed.request.messages[1].content, "I can't help with that.");
+    assert_eq!(parsed.request.messages[2].content, "No.");
+}
+
+#[test]
+fn bad_requests_name_the_field() {
+    let user = json!([{"role": "user", "content": "hi"}]);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("malformed_json", b"{\"model\": \"m\", ".to_vec()),
+        ("not_an_object", b"[]".to_vec()),
+        ("missing_model", json!({"messages": user}).to_string().into_bytes()),
+        ("null_model", json!({"model": null, "messages": user}).to_string().into_bytes()),
+        ("missing_messages", json!({"model": "m"}).to_string().into_bytes()),
+        ("messages_not_an_array", json!({"model": "m", "messages": "hi"}).to_string().into_bytes()),
+        ("empty_messages", json!({"model": "m", "messages": []}).to_string().into_bytes()),
+        (
+            "unknown_role",
+            json!({"model": "m", "messages": [{"role": "robot", "content": "hi"}]})
+                .to_string()
+                .into_bytes(),
+        ),
+        (
+            "content_wrong_type",
+            json!({"model": "m", "messages": [{"role": "user", "content": 5}]})
+                .to_string()
+                .into_bytes(),
+        ),
+        (
+            "image_part",
+            json!({"model": "m", "messages": [
+                {"role": "system", "content": "s"},
+                {"role": "user", "content": "a"},
+                {"role": "user", "content": [
+                    {"type": "image_url", "image_url": {"url": "https://x/y.png"}}
+                ]}
+            ]})
+            .to_string()
+            .into_bytes(),
+        ),
+        ("n_is_2", json!({"model": "m", "messages": user, "n": 2}).to_string().into_bytes()),
+        (
+            "temperature_is_a_string",
+            json!({"model": "m", "messages": user, "temperature": "hot"}).to_string().into_bytes(),
+        ),
+        (
+            "tool_without_call_id",
+            json!({"model": "m", "messages": [{"role": "tool", "content": "x"}]})
+                .to_string()
+                .into_bytes(),
+        ),
+        (
+            "tool_function_without_name",
+            json!({"model": "m", "messages": user,
+                   "tools": [{"type": "function", "function": {"parameters": {}}}]})
+            .to_string()
+            .into_bytes(),
+        ),
+        (
+            "custom_tool",
+            json!({"model": "m", "messages": user, "tools": [{"type": "custom", "custom": {}}]})
+                .to_string()
+                .into_bytes(),
+        ),
+        (
+            "unknown_tool_choice",
+            json!({"model": "m", "messages": user, "tool_choice": "sometimes"})
+                .to_string()
+                .into_bytes(),
+        ),
+        (
+            "unknown_response_format",
+            json!({"model": "m", "messages": user, "response_format": {"type": "yaml"}})
+                .to_string()
+                .into_bytes(),
+        ),
+        (
+            "json_schema_without_schema_object",
+            json!({"model": "m", "messages": user, "response_format": {"type": "json_schema"}})
+                .to_string()
+                .into_bytes(),
+        ),
+        (
+            "legacy_functions",
+            json!({"model": "m", "messages": user, "functions": [{"name": "f"}]})
+                .to_string()
+                .into_bytes(),
+        ),
+        (
+            "audio_modality",
+            json!({"model": "m", "messages": user, "modalities": ["text", "audio"]})
+                .to_string()
+                .into_bytes(),
+        ),
+        (
+            "tool_call_arguments_not_a_string",
+            json!({"model": "m", "messages": [{"role": "assistant", "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "f", "arguments": {}}}
+            ]}]})
+            .to_string()
+            .into_bytes(),
+        ),
+    ];
+    let more: Vec<(&str, Value)> = vec![
+        ("message_not_an_object", json!({"model": "m", "messages": ["hi"]})),
+        ("role_not_a_string", json!({"model": "m", "messages": [{"role": 5, "content": "x"}]})),
+        ("top_logprobs_too_big", json!({"model": "m", "messages": user, "top_logprobs": 300})),
+        ("max_tokens_fractional", json!({"model": "m", "messages": user, "max_tokens": 10.5})),
+        ("stop_not_strings", json!({"model": "m", "messages": user, "stop": [1]})),
+    ];
+    let cases = cases
+        .into_iter()
+        .chain(more.into_iter().map(|(name, body)| (name, body.to_string().into_bytes())));
+    let mut bodies = Map::new();
+    for (name, body) in cases {
+        let error = parse_request(&body).expect_err(name);
+        bodies.insert(name.into(), wire_error_body(&error));
+    }
+    assert_eq!(
+        bodies["unknown_role"]["error"]["message"],
+        "`messages[0].role`: unknown variant `robot`, expected one of `system`, `developer`, \
+         `user`, `assistant`, `tool`"
+    );
+    assert_eq!(bodies["image_part"]["error"]["param"], "messages[2].content[0].type");
+    assert_eq!(bodies["missing_model"]["error"]["param"], "model");
+    snapshot_json("bad_requests", &Value::Object(bodies));
+}
+
+fn completion(response: ChatResponse, outcome: Outcome, tier: Option<(usize, &str)>) -> Completion {
+    Completion { response, report: fixtures::report(outcome, tier) }
+}
+
+#[test]
+fn renders_a_text_answer() {
+    let body = render_response(
+        &completion(fixtures::text_response(), Outcome::Answered, Some((0, "primary"))),
+        &fixtures::meta("chatcmpl-rein-1"),
+    );
+    assert_eq!(body["model"], "gpt-4o-2024-08-06");
+    snapshot_json("text_response", &body);
+}
+
+#[test]
+fn renders_tool_calls_from_a_claude_tier() {
+    let body = render_response(
+        &completion(fixtures::tool_response(), Outcome::Fallback, Some((1, "claude"))),
+        &fixtures::meta("chatcmpl-rein-2"),
+    );
+    assert_eq!(body["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(body["choices"][0]["message"]["tool_calls"][0]["id"], "toolu_01A");
+    snapshot_json("tool_response", &body);
+}
+
+#[test]
+fn renders_a_refusal_with_null_content() {
+    let body = render_response(
+        &completion(fixtures::refusal_response(), Outcome::Answered, Some((0, "primary"))),
+        &fixtures::meta("chatcmpl-rein-3"),
+    );
+    let message = &body["choices"][0]["message"];
+    assert_eq!(message["content"], Value::Null);
+    assert_eq!(message["refusal"], "I can't help with that.");
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+}
+
+#[test]
+fn renders_logprobs() {
+    let body = render_response(
+        &completion(fixtures::logprob_response(), Outcome::Answered, Some((0, "primary"))),
+        &fixtures::meta("chatcmpl-rein-4"),
+    );
+    snapshot_json("logprobs_response", &body["choices"][0]["logprobs"]);
+}
+
+#[test]
+fn renders_a_degraded_reply() {
+    let response = ChatResponse {
+        id: "degraded-support".into(),
+        model: "rein-degraded".into(),
+        text: "A person will reply within 2 hours.".into(),
+        stop_reason: Some(StopReason::EndTurn),
+        ..ChatResponse::default()
+    };
+    let body = render_response(
+        &completion(response, Outcome::Degraded, None),
+        &fixtures::meta("chatcmpl-rein-5"),
+    );
+    assert_eq!(
+        body["rein"],
+        json!({"outcome": "degraded", "route": "support", "tier": null,
+                                    "attempts": 1})
+    );
+    assert_eq!(body["usage"]["total_tokens"], 0);
+}
+
+#[test]
+fn finish_reasons_map_back() {
+    let cases = [
+        (StopReason::EndTurn, "stop"),
+        (StopReason::StopSequence, "stop"),
+        (StopReason::MaxTokens, "length"),
+        (StopReason::ToolUse, "tool_calls"),
+        (StopReason::ContentFilter, "content_filter"),
+        (StopReason::Refusal, "stop"),
+        (StopReason::PauseTurn, "stop"),
+        (StopReason::Other("function_call".into()), "function_call"),
+    ];
+    for (reason, expected) in cases {
+        assert_eq!(finish_reason(Some(&reason)), expected, "{reason:?}");
+    }
+}
+
+#[test]
+fn error_bodies() {
+    let kinds = [
+        (ErrorKind::InvalidRequest, "`temperature`: invalid type", Some("temperature")),
+        (ErrorKind::Authentication, "Incorrect API key provided.", None),
+        (ErrorKind::PermissionDenied, "This key may not use route `support`.", None),
+        (ErrorKind::NotFound, "The model `nope` does not exist.", Some("model")),
+        (ErrorKind::RequestTooLarge, "The request body is larger than 4 MiB.", None),
+        (ErrorKind::UnsupportedMediaType, "Send `content-type: application/json`.", None),
+        (ErrorKind::RateLimited, "Rate limit reached for route `support`.", None),
+        (ErrorKind::Internal, "The server had an error.", None),
+        (ErrorKind::Unavailable, "rein is shutting down.", None),
+        (ErrorKind::Timeout, "The deadline passed before any answer.", None),
+    ];
+    let bodies: Map<String, Value> = kinds
+        .iter()
+        .map(|(kind, message, param)| {
+            (kind.status().as_u16().to_string(), error_body(*kind, message, *param))
+        })
+        .collect();
+    assert_eq!(bodies["401"]["error"]["type"], "invalid_request_error");
+    assert_eq!(bodies["401"]["error"]["code"], "invalid_api_key");
+    snapshot_json("error_bodies", &Value::Object(bodies));
+}
+
+#[test]
+fn call_error_bodies() {
+    let report = || Box::new(fixtures::report(Outcome::Stopped, None));
+    let errors = [
+        CallError::UnknownRoute("nope".into()),
+        CallError::ContentPolicy { reason: "flagged as violent".into(), report: report() },
+        CallError::ContextLength { reason: "210000 > 200000 tokens".into(), report: report() },
+        CallError::Interrupted { reason: "stream broke".into(), report: report() },
+    ];
+    let bodies: Vec<Value> = errors
+        .iter()
+        .map(|error| {
+            let (status, body) = call_error_body(error);
+            json!({"status": status.as_u16(), "body": body})
+        })
+        .collect();
+    snapshot_json("call_error_bodies", &Value::Array(bodies));
+}
+
+#[test]
+fn models_list() {
+    let body = models_body(&["support".into(), "extract".into()], 1_760_000_000);
+    assert_eq!(body["data"][1]["id"], "extract");
+    assert_eq!(body["object"], "list");
+}

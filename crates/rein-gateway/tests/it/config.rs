@@ -1,0 +1,120 @@
+//! Config parsing and validation: every shipped example parses, and bad configs are refused with
+//! messages that name the key (snapshots).
+
+use rein_gateway::config::{Config, ProviderKind};
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "OPENAI_API_KEY" => Some("sk-test-openai".into()),
+        "ANTHROPIC_API_KEY" => Some("sk-ant-test".into()),
+        "REIN_CLIENT_KEY" => Some("client-key".into()),
+        "REIN_ADMIN_KEY" => Some("admin-key".into()),
+        _ => None,
+    }
+}
+
+fn example(name: &str) -> String {
+    let path = format!("{}/../../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn problems(text: &str) -> String {
+    Config::from_toml(text, &env).expect_err("config should be refused").to_string()
+}
+
+#[test]
+fn every_shipped_example_parses() {
+    for name in ["minimal.toml", "support-agent.toml", "embedded.toml"] {
+        let config =
+            Config::from_toml(&example(name), &env).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(!config.routes.is_empty(), "{name}");
+    }
+    let support = Config::from_toml(&example("support-agent.toml"), &env).unwrap();
+    let route = &support.routes["support"];
+    assert_eq!(route.tiers.len(), 2);
+    assert_eq!(route.failover, Some((1, 0.05)));
+    assert_eq!(route.clocks.deadline.as_millis(), 20_000);
+    assert_eq!(support.providers["anthropic"].kind, ProviderKind::Anthropic);
+    assert_eq!(support.server.client_keys.len(), 1);
+}
+
+#[test]
+fn secrets_never_print() {
+    let config = Config::from_toml(&example("support-agent.toml"), &env).unwrap();
+    let debug = format!("{config:?}");
+    let json = serde_json::to_string(&config).unwrap();
+    for secret in ["sk-test-openai", "sk-ant-test", "client-key", "admin-key"] {
+        assert!(!debug.contains(secret), "{secret} in Debug output");
+        assert!(!json.contains(secret), "{secret} in serialized config");
+    }
+    assert!(json.contains("***"));
+}
+
+#[test]
+fn unknown_key_is_named() {
+    let text = example("minimal.toml").replace("model = ", "modle = ");
+    insta::assert_snapshot!(problems(&text), @r"
+    the config has 1 problem:
+      - `routes.chat.tiers[0].modle`: unknown field `modle`, expected one of `name`, `provider`, `model`, `context_window`, `system_prompt`, `max_tokens`, `temperature`, `top_p`, `attempts`, `allowed_fails`, `cooldown_s`
+    ");
+}
+
+#[test]
+fn clock_contradictions_name_both_keys() {
+    let text = r#"
+[providers.openai]
+kind = "openai"
+api_key_env = "OPENAI_API_KEY"
+
+[routes.chat]
+deadline_ms = 500
+first_token_ms = 9000
+backoff_floor_ms = 9000
+
+[[routes.chat.tiers]]
+name = "primary"
+provider = "openai"
+model = "gpt-4o-mini"
+"#;
+    insta::assert_snapshot!(problems(text), @r"
+    the config has 4 problems:
+      - `routes.chat.deadline_ms`: (500) is less than `min_attempt_ms` (8000): no attempt could ever start; raise the deadline or lower `attempt_ms`/`min_attempt_ms`
+      - `routes.chat.first_token_ms`: (9000) is more than `attempt_ms` (8000): the attempt cap would always fire first
+      - `routes.chat.backoff_floor_ms`: (9000) is more than `backoff_cap_ms` (8000)
+      - `routes.chat.backoff_cap_ms`: (8000) is not less than `deadline_ms` (500): a wait that long could never be followed by an attempt
+    ");
+}
+
+#[test]
+fn missing_env_unknown_provider_and_open_listen_are_all_reported() {
+    let text = r#"
+[server]
+listen = "0.0.0.0:8787"
+
+[providers.openai]
+kind = "openai"
+api_key_env = "NOT_SET_ANYWHERE"
+
+[routes.chat]
+failover = { tier = "nope", share = 1.5 }
+
+[[routes.chat.tiers]]
+name = "primary"
+provider = "openia"
+model = "gpt-4o-mini"
+"#;
+    insta::assert_snapshot!(problems(text), @r"
+    the config has 5 problems:
+      - `server.client_keys_env`: rein refuses to listen on the non-loopback address 0.0.0.0:8787 without client keys: set `server.client_keys_env` to the environment variables holding them, or listen on 127.0.0.1
+      - `providers.openai.api_key_env`: environment variable `NOT_SET_ANYWHERE` is not set
+      - `routes.chat.tiers[0].provider`: `openia` is not a configured provider (known: openai)
+      - `routes.chat.failover.share`: (1.5) must be between 0.0 and 1.0
+      - `routes.chat.failover.tier`: `nope` is not a tier of this route
+    ");
+}
+
+#[test]
+fn malformed_toml_is_reported_with_its_position() {
+    let message = problems("[routes.chat\nx = 1");
+    assert!(message.contains("(file)"), "{message}");
+}

@@ -1,0 +1,5 @@
+//! Integration tests of the gateway crate.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod config;
