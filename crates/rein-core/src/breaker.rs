@@ -17,6 +17,7 @@ pub struct CooldownPolicy {
     /// Failed calls in a row that open the breaker.
     pub allowed_fails: u32,
     /// How long an open breaker skips the tier before letting one probe through.
+    #[serde(rename = "cooldown_ms", with = "crate::clock::millis")]
     pub cooldown: Duration,
 }
 

@@ -21,6 +21,7 @@ pub struct RetryBudgetPolicy {
     /// Retries allowed per second regardless of traffic.
     pub min_retries_per_s: f64,
     /// How far back requests and retries are counted.
+    #[serde(rename = "window_ms", with = "crate::clock::millis")]
     pub window: Duration,
 }
 

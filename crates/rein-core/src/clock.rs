@@ -15,15 +15,20 @@ use tokio::time::Instant;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClockPolicy {
     /// From sending the request until the first token of the answer.
+    #[serde(rename = "first_token_ms", with = "crate::clock::millis")]
     pub first_token: Duration,
     /// Longest gap between two events once tokens are flowing.
+    #[serde(rename = "stream_idle_ms", with = "crate::clock::millis")]
     pub stream_idle: Duration,
     /// Cap on one attempt, headers to last token.
+    #[serde(rename = "attempt_ms", with = "crate::clock::millis")]
     pub attempt: Duration,
     /// The whole call: every attempt, wait and tier.
+    #[serde(rename = "deadline_ms", with = "crate::clock::millis")]
     pub deadline: Duration,
     /// No attempt starts with less than this left before the deadline (defaults to `attempt`:
     /// an attempt that cannot run its full course is not started, the call steps down instead).
+    #[serde(rename = "min_attempt_ms", with = "crate::clock::millis")]
     pub min_attempt: Duration,
 }
 
@@ -70,6 +75,22 @@ impl Deadline {
 
     pub fn total(&self) -> Duration {
         self.at.saturating_duration_since(self.started)
+    }
+}
+
+/// Serde for durations as whole milliseconds, so settings print with the units of their
+/// config keys (`deadline_ms = 20000`).
+pub mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(value.as_millis().min(u128::from(u64::MAX)) as u64)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        u64::deserialize(deserializer).map(Duration::from_millis)
     }
 }
 

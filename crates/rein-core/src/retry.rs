@@ -19,10 +19,13 @@ pub struct RetryPolicy {
     /// Attempts per tier, the first one included.
     pub attempts: u32,
     /// The first backoff's upper bound.
+    #[serde(rename = "backoff_base_ms", with = "crate::clock::millis")]
     pub base: Duration,
     /// The largest backoff upper bound.
+    #[serde(rename = "backoff_cap_ms", with = "crate::clock::millis")]
     pub cap: Duration,
     /// No wait is shorter than this, so attempts are never back to back.
+    #[serde(rename = "backoff_floor_ms", with = "crate::clock::millis")]
     pub floor: Duration,
 }
 

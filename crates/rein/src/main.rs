@@ -17,12 +17,45 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the gateway: the OpenAI and Anthropic APIs in front of your routes.
+    ///
+    /// With no --config, runs the embedded default: two simulated providers in-process, no API
+    /// keys needed. Reloads its config on SIGHUP; drains in-flight requests on SIGTERM/Ctrl-C.
+    Serve(ServeArgs),
+    /// Validate a config file, say what is wrong by key, and print the effective config with
+    /// secrets masked.
+    Check(CheckArgs),
     /// Run the fault-injecting OpenAI/Anthropic simulator, for tests and drills.
     ///
     /// Pick a fault per request with the `x-sim-fault: <spec>` header or `"model": "sim:<spec>"`,
     /// or for every request with a scenario file. Prints the address it listens on.
     Sim(SimArgs),
 }
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// The config file (TOML). Without it, the embedded default config is used.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+struct CheckArgs {
+    /// The config file to check.
+    config: PathBuf,
+}
+
+/// The config `rein serve` runs when given none.
+const EMBEDDED_CONFIG: &str = include_str!("../../../examples/embedded.toml");
 
 #[derive(Debug, Args)]
 struct SimArgs {
@@ -37,18 +70,125 @@ struct SimArgs {
     log: Option<PathBuf>,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
-    match Cli::parse().command {
-        Command::Sim(args) => sim(args).await,
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let json_logs =
+        matches!(&cli.command, Command::Serve(ServeArgs { log_format: LogFormat::Json, .. }));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json_logs {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve(args) => serve(args).await,
+            Command::Check(args) => check(args).await,
+            Command::Sim(args) => sim(args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }
 
-async fn sim(args: SimArgs) -> anyhow::Result<()> {
+async fn serve(args: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
+    use rein_gateway::server::{Gateway, bind};
+    let default = args.config.is_none().then(|| EMBEDDED_CONFIG.to_string());
+    if args.config.is_none() {
+        tracing::info!(
+            "no --config given: running the embedded default (simulated providers, no API keys)"
+        );
+    }
+    let gateway = match Gateway::new(args.config.clone(), default).await {
+        Ok(gateway) => gateway,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return Ok(std::process::ExitCode::from(2));
+        }
+    };
+    let listener = bind(&gateway).await?;
+    let addr = listener.local_addr()?;
+    {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "rein listening on http://{addr}")?;
+        writeln!(stdout, "routes: {}", gateway.engine.route_names().join(", "))?;
+        stdout.flush()?;
+    }
+    let reloader = gateway.clone();
+    tokio::spawn(async move {
+        let Ok(mut hangups) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        else {
+            tracing::warn!("cannot listen for SIGHUP; reload through the admin API instead");
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            match reloader.reload().await {
+                Ok(version) => tracing::info!(version, "SIGHUP: config reloaded"),
+                Err(error) => tracing::error!(
+                    "SIGHUP: reload refused, the old config stays in force: {error}"
+                ),
+            }
+        }
+    });
+    gateway.serve(listener, shutdown_signal()).await?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
+}
+
+async fn check(args: CheckArgs) -> anyhow::Result<std::process::ExitCode> {
+    let text = std::fs::read_to_string(&args.config)
+        .with_context(|| format!("cannot read {}", args.config.display()))?;
+    match rein_gateway::config::Config::from_toml(&text, &rein_gateway::config::process_env) {
+        Ok(config) => {
+            let mut stdout = std::io::stdout().lock();
+            writeln!(
+                stdout,
+                "{} is valid: {} route(s), {} provider(s). Effective config (secrets masked):",
+                args.config.display(),
+                config.routes.len(),
+                config.providers.len()
+            )?;
+            writeln!(stdout, "{}", serde_json::to_string_pretty(&config)?)?;
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        Err(error) => {
+            eprint!("{}: {error}", args.config.display());
+            Ok(std::process::ExitCode::from(1))
+        }
+    }
+}
+
+async fn sim(args: SimArgs) -> anyhow::Result<std::process::ExitCode> {
     let scenario = match &args.scenario {
         Some(path) => Some(rein_sim::Scenario::from_file(path)?),
         None => None,
@@ -61,5 +201,5 @@ async fn sim(args: SimArgs) -> anyhow::Result<()> {
     drop(stdout);
     tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
     handle.shutdown().await;
-    Ok(())
+    Ok(std::process::ExitCode::SUCCESS)
 }

@@ -107,6 +107,7 @@ pub struct ServerConfig {
     pub admin_key: Option<Secret>,
     pub max_body_bytes: usize,
     pub forward_client_keys: bool,
+    #[serde(rename = "drain_timeout_ms", with = "rein_core::clock::millis")]
     pub drain_timeout: Duration,
 }
 
@@ -114,7 +115,9 @@ pub struct ServerConfig {
 #[derive(Debug, Clone, Serialize)]
 pub struct UpstreamConfig {
     /// The connect clock.
+    #[serde(rename = "connect_ms", with = "rein_core::clock::millis")]
     pub connect: Duration,
+    #[serde(rename = "pool_idle_ms", with = "rein_core::clock::millis")]
     pub pool_idle: Duration,
 }
 

@@ -1,0 +1,401 @@
+//! End-to-end HTTP tests of `rein serve`'s surface: a real gateway on 127.0.0.1:0 in front of
+//! in-process simulators, spoken to with a plain HTTP client. Auth, bad input, the kill switch,
+//! reload (valid and invalid), metrics text and the graceful drain of an open stream.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use rein_gateway::config::Config;
+use rein_gateway::server::{EnvSource, Gateway};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+pub const CONFIG: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+client_keys_env = ["CLIENT_KEY"]
+admin_key_env = "ADMIN_KEY"
+max_body_bytes = 4096
+drain_timeout_ms = 5000
+
+[providers.sim-openai]
+kind = "sim"
+format = "openai"
+
+[providers.sim-anthropic]
+kind = "sim"
+format = "anthropic"
+
+[routes.chat]
+deadline_ms = 5000
+first_token_ms = 1000
+stream_idle_ms = 1000
+attempt_ms = 2000
+backoff_base_ms = 20
+backoff_floor_ms = 10
+backoff_cap_ms = 100
+degraded = { template = "We are on it; a person will reply shortly." }
+
+[[routes.chat.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "sim-primary"
+
+[[routes.chat.tiers]]
+name = "fallback"
+provider = "sim-anthropic"
+model = "sim-fallback"
+
+[routes.flaky]
+deadline_ms = 5000
+first_token_ms = 1000
+attempt_ms = 2000
+backoff_base_ms = 20
+backoff_floor_ms = 10
+backoff_cap_ms = 100
+
+[[routes.flaky.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "sim:529"
+
+[[routes.flaky.tiers]]
+name = "fallback"
+provider = "sim-anthropic"
+model = "sim-fallback"
+
+[routes.slow]
+release = "passthrough"
+deadline_ms = 10000
+attempt_ms = 8000
+
+[[routes.slow.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "sim:ok+token_delay:ms=100"
+"#;
+
+pub struct Running {
+    pub addr: SocketAddr,
+    pub gateway: Arc<Gateway>,
+    pub client: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+pub fn env() -> EnvSource {
+    let vars: HashMap<&str, &str> =
+        [("CLIENT_KEY", "client-secret-1"), ("ADMIN_KEY", "admin-secret-1")].into();
+    Arc::new(move |name: &str| vars.get(name).map(|v| v.to_string()))
+}
+
+pub async fn start_with(text: &str, path: Option<PathBuf>) -> Running {
+    let env = env();
+    let config = Config::from_toml(text, &*env).unwrap();
+    let gateway = Gateway::from_config(config, path, None, env).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(gateway.clone().serve(listener, async move {
+        let _ = stopped.await;
+    }));
+    Running { addr, gateway, client: reqwest::Client::new(), stop: Some(stop), task }
+}
+
+pub async fn start() -> Running {
+    start_with(CONFIG, None).await
+}
+
+impl Running {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub async fn post(&self, path: &str, key: Option<&str>, body: Value) -> reqwest::Response {
+        let mut request = self.client.post(self.url(path)).json(&body);
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        request.send().await.unwrap()
+    }
+
+    pub async fn admin(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> reqwest::Response {
+        let mut request = self.client.request(method, self.url(path)).bearer_auth("admin-secret-1");
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        request.send().await.unwrap()
+    }
+
+    pub async fn stop(mut self) -> std::io::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.await.unwrap()
+    }
+}
+
+pub fn chat(route: &str) -> Value {
+    json!({"model": route, "messages": [{"role": "user", "content": "where is my order?"}]})
+}
+
+const KEY: Option<&str> = Some("client-secret-1");
+
+#[tokio::test]
+async fn answers_and_says_what_happened() {
+    let gw = start().await;
+    let response = gw.post("/v1/chat/completions", KEY, chat("chat")).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-rein-outcome"], "answered");
+    assert_eq!(response.headers()["x-rein-tier"], "primary");
+    assert_eq!(response.headers()["x-rein-attempts"], "1");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["model"], "sim-primary");
+    assert!(
+        body["choices"][0]["message"]["content"].as_str().unwrap().ends_with(rein_sim::SENTINEL)
+    );
+
+    let response = gw.post("/v1/chat/completions", KEY, chat("flaky")).await;
+    assert_eq!(response.headers()["x-rein-outcome"], "fallback");
+    assert_eq!(response.headers()["x-rein-model"], "sim-fallback");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["model"], "sim-fallback", "the body names the model that actually answered");
+    assert_eq!(body["rein"]["outcome"], "fallback");
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn auth_is_required_and_refused_in_the_callers_format() {
+    let gw = start().await;
+    let openai = gw.post("/v1/chat/completions", Some("wrong"), chat("chat")).await;
+    assert_eq!(openai.status(), 401);
+    let body: Value = openai.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert!(body["error"]["message"].as_str().unwrap().contains("API key"));
+
+    let missing = gw
+        .post("/v1/messages", None, json!({"model": "chat", "max_tokens": 10, "messages": []}))
+        .await;
+    assert_eq!(missing.status(), 401);
+    let body: Value = missing.json().await.unwrap();
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "authentication_error");
+
+    // Anthropic SDKs send `x-api-key`.
+    let ok = gw
+        .client
+        .post(gw.url("/v1/messages"))
+        .header("x-api-key", "client-secret-1")
+        .json(&json!({"model": "chat", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    // The client key is not an admin key.
+    let admin =
+        gw.client.get(gw.url("/admin/tiers")).bearer_auth("client-secret-1").send().await.unwrap();
+    assert_eq!(admin.status(), 401);
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_input_gets_the_right_4xx_naming_the_problem() {
+    let gw = start().await;
+    let cases: Vec<(&str, reqwest::RequestBuilder, u16, &str)> = vec![
+        (
+            "malformed JSON",
+            gw.client.post(gw.url("/v1/chat/completions")).bearer_auth("client-secret-1").header("content-type", "application/json").body("{\"model\": "),
+            400,
+            "JSON",
+        ),
+        ("unknown route", gw.client.post(gw.url("/v1/chat/completions")).bearer_auth("client-secret-1").json(&chat("nope")), 404, "nope"),
+        (
+            "missing messages",
+            gw.client.post(gw.url("/v1/chat/completions")).bearer_auth("client-secret-1").json(&json!({"model": "chat"})),
+            400,
+            "messages",
+        ),
+        (
+            "wrong-typed field",
+            gw.client
+                .post(gw.url("/v1/chat/completions"))
+                .bearer_auth("client-secret-1")
+                .json(&json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}], "temperature": "hot"})),
+            400,
+            "temperature",
+        ),
+        (
+            "wrong content type",
+            gw.client.post(gw.url("/v1/chat/completions")).bearer_auth("client-secret-1").header("content-type", "text/plain").body("hi"),
+            415,
+            "application/json",
+        ),
+        (
+            "oversized body",
+            gw.client
+                .post(gw.url("/v1/chat/completions"))
+                .bearer_auth("client-secret-1")
+                .json(&json!({"model": "chat", "messages": [{"role": "user", "content": "x".repeat(10_000)}]})),
+            413,
+            "max_body_bytes",
+        ),
+        (
+            "anthropic without max_tokens",
+            gw.client.post(gw.url("/v1/messages")).bearer_auth("client-secret-1").json(&json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}]})),
+            400,
+            "max_tokens",
+        ),
+        (
+            "bad deadline header",
+            gw.client.post(gw.url("/v1/chat/completions")).bearer_auth("client-secret-1").header("x-rein-deadline-ms", "soon").json(&chat("chat")),
+            400,
+            "x-rein-deadline-ms",
+        ),
+    ];
+    for (name, request, status, needle) in cases {
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status().as_u16(), status, "{name}");
+        let body: Value = response.json().await.unwrap();
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(needle), "{name}: `{needle}` not in {body}");
+    }
+    // The process is unaffected.
+    assert_eq!(gw.post("/v1/chat/completions", KEY, chat("chat")).await.status(), 200);
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn kill_switch_flips_at_runtime_and_is_audited() {
+    let gw = start().await;
+    let flip = gw
+        .admin(
+            reqwest::Method::POST,
+            "/admin/kill",
+            Some(json!({"route": "chat", "engaged": true, "reason": "bad prompt edit"})),
+        )
+        .await;
+    assert_eq!(flip.status(), 200);
+    let response = gw.post("/v1/chat/completions", KEY, chat("chat")).await;
+    assert_eq!(response.headers()["x-rein-outcome"], "degraded");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "We are on it; a person will reply shortly."
+    );
+    // Other routes are untouched.
+    let other = gw.post("/v1/chat/completions", KEY, chat("flaky")).await;
+    assert_eq!(other.headers()["x-rein-outcome"], "fallback");
+
+    gw.admin(
+        reqwest::Method::POST,
+        "/admin/kill",
+        Some(json!({"route": "chat", "engaged": false, "reason": "reverted"})),
+    )
+    .await;
+    let response = gw.post("/v1/chat/completions", KEY, chat("chat")).await;
+    assert_eq!(response.headers()["x-rein-outcome"], "answered");
+    let state: Value =
+        gw.admin(reqwest::Method::GET, "/admin/kill", None).await.json().await.unwrap();
+    let audit = state["audit"].as_array().unwrap();
+    assert_eq!(audit.len(), 2);
+    assert_eq!(audit[0]["reason"], "bad prompt edit");
+    assert!(audit[0]["at_unix_ms"].as_u64().unwrap() > 0);
+
+    let refused = gw
+        .admin(reqwest::Method::POST, "/admin/kill", Some(json!({"engaged": true, "reason": ""})))
+        .await;
+    assert_eq!(refused.status(), 400, "a flip must say why");
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn reload_applies_a_valid_config_and_refuses_an_invalid_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.toml");
+    std::fs::write(&path, CONFIG).unwrap();
+    let gw = start_with(CONFIG, Some(path.clone())).await;
+
+    // Valid: a new route appears, without a restart.
+    let extra = "\n[routes.added]\n[[routes.added.tiers]]\nname = \"only\"\nprovider = \"sim-openai\"\nmodel = \"sim-added\"\n";
+    std::fs::write(&path, format!("{CONFIG}{extra}")).unwrap();
+    let response = gw.admin(reqwest::Method::POST, "/admin/reload", None).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.json::<Value>().await.unwrap()["version"], 2);
+    assert_eq!(gw.post("/v1/chat/completions", KEY, chat("added")).await.status(), 200);
+
+    // Invalid: refused with the problem named by key; the old config stays.
+    std::fs::write(&path, CONFIG.replace("deadline_ms = 5000", "deadline_ms = 50")).unwrap();
+    let response = gw.admin(reqwest::Method::POST, "/admin/reload", None).await;
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert!(
+        body["error"]["problems"][0]["key"].as_str().unwrap().ends_with("deadline_ms"),
+        "{body}"
+    );
+    assert_eq!(
+        gw.post("/v1/chat/completions", KEY, chat("added")).await.status(),
+        200,
+        "old config still serves"
+    );
+    assert_eq!(gw.gateway.runtime().version, 2);
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn metrics_text_counts_outcomes_attempts_and_breakers() {
+    let gw = start().await;
+    gw.post("/v1/chat/completions", KEY, chat("chat")).await;
+    gw.post("/v1/chat/completions", KEY, chat("flaky")).await;
+    gw.post("/v1/chat/completions", Some("wrong"), chat("chat")).await;
+    let text = gw.client.get(gw.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    // Histograms carry timings; the snapshot keeps the lines that are deterministic, sorted
+    // (series within a family come out in hash order).
+    assert!(text.contains("# TYPE rein_request_duration_seconds histogram"), "{text}");
+    assert!(text.trim_end().ends_with("# EOF"), "OpenMetrics text ends with # EOF");
+    let mut stable: Vec<&str> = text
+        .lines()
+        .filter(|line| !line.contains("request_duration") && !line.starts_with("# EOF"))
+        .collect();
+    stable.sort_unstable();
+    insta::assert_snapshot!(stable.join("\n"));
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_drains_an_open_stream_to_its_end() {
+    let gw = start().await;
+    let response = gw
+        .post("/v1/chat/completions", KEY, json!({"model": "slow", "stream": true, "messages": [{"role": "user", "content": "hi"}]}))
+        .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-rein-release"], "passthrough");
+    let mut body = response.bytes_stream();
+    let first = body.next().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("chat.completion.chunk"));
+
+    // Ask for shutdown while the stream is open: readiness drops, the stream runs to its end.
+    let Running { addr, gateway, client, stop, task } = gw;
+    stop.unwrap().send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(gateway.runtime().version, 1);
+    let mut text = String::from_utf8_lossy(&first).to_string();
+    while let Some(chunk) = body.next().await {
+        text.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+    }
+    assert!(text.contains(rein_sim::SENTINEL), "the whole answer arrived");
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    task.await.unwrap().unwrap();
+    assert!(
+        client.get(format!("http://{addr}/healthz")).send().await.is_err(),
+        "no longer accepting"
+    );
+}
