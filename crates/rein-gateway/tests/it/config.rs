@@ -24,7 +24,7 @@ fn problems(text: &str) -> String {
 
 #[test]
 fn every_shipped_example_parses() {
-    for name in ["minimal.toml", "support-agent.toml", "embedded.toml"] {
+    for name in ["minimal.toml", "support-agent.toml", "embedded.toml", "drill.toml"] {
         let config =
             Config::from_toml(&example(name), &env).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(!config.routes.is_empty(), "{name}");
