@@ -632,6 +632,7 @@ impl CallState {
     fn report(&self, route: &Route) -> CallReport {
         CallReport {
             route: route.name.clone(),
+            settings_version: route.settings_version,
             outcome: self.outcome,
             served_by: self.served_by.clone(),
             steps: self.steps.clone(),

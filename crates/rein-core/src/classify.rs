@@ -287,6 +287,7 @@ fn is_context_length(code: &str, message: &str) -> bool {
         || message.contains("prompt is too long")
         || message.contains("maximum context length")
         || message.contains("context window")
+        || message.contains("exceed context limit")
 }
 
 fn is_content_policy(code: &str, message: &str) -> bool {
@@ -294,7 +295,7 @@ fn is_content_policy(code: &str, message: &str) -> bool {
         || code == "content_filter"
         || message.contains("content policy")
         || message.contains("content filtering policy")
-        || message.contains("usage policies")
+        || message.contains("usage polic")
 }
 
 #[cfg(test)]

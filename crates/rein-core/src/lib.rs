@@ -17,6 +17,7 @@ pub mod release;
 pub mod report;
 pub mod retry;
 pub mod route;
+pub mod validate;
 
 pub use breaker::{BreakerState, Cooldown, CooldownPolicy};
 pub use budget::{RetryBudget, RetryBudgetPolicy};

@@ -134,6 +134,8 @@ pub struct Alert {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CallReport {
     pub route: String,
+    /// The route settings version that served the call, when versions are kept.
+    pub settings_version: Option<i64>,
     pub outcome: Outcome,
     pub served_by: Option<ServedBy>,
     pub steps: Vec<Step>,

@@ -132,6 +132,9 @@ pub struct Route {
     pub release: ReleaseMode,
     pub failover: Option<FailoverShare>,
     pub degraded: DegradedReply,
+    /// The version of the route's prompts and model settings this route runs (from the store),
+    /// named in every report so an answer can be traced to the settings that produced it.
+    pub settings_version: Option<i64>,
 }
 
 impl Route {
@@ -144,6 +147,7 @@ impl Route {
             release: ReleaseMode::default(),
             failover: None,
             degraded: DegradedReply::default(),
+            settings_version: None,
         }
     }
 }

@@ -14,8 +14,12 @@ use rein_providers::{
     ProviderConfig as AdapterConfig, Secret as ProviderSecret, build_provider,
 };
 use rein_sim::{Scenario, SimConfig, SimHandle};
+use rein_store::{RouteSettings, Store, StoreError, TierSettings};
 
-use crate::config::{Config, ProviderConfig, ProviderKind};
+use crate::config::{Config, ProviderConfig, ProviderKind, RouteConfig};
+
+/// The author recorded for settings versions that come from the config file.
+pub const CONFIG_AUTHOR: &str = "config";
 
 /// Why a config could not be made live (after it validated).
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +28,44 @@ pub enum BuildError {
     Provider { provider: String, message: String },
     #[error("cannot build the HTTP client: {0}")]
     Client(String),
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// A route's prompts and model settings as the config file writes them.
+pub fn settings_of(route: &RouteConfig) -> RouteSettings {
+    RouteSettings {
+        tiers: route
+            .tiers
+            .iter()
+            .map(|tier| {
+                (
+                    tier.name.clone(),
+                    TierSettings {
+                        model: tier.model.clone(),
+                        system_prompt: tier.params.system_prompt.clone(),
+                        max_tokens: tier.params.max_tokens,
+                        temperature: tier.params.temperature,
+                        top_p: tier.params.top_p,
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+/// Record the config's settings of every route as a new version when they changed since the
+/// config last wrote one. An operator's revert stays in force until the config itself changes.
+pub fn record_config_settings(config: &Config, store: &Store) -> Result<(), StoreError> {
+    for (name, route) in &config.routes {
+        let settings = settings_of(route);
+        let unchanged =
+            store.latest_by(name, CONFIG_AUTHOR)?.is_some_and(|v| v.settings == settings);
+        if !unchanged {
+            store.record_settings(name, &settings, CONFIG_AUTHOR, "from the config file")?;
+        }
+    }
+    Ok(())
 }
 
 /// The parts that live across reloads.
@@ -155,11 +197,13 @@ impl Upstreams {
     }
 
     /// Build every route of `config`, keeping the cooldown state of unchanged tiers from
-    /// `engine`'s current routes.
+    /// `engine`'s current routes. Each tier runs the route's active settings version from
+    /// `store` (model, prompt, parameters), or the config for tiers the version does not name.
     pub async fn routes(
         &self,
         config: &Config,
         engine: Option<&Engine>,
+        store: &Store,
     ) -> Result<Vec<Route>, BuildError> {
         let mut providers: BTreeMap<&str, Arc<dyn Provider>> = BTreeMap::new();
         for (name, provider) in &config.providers {
@@ -167,8 +211,20 @@ impl Upstreams {
         }
         let mut routes = Vec::new();
         for (name, route) in &config.routes {
+            let active = store.active_version(name)?;
             let mut tiers = Vec::new();
             for tier in &route.tiers {
+                let mut tier = tier.clone();
+                if let Some(settings) =
+                    active.as_ref().and_then(|v| v.settings.tiers.get(&tier.name))
+                {
+                    tier.model = settings.model.clone();
+                    tier.params.system_prompt = settings.system_prompt.clone();
+                    tier.params.max_tokens = settings.max_tokens;
+                    tier.params.temperature = settings.temperature;
+                    tier.params.top_p = settings.top_p;
+                }
+                let tier = &tier;
                 let Some(provider) = providers.get(tier.provider.as_str()) else {
                     return Err(BuildError::Provider {
                         provider: tier.provider.clone(),
@@ -195,6 +251,7 @@ impl Upstreams {
             built.release = route.release;
             built.degraded = route.degraded.clone();
             built.failover = route.failover.map(|(tier, share)| FailoverShare { tier, share });
+            built.settings_version = active.map(|v| v.version);
             routes.push(built);
         }
         Ok(routes)

@@ -25,6 +25,9 @@ enum Command {
     /// Validate a config file, say what is wrong by key, and print the effective config with
     /// secrets masked.
     Check(CheckArgs),
+    /// List, diff, change and revert a route's prompt and model-settings versions on a running
+    /// gateway (through its admin API).
+    Versions(VersionsArgs),
     /// Run the fault-injecting OpenAI/Anthropic simulator, for tests and drills.
     ///
     /// Pick a fault per request with the `x-sim-fault: <spec>` header or `"model": "sim:<spec>"`,
@@ -52,6 +55,46 @@ enum LogFormat {
 struct CheckArgs {
     /// The config file to check.
     config: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct VersionsArgs {
+    /// The gateway's address.
+    #[arg(long, default_value = "http://127.0.0.1:8787")]
+    url: String,
+    /// Environment variable holding the admin key.
+    #[arg(long, default_value = "REIN_ADMIN_KEY")]
+    admin_key_env: String,
+    #[command(subcommand)]
+    action: VersionsAction,
+}
+
+#[derive(Debug, Subcommand)]
+enum VersionsAction {
+    /// Every version of a route, with author, time and which one is active.
+    List { route: String },
+    /// What changed between two versions.
+    Diff { route: String, from: i64, to: i64 },
+    /// Store new settings (a JSON file: {"tiers": {"<tier>": {"model": ..., "system_prompt": ...}}})
+    /// as a new version and make it serve.
+    Set {
+        route: String,
+        #[arg(long)]
+        file: PathBuf,
+        #[arg(long)]
+        author: String,
+        #[arg(long, default_value = "")]
+        note: String,
+    },
+    /// Make an earlier version serve again.
+    Revert {
+        route: String,
+        version: i64,
+        #[arg(long)]
+        author: String,
+        #[arg(long)]
+        reason: String,
+    },
 }
 
 /// The config `rein serve` runs when given none.
@@ -93,6 +136,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Serve(args) => serve(args).await,
             Command::Check(args) => check(args).await,
+            Command::Versions(args) => versions(args).await,
             Command::Sim(args) => sim(args).await,
         }
     });
@@ -202,4 +246,43 @@ async fn sim(args: SimArgs) -> anyhow::Result<std::process::ExitCode> {
     tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
     handle.shutdown().await;
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+async fn versions(args: VersionsArgs) -> anyhow::Result<std::process::ExitCode> {
+    let key = std::env::var(&args.admin_key_env)
+        .with_context(|| format!("set {} to the gateway's admin key", args.admin_key_env))?;
+    let client = reqwest::Client::new();
+    let base = args.url.trim_end_matches('/');
+    let request = match &args.action {
+        VersionsAction::List { route } => {
+            client.get(format!("{base}/admin/routes/{route}/versions"))
+        }
+        VersionsAction::Diff { route, from, to } => {
+            client.get(format!("{base}/admin/routes/{route}/diff?from={from}&to={to}"))
+        }
+        VersionsAction::Set { route, file, author, note } => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let settings: serde_json::Value = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not JSON", file.display()))?;
+            client
+                .post(format!("{base}/admin/routes/{route}/versions"))
+                .json(&serde_json::json!({"settings": settings, "author": author, "note": note}))
+        }
+        VersionsAction::Revert { route, version, author, reason } => client
+            .post(format!("{base}/admin/routes/{route}/revert"))
+            .json(&serde_json::json!({"version": version, "author": author, "reason": reason})),
+    };
+    let response =
+        request.bearer_auth(key).send().await.with_context(|| format!("cannot reach {base}"))?;
+    let status = response.status();
+    let body: serde_json::Value =
+        response.json().await.context("the gateway answered with something other than JSON")?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{}", serde_json::to_string_pretty(&body)?)?;
+    Ok(if status.is_success() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    })
 }

@@ -7,4 +7,5 @@ mod chain;
 mod matrix;
 mod props;
 mod release;
+mod rules_fp;
 mod support;

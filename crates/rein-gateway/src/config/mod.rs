@@ -106,7 +106,6 @@ pub struct ServerConfig {
     pub client_keys: Vec<Secret>,
     pub admin_key: Option<Secret>,
     pub max_body_bytes: usize,
-    pub forward_client_keys: bool,
     #[serde(rename = "drain_timeout_ms", with = "rein_core::clock::millis")]
     pub drain_timeout: Duration,
 }
@@ -288,7 +287,6 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
             client_keys,
             admin_key,
             max_body_bytes: raw.server.max_body_bytes,
-            forward_client_keys: raw.server.forward_client_keys,
             drain_timeout: ms(raw.server.drain_timeout_ms),
         },
         store: StoreConfig { sqlite_path: raw.store.sqlite_path },

@@ -36,9 +36,6 @@ pub struct RawServer {
     pub admin_key_env: Option<String>,
     #[serde(default = "default_body_limit")]
     pub max_body_bytes: usize,
-    /// Forward the caller's own provider key instead of the configured one.
-    #[serde(default)]
-    pub forward_client_keys: bool,
     /// How long shutdown waits for in-flight requests and streams.
     #[serde(default = "default_drain_ms")]
     pub drain_timeout_ms: u64,
@@ -51,7 +48,6 @@ impl Default for RawServer {
             client_keys_env: Vec::new(),
             admin_key_env: None,
             max_body_bytes: default_body_limit(),
-            forward_client_keys: false,
             drain_timeout_ms: default_drain_ms(),
         }
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -22,6 +22,9 @@ pub fn router() -> Router<Arc<Gateway>> {
         .route("/tiers", get(tiers))
         .route("/reload", post(reload))
         .route("/config", get(config))
+        .route("/routes/{route}/versions", get(versions).post(new_version))
+        .route("/routes/{route}/diff", get(diff))
+        .route("/routes/{route}/revert", post(revert))
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -132,4 +135,180 @@ async fn config(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
     }
     let runtime = gateway.runtime();
     axum::Json(json!({ "version": runtime.version, "config": &runtime.config })).into_response()
+}
+
+fn store_error(failure: rein_store::StoreError) -> Response {
+    let status = match failure {
+        rein_store::StoreError::NoSuchVersion { .. } => StatusCode::NOT_FOUND,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    error(status, failure.to_string())
+}
+
+/// The route must exist in the config in force.
+fn known_route(gateway: &Gateway, route: &str) -> Option<Response> {
+    (!gateway.runtime().config.routes.contains_key(route))
+        .then(|| error(StatusCode::NOT_FOUND, format!("no route named `{route}`")))
+}
+
+async fn versions(
+    State(gateway): State<Arc<Gateway>>,
+    Path(route): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(response) = denied(&gateway, &headers).or_else(|| known_route(&gateway, &route)) {
+        return response;
+    }
+    match gateway.store.versions(&route) {
+        Ok(versions) => axum::Json(json!({ "route": route, "versions": versions })).into_response(),
+        Err(e) => store_error(e),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct DiffQuery {
+    from: i64,
+    to: i64,
+}
+
+async fn diff(
+    State(gateway): State<Arc<Gateway>>,
+    Path(route): Path<String>,
+    Query(query): Query<DiffQuery>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(response) = denied(&gateway, &headers).or_else(|| known_route(&gateway, &route)) {
+        return response;
+    }
+    match gateway.store.diff(&route, query.from, query.to) {
+        Ok(changes) => axum::Json(
+            json!({ "route": route, "from": query.from, "to": query.to, "changes": changes }),
+        )
+        .into_response(),
+        Err(e) => store_error(e),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewVersion {
+    settings: rein_store::RouteSettings,
+    author: String,
+    #[serde(default)]
+    note: String,
+}
+
+async fn new_version(
+    State(gateway): State<Arc<Gateway>>,
+    Path(route): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Some(response) = denied(&gateway, &headers).or_else(|| known_route(&gateway, &route)) {
+        return response;
+    }
+    let request: NewVersion = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "body must be {{\"settings\": {{\"tiers\": {{<tier>: {{\"model\", \"system_prompt\"?, ...}}}}}}, \"author\": string, \"note\"?: string}}: {e}"
+                ),
+            );
+        }
+    };
+    if request.author.trim().is_empty() {
+        return error(StatusCode::BAD_REQUEST, "`author` must name who made the change");
+    }
+    let runtime = gateway.runtime();
+    let tiers: Vec<&str> =
+        runtime.config.routes[&route].tiers.iter().map(|t| t.name.as_str()).collect();
+    for (tier, settings) in &request.settings.tiers {
+        if !tiers.contains(&tier.as_str()) {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "`settings.tiers.{tier}`: route `{route}` has no such tier (tiers: {})",
+                    tiers.join(", ")
+                ),
+            );
+        }
+        if settings.model.trim().is_empty() {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("`settings.tiers.{tier}.model` must not be empty"),
+            );
+        }
+        if settings.temperature.is_some_and(|t| !(0.0..=2.0).contains(&t)) {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("`settings.tiers.{tier}.temperature` must be between 0.0 and 2.0"),
+            );
+        }
+    }
+    let info = match gateway.store.record_settings(
+        &route,
+        &request.settings,
+        &request.author,
+        &request.note,
+    ) {
+        Ok(info) => info,
+        Err(e) => return store_error(e),
+    };
+    if let Err(e) = gateway.refresh_routes().await {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("version {} stored but not applied: {e}", info.version),
+        );
+    }
+    axum::Json(info).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Revert {
+    version: i64,
+    author: String,
+    reason: String,
+}
+
+async fn revert(
+    State(gateway): State<Arc<Gateway>>,
+    Path(route): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Some(response) = denied(&gateway, &headers).or_else(|| known_route(&gateway, &route)) {
+        return response;
+    }
+    let request: Revert = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "body must be {{\"version\": number, \"author\": string, \"reason\": string}}: {e}"
+                ),
+            );
+        }
+    };
+    if request.reason.trim().is_empty() || request.author.trim().is_empty() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "`author` and `reason` must say who reverted and why",
+        );
+    }
+    let info =
+        match gateway.store.activate(&route, request.version, &request.author, &request.reason) {
+            Ok(info) => info,
+            Err(e) => return store_error(e),
+        };
+    if let Err(e) = gateway.refresh_routes().await {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("version {} activated but not applied: {e}", info.version),
+        );
+    }
+    axum::Json(info).into_response()
 }

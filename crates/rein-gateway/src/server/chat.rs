@@ -340,6 +340,9 @@ fn report_headers(
         set("x-rein-route", &report.route);
         set("x-rein-outcome", report.outcome.as_str());
         set("x-rein-attempts", &report.attempt_count().to_string());
+        if let Some(version) = report.settings_version {
+            set("x-rein-settings-version", &version.to_string());
+        }
         if let Some(served) = &report.served_by {
             set("x-rein-tier", &served.tier_name);
             set("x-rein-provider", &served.provider);

@@ -79,6 +79,8 @@ pub struct Gateway {
     runtime: ArcSwap<Runtime>,
     pub engine: Engine,
     pub metrics: Arc<Metrics>,
+    /// The embedded store (route settings versions).
+    pub store: Arc<rein_store::Store>,
     upstreams: Upstreams,
     config_path: Option<PathBuf>,
     /// Replaces the config file when there is none (the embedded default).
@@ -141,12 +143,17 @@ impl Gateway {
             .jitter(Arc::new(rein_core::SeededJitter::new(rand::rng().random())))
             .observer(Arc::new(MetricsObserver(metrics.clone())))
             .build();
-        let routes = upstreams.routes(&config, None).await?;
+        let store = Arc::new(
+            rein_store::Store::open_path(&config.store.sqlite_path).map_err(BuildError::Store)?,
+        );
+        crate::runtime::record_config_settings(&config, &store).map_err(BuildError::Store)?;
+        let routes = upstreams.routes(&config, None, &store).await?;
         engine.replace_routes(routes);
         Ok(Arc::new(Self {
             runtime: ArcSwap::from_pointee(Runtime { config, version: 1 }),
             engine,
             metrics,
+            store,
             upstreams,
             config_path,
             default_config,
@@ -173,13 +180,24 @@ impl Gateway {
 
     /// Swap in a validated config.
     pub async fn apply(&self, config: Config) -> Result<u64, StartError> {
-        let routes = self.upstreams.routes(&config, Some(&self.engine)).await?;
+        crate::runtime::record_config_settings(&config, &self.store).map_err(BuildError::Store)?;
+        let routes = self.upstreams.routes(&config, Some(&self.engine), &self.store).await?;
         let version = self.runtime().version + 1;
         self.engine.replace_routes(routes);
         self.runtime.store(Arc::new(Runtime { config, version }));
         self.reloads.fetch_add(1, Ordering::Relaxed);
         tracing::info!(version, "config reloaded");
         Ok(version)
+    }
+
+    /// Rebuild the routes from the current config and the store's active versions (after a
+    /// settings change or a revert through the admin API).
+    pub async fn refresh_routes(&self) -> Result<(), StartError> {
+        let runtime = self.runtime();
+        let routes =
+            self.upstreams.routes(&runtime.config, Some(&self.engine), &self.store).await?;
+        self.engine.replace_routes(routes);
+        Ok(())
     }
 
     /// Serve on `listener` until `shutdown` resolves, then stop accepting and drain in-flight

@@ -42,6 +42,7 @@ pub(crate) fn report(outcome: Outcome, served: Option<(usize, &str)>) -> CallRep
     };
     CallReport {
         route: "support".into(),
+        settings_version: Some(3),
         outcome,
         served_by: served.map(|(tier, name)| ServedBy {
             tier,

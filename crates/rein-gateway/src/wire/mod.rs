@@ -146,6 +146,7 @@ pub fn rein_summary(report: &CallReport) -> Value {
         "route": report.route,
         "tier": report.served_by.as_ref().map(|served| served.tier_name.clone()),
         "attempts": report.attempt_count(),
+        "settings_version": report.settings_version,
     })
 }
 

@@ -319,7 +319,7 @@ fn renders_a_degraded_reply() {
     );
     assert_eq!(
         body["rein"],
-        json!({"outcome": "degraded", "route": "support", "tier": null,
+        json!({"outcome": "degraded", "route": "support", "tier": null, "settings_version": 3,
                                     "attempts": 1})
     );
     assert_eq!(body["usage"]["total_tokens"], 0);

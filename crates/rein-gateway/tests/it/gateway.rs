@@ -22,6 +22,9 @@ admin_key_env = "ADMIN_KEY"
 max_body_bytes = 4096
 drain_timeout_ms = 5000
 
+[store]
+sqlite_path = ":memory:"
+
 [providers.sim-openai]
 kind = "sim"
 format = "openai"
@@ -398,4 +401,88 @@ async fn shutdown_drains_an_open_stream_to_its_end() {
         client.get(format!("http://{addr}/healthz")).send().await.is_err(),
         "no longer accepting"
     );
+}
+
+#[tokio::test]
+async fn a_prompt_change_makes_a_new_version_that_serves_and_a_revert_brings_the_old_one_back() {
+    let gw = start().await;
+    let answer = |response: reqwest::Response| async move {
+        let version = response.headers()["x-rein-settings-version"].to_str().unwrap().to_string();
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["rein"]["settings_version"].to_string(), version);
+        (version, body["choices"][0]["message"]["content"].as_str().unwrap().to_string())
+    };
+    let (v1, text1) = answer(gw.post("/v1/chat/completions", KEY, chat("chat")).await).await;
+    assert_eq!(v1, "1", "the config's settings are version 1");
+
+    let change = json!({
+        "author": "alice",
+        "note": "shorter answers",
+        "settings": {"tiers": {
+            "primary": {"model": "sim-primary", "system_prompt": "Be brief."},
+            "fallback": {"model": "sim-fallback"}
+        }}
+    });
+    let created =
+        gw.admin(reqwest::Method::POST, "/admin/routes/chat/versions", Some(change)).await;
+    assert_eq!(created.status(), 200);
+    assert_eq!(created.json::<Value>().await.unwrap()["version"], 2);
+    let (v2, text2) = answer(gw.post("/v1/chat/completions", KEY, chat("chat")).await).await;
+    assert_eq!(v2, "2");
+    assert_ne!(
+        text1, text2,
+        "the new system prompt reached the provider (the sim's answer hashes it)"
+    );
+
+    let diff: Value = gw
+        .admin(reqwest::Method::GET, "/admin/routes/chat/diff?from=1&to=2", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(diff["changes"][0]["path"], "tiers.primary.system_prompt");
+    assert_eq!(diff["changes"][0]["to"], "Be brief.");
+
+    let reverted = gw
+        .admin(
+            reqwest::Method::POST,
+            "/admin/routes/chat/revert",
+            Some(json!({"version": 1, "author": "bob", "reason": "wrong cutoffs"})),
+        )
+        .await;
+    assert_eq!(reverted.status(), 200);
+    let (v, text) = answer(gw.post("/v1/chat/completions", KEY, chat("chat")).await).await;
+    assert_eq!((v.as_str(), text), ("1", text1), "version 1 serves again, with its prompt");
+
+    let listed: Value = gw
+        .admin(reqwest::Method::GET, "/admin/routes/chat/versions", None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let versions = listed["versions"].as_array().unwrap();
+    assert_eq!(versions.len(), 2);
+    assert_eq!(versions[1]["author"], "alice");
+    assert_eq!(versions[0]["active"], true);
+
+    // Bad input is named.
+    let bad = gw
+        .admin(
+            reqwest::Method::POST,
+            "/admin/routes/chat/versions",
+            Some(json!({"author": "x", "settings": {"tiers": {"nope": {"model": "m"}}}})),
+        )
+        .await;
+    assert_eq!(bad.status(), 400);
+    assert!(
+        bad.json::<Value>().await.unwrap()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("settings.tiers.nope")
+    );
+    // A reload with an unchanged config does not undo the revert.
+    gw.gateway.apply(Config::from_toml(CONFIG, &*env()).unwrap()).await.unwrap();
+    let (v, _) = answer(gw.post("/v1/chat/completions", KEY, chat("chat")).await).await;
+    assert_eq!(v, "1");
+    gw.stop().await.unwrap();
 }
