@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::classify::Classified;
 use crate::failure::Failure;
+use crate::validate::{CodeRepair, Problem};
 
 /// How a call ended, as the caller is told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -23,6 +24,8 @@ pub enum Outcome {
     Stopped,
     /// A passthrough stream failed after tokens were already forwarded.
     Interrupted,
+    /// The model refused; the route's safe reply was sent.
+    Declined,
 }
 
 impl Outcome {
@@ -33,6 +36,7 @@ impl Outcome {
             Outcome::Degraded => "degraded",
             Outcome::Stopped => "stopped",
             Outcome::Interrupted => "interrupted",
+            Outcome::Declined => "declined",
         }
     }
 }
@@ -57,6 +61,8 @@ pub enum SkipReason {
     AttemptsExhausted,
     /// The provider said not to retry.
     NotRetryable,
+    /// The tier answered, but the answer failed its checks (after the one repair).
+    ChecksFailed,
 }
 
 /// Who served the answer.
@@ -114,10 +120,39 @@ pub enum Step {
     KillSwitch {
         reason: String,
     },
-    /// The degraded reply was sent.
+    /// The degraded reply (or, after a refusal, the safe reply) was sent.
     Degraded {
         at_ms: u64,
     },
+    /// An answer went through the validation ladder.
+    Checked {
+        tier: usize,
+        at_ms: u64,
+        /// `pass`, `cut_off`, `refused`, `filtered` or `fail`.
+        verdict: &'static str,
+        repairs: Vec<CodeRepair>,
+        problems: Vec<Problem>,
+        failed_open: Vec<Problem>,
+        /// Passthrough streams are checked after the fact: the verdict is recorded, not acted on.
+        recorded_only: bool,
+    },
+    /// The tier is asked again: once with a higher token ceiling after a cut-off answer, once
+    /// with the exact problems after failed checks. Counted apart from transport retries.
+    Reask {
+        tier: usize,
+        at_ms: u64,
+        reason: ReaskReason,
+    },
+}
+
+/// Why an answer was asked for again.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "why")]
+pub enum ReaskReason {
+    /// Cut off at the token ceiling: asked again with this one.
+    CutOff { max_tokens: u32 },
+    /// Failed its checks: asked again naming the problems.
+    ChecksFailed { problems: Vec<Problem> },
 }
 
 /// Something a person should know about (a tier rejecting every request, quota gone).
@@ -153,6 +188,23 @@ impl CallReport {
 
     pub fn attempt_count(&self) -> usize {
         self.attempts().count()
+    }
+
+    /// Re-asks made (cut-off or failed checks), counted apart from transport retries.
+    pub fn reask_count(&self) -> usize {
+        self.steps.iter().filter(|step| matches!(step, Step::Reask { .. })).count()
+    }
+
+    /// Code repairs applied to the answer that was used.
+    pub fn repairs(&self) -> Vec<&CodeRepair> {
+        self.steps
+            .iter()
+            .filter_map(|step| match step {
+                Step::Checked { repairs, verdict: "pass", .. } => Some(repairs.iter()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
     }
 
     /// Attempts made on one tier.

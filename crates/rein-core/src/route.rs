@@ -14,6 +14,7 @@ use crate::degraded::DegradedReply;
 use crate::model::ChatRequest;
 use crate::provider::Provider;
 use crate::retry::RetryPolicy;
+use crate::validate::OutputContract;
 
 /// Parameters a tier sets on every request it sends, replacing the caller's.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -135,6 +136,11 @@ pub struct Route {
     /// The version of the route's prompts and model settings this route runs (from the store),
     /// named in every report so an answer can be traced to the settings that produced it.
     pub settings_version: Option<i64>,
+    /// What an answer must satisfy before it is used (the validation ladder); `None` accepts
+    /// any whole answer.
+    pub contract: Option<OutputContract>,
+    /// The highest token ceiling a cut-off answer may be asked again with.
+    pub max_tokens_cap: u32,
 }
 
 impl Route {
@@ -148,6 +154,8 @@ impl Route {
             failover: None,
             degraded: DegradedReply::default(),
             settings_version: None,
+            contract: None,
+            max_tokens_cap: 8192,
         }
     }
 }

@@ -43,6 +43,15 @@ pub enum Act {
     StopWith(StopReason),
     /// Healthy after `t` since the provider was made, this status before.
     DownUntil(Duration, u16),
+    /// Answer exactly this text, stopping for this reason.
+    Say(String, StopReason),
+    /// Answer this text after this delay.
+    SayAfter(String, Duration),
+}
+
+/// An answer with this text that ends normally.
+pub fn say(text: &str) -> Act {
+    Act::Say(text.to_string(), StopReason::EndTurn)
 }
 
 pub fn ok() -> Act {
@@ -80,6 +89,8 @@ pub struct Scripted {
     born: Instant,
     /// Arrival time of every request, since the provider was made.
     pub arrivals: Mutex<Vec<Duration>>,
+    /// Every request received, in order.
+    pub requests: Mutex<Vec<ChatRequest>>,
 }
 
 impl Scripted {
@@ -90,7 +101,12 @@ impl Scripted {
             script: Mutex::new(script.into()),
             born: Instant::now(),
             arrivals: Mutex::new(Vec::new()),
+            requests: Mutex::new(Vec::new()),
         })
+    }
+
+    pub fn requests(&self) -> Vec<ChatRequest> {
+        self.requests.lock().unwrap().clone()
     }
 
     pub fn arrivals(&self) -> Vec<Duration> {
@@ -134,6 +150,13 @@ fn tokens(n: usize, first: Duration, gap: Duration) -> Vec<(Duration, Option<Ite
     plan
 }
 
+fn said(text: &str, delay: Duration) -> Vec<(Duration, Option<Item>)> {
+    vec![
+        (Duration::ZERO, Some(Ok(StreamEvent::Start { id: "r".into(), model: "scripted".into() }))),
+        (delay, Some(Ok(StreamEvent::TextDelta { text: text.to_string() }))),
+    ]
+}
+
 fn finished(
     mut plan: Vec<(Duration, Option<Item>)>,
     reason: StopReason,
@@ -159,9 +182,10 @@ impl Provider for Scripted {
         self.format
     }
 
-    fn send(&self, _request: ChatRequest) -> BoxFuture<'static, Result<EventStream, Failure>> {
+    fn send(&self, request: ChatRequest) -> BoxFuture<'static, Result<EventStream, Failure>> {
         let now = Instant::now().saturating_duration_since(self.born);
         self.arrivals.lock().unwrap().push(now);
+        self.requests.lock().unwrap().push(request);
         let mut act = self.next_act();
         if let Act::DownUntil(until, code) = act {
             act = if now < until { status(code) } else { ok() };
@@ -220,6 +244,10 @@ impl Provider for Scripted {
                     finished(tokens(3, Duration::ZERO, Duration::ZERO), reason, true)
                 }
                 Act::DownUntil(..) => unreachable!("resolved above"),
+                Act::Say(text, reason) => finished(said(&text, Duration::ZERO), reason, true),
+                Act::SayAfter(text, delay) => {
+                    finished(said(&text, delay), StopReason::EndTurn, true)
+                }
             };
             Ok(planned(plan))
         })

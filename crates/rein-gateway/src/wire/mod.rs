@@ -86,9 +86,9 @@ impl ErrorKind {
     pub fn of_call_error(error: &CallError) -> Self {
         match error {
             CallError::UnknownRoute(_) => ErrorKind::NotFound,
-            CallError::ContentPolicy { .. } | CallError::ContextLength { .. } => {
-                ErrorKind::InvalidRequest
-            }
+            CallError::ContentPolicy { .. }
+            | CallError::ContentFilter { .. }
+            | CallError::ContextLength { .. } => ErrorKind::InvalidRequest,
             // Only a stream can be interrupted; a plain response never sees this.
             CallError::Interrupted { .. } => ErrorKind::Internal,
         }

@@ -537,6 +537,9 @@ pub fn call_error_body(error: &CallError) -> (axum::http::StatusCode, Value) {
         CallError::ContentPolicy { .. } => {
             error_body_with_code(kind, &message, None, Some("content_policy_violation"))
         }
+        CallError::ContentFilter { .. } => {
+            error_body_with_code(kind, &message, None, Some("content_filter"))
+        }
         CallError::ContextLength { .. } => {
             error_body_with_code(kind, &message, Some("messages"), Some("context_length_exceeded"))
         }

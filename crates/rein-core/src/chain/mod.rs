@@ -6,81 +6,26 @@
 //! budget allows) or step down. When every tier is done, the route's degraded reply. Every step
 //! lands in the [`CallReport`].
 
-use std::collections::{BTreeMap, HashMap};
-use std::fmt;
+mod call;
+mod check;
+
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
 
 use crate::attempt::{AttemptClocks, Forwarder, run_attempt};
 use crate::breaker::{Admission, BreakerState};
 use crate::budget::{RetryBudget, RetryBudgetPolicy};
 use crate::classify::{Classified, Disposition, Fault, classify};
-use crate::clock::Deadline;
 use crate::degraded::KillSwitch;
 use crate::failure::Failure;
-use crate::model::{ChatRequest, ChatResponse, StopReason, Usage};
-use crate::report::{
-    Alert, AttemptRecord, CallReport, Outcome, ServedBy, SkipReason, Step, millis,
-};
+use crate::model::ChatRequest;
+use crate::report::{Alert, AttemptRecord, Outcome, ServedBy, SkipReason, Step, millis};
 use crate::retry::{Jitter, SeededJitter};
 use crate::route::Route;
 
-/// Per-call options from the caller.
-#[derive(Debug, Clone, Default)]
-pub struct CallOptions {
-    /// The caller's deadline; the call uses the shorter of this and the route's.
-    pub deadline: Option<Duration>,
-    /// Values for the degraded reply's template.
-    pub vars: BTreeMap<String, String>,
-}
-
-/// A finished call: the answer (a model's or the degraded reply) and what happened.
-#[derive(Debug, Clone)]
-pub struct Completion {
-    pub response: ChatResponse,
-    pub report: CallReport,
-}
-
-impl Completion {
-    pub fn outcome(&self) -> Outcome {
-        self.report.outcome
-    }
-}
-
-/// A call that ended without an answer to give. Every variant carries the full report.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum CallError {
-    #[error("no route named `{0}`")]
-    UnknownRoute(String),
-    /// The provider's content policy rejected the request; `reason` is the provider's words.
-    #[error("rejected by the provider's content policy: {reason}")]
-    ContentPolicy { reason: String, report: Box<CallReport> },
-    /// The prompt is longer than every tier's context window.
-    #[error("the prompt is too long for every tier of this route: {reason}")]
-    ContextLength { reason: String, report: Box<CallReport> },
-    /// A passthrough stream failed after tokens had reached the caller.
-    #[error("the stream failed after it started: {reason}")]
-    Interrupted { reason: String, report: Box<CallReport> },
-}
-
-impl CallError {
-    pub fn report(&self) -> Option<&CallReport> {
-        match self {
-            CallError::UnknownRoute(_) => None,
-            CallError::ContentPolicy { report, .. }
-            | CallError::ContextLength { report, .. }
-            | CallError::Interrupted { report, .. } => Some(report),
-        }
-    }
-}
-
-/// Watches calls as they happen (metrics, traces). Every method has a no-op default.
-pub trait Observer: Send + Sync + fmt::Debug {
-    fn on_attempt(&self, _route: &str, _attempt: &AttemptRecord) {}
-    fn on_alert(&self, _alert: &Alert) {}
-    fn on_call(&self, _report: &CallReport) {}
-    fn on_retry_budget_exhausted(&self, _provider: &str) {}
-}
+pub use call::{CallError, CallOptions, Completion, Observer};
+use call::{CallState, Ended};
+use check::Checked;
 
 #[derive(Debug)]
 struct RouteState {
@@ -286,11 +231,12 @@ impl Engine {
     ) -> Result<Completion, CallError> {
         let route = &state.0.route;
         let mut call = CallState::new(route, options);
-        let result = self.run_inner(state, &mut call, request, forward).await;
+        let result = self.run_inner(state, &mut call, request, options, forward).await;
         let result = match result {
             Ok(done) => Ok(done),
             Err(Ended::Error(error)) => Err(error),
             Err(Ended::Degraded) => Ok(call.degraded(route, options)),
+            Err(Ended::Declined) => Ok(call.declined(route, options)),
         };
         let report = match &result {
             Ok(completion) => Some(&completion.report),
@@ -307,6 +253,7 @@ impl Engine {
         state: &RouteHandle,
         call: &mut CallState,
         request: ChatRequest,
+        options: &CallOptions,
         mut forward: Option<&mut Forwarder>,
     ) -> Result<Completion, Ended> {
         let route = &state.0.route;
@@ -337,19 +284,23 @@ impl Engine {
             };
             let budget = self.retry_budget(tier.provider.name());
             // A half-open probe is one attempt: a recovering tier gets a single request, not a burst.
-            let attempts = if permit.is_probe() {
+            let mut attempts = if permit.is_probe() {
                 1
             } else {
                 tier.attempts.unwrap_or(route.retry.attempts).max(1)
             };
             let mut last: Option<Classified> = None;
             let mut tried = false;
+            // The request as this tier sends it; a re-ask extends it.
+            let mut tier_request = tier.prepare(&request);
+            let mut number = 0;
 
-            for number in 1..=attempts {
+            while number < attempts {
+                number += 1;
                 if let Some(previous) = &last {
                     let pushback = previous.retry_after;
                     let wait = pushback.unwrap_or_else(|| {
-                        route.retry.backoff(number - 2, self.inner.jitter.as_ref())
+                        route.retry.backoff(number.saturating_sub(2), self.inner.jitter.as_ref())
                     });
                     let remaining = call.deadline.remaining();
                     if let Some(retry_after) = pushback {
@@ -407,7 +358,7 @@ impl Engine {
                 tried = true;
                 let result = run_attempt(
                     tier.provider.as_ref(),
-                    tier.prepare(&request),
+                    tier_request.clone(),
                     clocks,
                     forward.as_deref_mut(),
                 )
@@ -425,9 +376,43 @@ impl Engine {
                     probe: permit.is_probe(),
                 };
                 match result {
-                    Ok(response) => {
+                    Ok(mut response) => {
                         self.observe_attempt(&route.name, &record);
                         call.steps.push(Step::Attempt(record));
+                        let sent = forward.as_deref().is_some_and(|f| f.forwarded());
+                        match self
+                            .check(route, index, &response, &tier_request, options, sent, call)
+                            .await
+                        {
+                            Checked::Accept { text } => {
+                                if let Some(text) = text {
+                                    response.text = text;
+                                }
+                            }
+                            Checked::Reask(next) => {
+                                tier_request = *next;
+                                attempts += 1;
+                                last = None;
+                                continue;
+                            }
+                            Checked::Rejected => {
+                                call.skip(index, &tier.name, SkipReason::ChecksFailed);
+                                break;
+                            }
+                            Checked::Declined => {
+                                permit.succeeded();
+                                return Err(Ended::Declined);
+                            }
+                            Checked::Filtered(reason) => {
+                                permit.succeeded();
+                                call.outcome = Outcome::Stopped;
+                                let report = Box::new(call.report(route));
+                                return Err(Ended::Error(CallError::ContentFilter {
+                                    reason,
+                                    report,
+                                }));
+                            }
+                        }
                         permit.succeeded();
                         let failover = position == 0 && index != 0;
                         call.outcome = if index == 0 || failover {
@@ -524,7 +509,9 @@ impl Engine {
             // the last failure says something about the tier rather than the request.
             match (&last, tried) {
                 (Some(classified), true) if classified.fault != Fault::Request => permit.failed(),
-                (Some(_), true) => permit.succeeded(),
+                // Answered (even if the answer failed its checks), or failed for a reason that
+                // says nothing about the tier's health.
+                (_, true) => permit.succeeded(),
                 _ => permit.unused(),
             }
             if tried
@@ -586,78 +573,6 @@ pub(crate) struct RouteHandle(Arc<RouteState>);
 impl RouteHandle {
     pub fn release_mode(&self) -> crate::route::ReleaseMode {
         self.0.route.release
-    }
-}
-
-enum Ended {
-    Degraded,
-    Error(CallError),
-}
-
-/// What is known about a call while it runs.
-struct CallState {
-    deadline: Deadline,
-    /// The least time an attempt needs before it may start: the route's `min_attempt`, or the
-    /// whole deadline when the caller's is shorter (so a short deadline still gets one attempt).
-    min_attempt: Duration,
-    steps: Vec<Step>,
-    alerts: Vec<Alert>,
-    outcome: Outcome,
-    served_by: Option<ServedBy>,
-}
-
-impl CallState {
-    fn new(route: &Route, options: &CallOptions) -> Self {
-        let total =
-            options.deadline.map_or(route.clocks.deadline, |d| d.min(route.clocks.deadline));
-        Self {
-            deadline: Deadline::after(total),
-            min_attempt: route.clocks.min_attempt.min(total),
-            steps: Vec::new(),
-            alerts: Vec::new(),
-            outcome: Outcome::Degraded,
-            served_by: None,
-        }
-    }
-
-    fn skip(&mut self, tier: usize, tier_name: &str, reason: SkipReason) {
-        self.steps.push(Step::TierSkipped {
-            tier,
-            tier_name: tier_name.to_string(),
-            at_ms: millis(self.deadline.elapsed()),
-            reason,
-        });
-    }
-
-    fn report(&self, route: &Route) -> CallReport {
-        CallReport {
-            route: route.name.clone(),
-            settings_version: route.settings_version,
-            outcome: self.outcome,
-            served_by: self.served_by.clone(),
-            steps: self.steps.clone(),
-            alerts: self.alerts.clone(),
-            elapsed_ms: millis(self.deadline.elapsed()),
-        }
-    }
-
-    fn finish(&mut self, route: &Route, response: ChatResponse) -> Completion {
-        Completion { response, report: self.report(route) }
-    }
-
-    fn degraded(&mut self, route: &Route, options: &CallOptions) -> Completion {
-        self.outcome = Outcome::Degraded;
-        self.served_by = None;
-        self.steps.push(Step::Degraded { at_ms: millis(self.deadline.elapsed()) });
-        let response = ChatResponse {
-            id: format!("degraded-{}", route.name),
-            model: "rein-degraded".to_string(),
-            text: route.degraded.render(&options.vars),
-            stop_reason: Some(StopReason::EndTurn),
-            usage: Usage::default(),
-            ..ChatResponse::default()
-        };
-        self.finish(route, response)
     }
 }
 
