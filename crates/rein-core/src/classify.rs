@@ -222,6 +222,11 @@ fn kind_of_http(format: WireFormat, http: &HttpError) -> FailureKind {
     if is_content_policy(code, &message) {
         return FailureKind::ContentPolicy;
     }
+    // OpenAI sends a 429 `rate_limit_exceeded` for one request bigger than the per-minute token
+    // limit: no amount of waiting lets it through, so it is a too-large request, not a rate limit.
+    if http.status == 429 && message.contains("request too large") {
+        return FailureKind::PayloadTooLarge;
+    }
     match (format, error_type) {
         (WireFormat::Anthropic, "overloaded_error") => return FailureKind::Overloaded,
         (WireFormat::Anthropic, "rate_limit_error") => return FailureKind::RateLimited,
@@ -329,6 +334,19 @@ mod tests {
         assert_eq!(classify(&clears).disposition, Disposition::RetryTier);
         assert_eq!(classify(&never).kind, FailureKind::QuotaExhausted);
         assert_eq!(classify(&never).disposition, Disposition::SkipTierAndAlert);
+    }
+
+    #[test]
+    fn a_request_larger_than_the_minute_limit_is_not_retried() {
+        let failure = http(
+            WireFormat::OpenAi,
+            429,
+            "tokens",
+            "rate_limit_exceeded",
+            "Request too large for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Requested 30601.",
+        );
+        assert_eq!(classify(&failure).kind, FailureKind::PayloadTooLarge);
+        assert_ne!(classify(&failure).disposition, Disposition::RetryTier);
     }
 
     #[test]

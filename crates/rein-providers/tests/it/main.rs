@@ -7,6 +7,7 @@
 // panic too: this whole crate is a test.
 #![allow(clippy::result_large_err, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod classify;
 mod config;
 mod errors;
 mod fixtures;
