@@ -6,4 +6,5 @@ pub mod config;
 pub mod metrics;
 pub mod runtime;
 pub mod server;
+pub mod webhook;
 pub mod wire;

@@ -1,13 +1,16 @@
 //! Turning a validated [`Config`] into live parts: provider adapters over one pooled HTTP
-//! client, in-process simulators for `kind = "sim"` providers, and the engine's routes.
+//! client, in-process simulators for `kind = "sim"` providers, and the engine's routes with
+//! their output contracts (compiled schema, built-in rules, then webhook rules over a second
+//! pooled client, and the fail-open selectors).
 //!
-//! A reload builds everything anew except what must survive it: the pooled client, simulators
+//! A reload builds everything anew except what must survive it: the pooled clients, simulators
 //! whose settings did not change, and the cooldown state of every tier that still points at the
 //! same provider and model (an outage does not end because someone edited a prompt).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use rein_core::validate::{OutputContract, RuleSet};
 use rein_core::{Engine, FailoverShare, Provider, Route, Tier};
 use rein_providers::{
     AnthropicConfig, AzureConfig, HttpClient, HttpClientConfig, OpenAiAuth, OpenAiConfig,
@@ -16,7 +19,8 @@ use rein_providers::{
 use rein_sim::{Scenario, SimConfig, SimHandle};
 use rein_store::{RouteSettings, Store, StoreError, TierSettings};
 
-use crate::config::{Config, ProviderConfig, ProviderKind, RouteConfig};
+use crate::config::{Config, OutputConfig, ProviderConfig, ProviderKind, RouteConfig};
+use crate::webhook::{self, WebhookRule};
 
 /// The author recorded for settings versions that come from the config file.
 pub const CONFIG_AUTHOR: &str = "config";
@@ -30,6 +34,8 @@ pub enum BuildError {
     Client(String),
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    #[error("`routes.{route}.output`: {message}")]
+    Output { route: String, message: String },
 }
 
 /// A route's prompts and model settings as the config file writes them.
@@ -72,6 +78,8 @@ pub fn record_config_settings(config: &Config, store: &Store) -> Result<(), Stor
 #[derive(Debug)]
 pub struct Upstreams {
     client: HttpClient,
+    /// The client every webhook rule sends through.
+    webhooks: reqwest::Client,
     sims: Mutex<BTreeMap<String, (SimKey, Arc<SimHandle>)>>,
 }
 
@@ -88,7 +96,8 @@ impl Upstreams {
             ..HttpClientConfig::default()
         })
         .map_err(|e| BuildError::Client(e.to_string()))?;
-        Ok(Self { client, sims: Mutex::new(BTreeMap::new()) })
+        let webhooks = webhook::client(config.upstream.connect).map_err(BuildError::Client)?;
+        Ok(Self { client, webhooks, sims: Mutex::new(BTreeMap::new()) })
     }
 
     /// The in-process simulators currently running, by provider name.
@@ -252,9 +261,30 @@ impl Upstreams {
             built.degraded = route.degraded.clone();
             built.failover = route.failover.map(|(tier, share)| FailoverShare { tier, share });
             built.settings_version = active.map(|v| v.version);
+            if let Some(output) = &route.output {
+                built.contract = Some(self.contract(name, output)?);
+                built.max_tokens_cap = output.max_tokens_cap;
+            }
             routes.push(built);
         }
         Ok(routes)
+    }
+
+    /// A route's output contract: built-in rules first, then webhooks, each in config order.
+    fn contract(&self, route: &str, output: &OutputConfig) -> Result<OutputContract, BuildError> {
+        let mut rules = RuleSet::from_builtin(output.rules.iter().cloned());
+        for config in &output.webhooks {
+            let rule = WebhookRule::new(config, self.webhooks.clone()).map_err(|error| {
+                BuildError::Output { route: route.to_string(), message: error.to_string() }
+            })?;
+            rules.push(Arc::new(rule));
+        }
+        Ok(OutputContract {
+            json: output.json,
+            schema: output.compiled_schema.clone(),
+            rules,
+            fail_open: output.fail_open.clone(),
+        })
     }
 }
 

@@ -53,7 +53,7 @@ pub fn healthy_answer(request_body: &Value) -> HealthyAnswer {
             usage: Usage::default(),
         };
     };
-    let plan = Plan::build(&request, None);
+    let plan = Plan::build(&request, None, None);
     let joined = plan.tokens.concat();
     let (text, tool_call) = match &plan.kind {
         Kind::ToolCall { name, .. } => {
@@ -109,20 +109,27 @@ pub(crate) enum Stop {
 
 impl Plan {
     /// The answer to `request`, changed by `shape` (`reject_prefill` has no effect here: the
-    /// server answers a prefill with an error before planning).
-    pub fn build(request: &SimRequest, shape: Option<Shape>) -> Plan {
+    /// server answers a prefill with an error before planning). `say` is the exact text to
+    /// answer instead of the healthy one (never a tool call), in 5-character tokens; a shape
+    /// still applies to it.
+    pub fn build(request: &SimRequest, shape: Option<Shape>, say: Option<&str>) -> Plan {
         let digest = conversation_hash(request);
         let hash = format!("{:08x}", (digest >> 32) as u32 ^ digest as u32);
         let input_tokens = request.input_tokens();
-        let (kind, tokens, mut stop) = match shape {
-            Some(Shape::Refusal) => (Kind::Refusal, refusal_tokens(&hash), Stop::Refusal),
-            Some(Shape::CodeFence) => {
-                let json = json_answer(request, digest, &hash);
+        let (kind, tokens, mut stop) = match (shape, say) {
+            (Some(Shape::Refusal), Some(text)) => (Kind::Refusal, json_tokens(text), Stop::Refusal),
+            (Some(Shape::Refusal), None) => (Kind::Refusal, refusal_tokens(&hash), Stop::Refusal),
+            (Some(Shape::CodeFence), _) => {
+                let json = match say {
+                    Some(text) => text.to_owned(),
+                    None => json_answer(request, digest, &hash),
+                };
                 let mut tokens = vec!["```json\n".to_owned()];
                 tokens.extend(json_tokens(&json));
                 tokens.push("\n```".to_owned());
                 (Kind::Text, tokens, Stop::EndTurn)
             }
+            (_, Some(text)) => (Kind::Text, json_tokens(text), Stop::EndTurn),
             _ => match tool_to_call(request) {
                 Some((name, schema)) => {
                     let arguments = schema::example(&schema, "arg").to_string();

@@ -8,6 +8,9 @@
 
 use std::fmt;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD_INDIFFERENT;
+
 /// A parsed fault spec: the steps of a script (a single fault is a script of one step).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FaultSpec {
@@ -98,7 +101,7 @@ impl Step {
     pub fn healthy() -> Step {
         Step {
             text: "ok".to_owned(),
-            outcome: Outcome::Answer { shape: None, transport: None },
+            outcome: Outcome::Answer { shape: None, transport: None, say: None },
             slow_first_token_ms: None,
             token_delay_ms: None,
         }
@@ -116,6 +119,7 @@ impl Step {
         let mut shape: Option<Shape> = None;
         let mut transport: Option<Transport> = None;
         let mut terminal: Option<Outcome> = None;
+        let mut say: Option<String> = None;
         let mut slow_first_token_ms = None;
         let mut token_delay_ms = None;
         let mut saw_ok = false;
@@ -126,6 +130,7 @@ impl Step {
                 Parsed::Shape(s) => set_once(&mut shape, s, &raw.name, "answer shape")?,
                 Parsed::Transport(t) => set_once(&mut transport, t, &raw.name, "stream fault")?,
                 Parsed::Terminal(o) => set_once(&mut terminal, o, &raw.name, "error")?,
+                Parsed::Say(text) => set_once(&mut say, text, &raw.name, "answer text")?,
                 Parsed::SlowFirstToken(ms) => {
                     set_once(&mut slow_first_token_ms, ms, &raw.name, "first-token delay")?
                 }
@@ -136,7 +141,7 @@ impl Step {
         }
         let outcome = match terminal {
             Some(outcome) => {
-                if saw_ok || shape.is_some() || transport.is_some() {
+                if saw_ok || shape.is_some() || transport.is_some() || say.is_some() {
                     return Err(format!(
                         "`{text}` combines an error or connection fault with an answer; \
                          only slow_first_token may be added to it"
@@ -149,7 +154,7 @@ impl Step {
                 }
                 outcome
             }
-            None => Outcome::Answer { shape, transport },
+            None => Outcome::Answer { shape, transport, say },
         };
         Ok(Step { text: text.to_owned(), outcome, slow_first_token_ms, token_delay_ms })
     }
@@ -166,8 +171,10 @@ fn set_once<T>(slot: &mut Option<T>, value: T, name: &str, what: &str) -> Result
 /// What happens to a request, apart from timing.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    /// A 200 answer, possibly shaped or broken in transit.
-    Answer { shape: Option<Shape>, transport: Option<Transport> },
+    /// A 200 answer, possibly shaped or broken in transit. `say` replaces the healthy answer's
+    /// text with exactly this text (`say:b64=<base64url>`); shapes and stream faults still apply
+    /// to it (`max_tokens` cuts it, `refusal` makes it the refusal's words).
+    Answer { shape: Option<Shape>, transport: Option<Transport>, say: Option<String> },
     /// An error status with the provider's error body.
     Error(ErrorFault),
     /// Close the connection (TCP reset) before any response header.
@@ -337,6 +344,22 @@ enum Parsed {
     Terminal(Outcome),
     SlowFirstToken(u64),
     TokenDelay(u64),
+    Say(String),
+}
+
+/// The text of `say:b64=<...>`: base64url (RFC 4648 §5, `-` and `_`), padding optional, of
+/// UTF-8 text. The URL-safe alphabet has none of the spec's separators (`,` `+` `;` `:`).
+fn decode_say(encoded: &str) -> Result<String, String> {
+    let bytes = URL_SAFE_NO_PAD_INDIFFERENT
+        .decode(encoded)
+        .map_err(|e| format!("`say`: b64 is not base64url ({e}); encode the answer text with the URL-safe alphabet (`-`, `_`)"))?;
+    String::from_utf8(bytes).map_err(|_| "`say`: b64 does not decode to UTF-8 text".to_string())
+}
+
+/// The fault spec step `say:b64=<...>` that answers exactly `text`, for scripts and `sim:`
+/// models: `format!("sim:{},{}", say_spec("bad"), say_spec("good"))`.
+pub fn say_spec(text: &str) -> String {
+    format!("say:b64={}", URL_SAFE_NO_PAD_INDIFFERENT.encode(text))
 }
 
 /// Every fault name the simulator knows, for error messages.
@@ -369,6 +392,7 @@ pub const FAULT_NAMES: &[&str] = &[
     "refusal",
     "code_fence",
     "reject_prefill",
+    "say",
 ];
 
 fn parse_fault(raw: &RawFault) -> Result<Parsed, String> {
@@ -438,6 +462,16 @@ fn parse_fault(raw: &RawFault) -> Result<Parsed, String> {
         "reject_prefill" => {
             params.only(&[])?;
             Parsed::Shape(Shape::RejectPrefill)
+        }
+        "say" => {
+            params.only(&["b64"])?;
+            let Some(encoded) = params.get("b64") else {
+                return Err(
+                    "`say` needs `b64=<the answer text, base64url-encoded>`, e.g. `say:b64=aGk`"
+                        .into(),
+                );
+            };
+            Parsed::Say(decode_say(encoded)?)
         }
         other => {
             return Err(format!(
@@ -566,7 +600,10 @@ mod tests {
         let Outcome::Error(e) = &spec.step(0).outcome else { panic!() };
         assert_eq!(e.retry_after.as_deref(), Some("1.5"));
         let spec = FaultSpec::parse("ok").unwrap();
-        assert_eq!(spec.step(0).outcome, Outcome::Answer { shape: None, transport: None });
+        assert_eq!(
+            spec.step(0).outcome,
+            Outcome::Answer { shape: None, transport: None, say: None }
+        );
     }
 
     #[test]
@@ -577,7 +614,11 @@ mod tests {
         assert_eq!(step.slow_first_token_ms, Some(7));
         assert_eq!(
             step.outcome,
-            Outcome::Answer { shape: None, transport: Some(Transport::Cut { after: 5 }) }
+            Outcome::Answer {
+                shape: None,
+                transport: Some(Transport::Cut { after: 5 }),
+                say: None
+            }
         );
         let spec = FaultSpec::parse("529+slow_first_token:ms=100").unwrap();
         assert_eq!(spec.step(0).slow_first_token_ms, Some(100));
@@ -594,6 +635,32 @@ mod tests {
     }
 
     #[test]
+    fn say_carries_exact_text_and_combines_with_shapes() {
+        let text = "{\"reply\": \"Changes close 48 hours before delivery.\", \"ok\": true}\n\u{e9}";
+        let spec = FaultSpec::parse(&say_spec(text)).unwrap();
+        assert_eq!(
+            spec.step(0).outcome,
+            Outcome::Answer { shape: None, transport: None, say: Some(text.to_owned()) }
+        );
+        // Padding is optional, and a script of two answers walks like any other.
+        let script = format!("{}+max_tokens,say:b64=aGk=", say_spec("cut me"));
+        let spec = FaultSpec::parse(&script).unwrap();
+        assert_eq!(
+            spec.step(0).outcome,
+            Outcome::Answer {
+                shape: Some(Shape::MaxTokens),
+                transport: None,
+                say: Some("cut me".into())
+            }
+        );
+        assert!(matches!(&spec.step(1).outcome, Outcome::Answer { say: Some(t), .. } if t == "hi"));
+        assert_eq!(
+            FaultSpec::parse("say:b64=").unwrap().step(0).outcome,
+            Outcome::Answer { shape: None, transport: None, say: Some(String::new()) }
+        );
+    }
+
+    #[test]
     fn bad_specs_name_the_problem() {
         let cases = [
             ("52", "unknown fault `52`"),
@@ -606,6 +673,12 @@ mod tests {
             ("ok,,529", "a script step is empty"),
             ("hang:ms=5", "`hang` takes no parameters"),
             ("", "the spec is empty"),
+            ("say", "`say` needs `b64="),
+            ("say:b64=aGk+b", "unknown fault `b`"),
+            ("say:b64=%%", "b64 is not base64url"),
+            ("say:b64=_w", "does not decode to UTF-8"),
+            ("say:b64=aGk+say:b64=aGk", "second answer text"),
+            ("529+say:b64=aGk", "combines an error"),
         ];
         for (spec, want) in cases {
             let err = FaultSpec::parse(spec).unwrap_err().to_string();

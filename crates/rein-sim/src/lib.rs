@@ -45,6 +45,7 @@ use tokio::task::JoinHandle;
 pub use answer::{HealthyAnswer, HealthyToolCall, SENTINEL, healthy_answer, healthy_text};
 pub use fault::{
     ErrorFault, ErrorKind, FAULT_NAMES, FaultSpec, FaultSpecError, Outcome, Shape, Step, Transport,
+    say_spec,
 };
 pub use log::{FaultSource, LogEntry};
 pub use respond::FAULT_HEADER;

@@ -116,7 +116,13 @@ pub(crate) async fn provider(shared: &Shared, endpoint: Endpoint, req: Incoming)
             entry.fault_source = source;
             let index = if spec.is_script() {
                 entry.script = Some(spec.as_str().to_owned());
-                let index = shared.next_script_index(&entry.sequence_key, spec.as_str());
+                let messages = body.get("messages").unwrap_or(&Value::Null);
+                let extends = extended_key(&model, messages, &req.path);
+                let index = shared.next_script_index(
+                    &entry.sequence_key,
+                    extends.as_deref(),
+                    spec.as_str(),
+                );
                 let applied = index.min(spec.steps().len().saturating_sub(1));
                 entry.script_step = Some(u32::try_from(applied + 1).unwrap_or(u32::MAX));
                 index
@@ -129,7 +135,7 @@ pub(crate) async fn provider(shared: &Shared, endpoint: Endpoint, req: Incoming)
     entry.fault = step.as_str().to_owned();
     let first_wait = step.slow_first_token_ms.map(Duration::from_millis);
 
-    let (shape, transport) = match &step.outcome {
+    let (shape, transport, say) = match &step.outcome {
         Outcome::Error(fault) => {
             sleep(first_wait).await;
             return replier.error(entry, fault, &model);
@@ -142,7 +148,7 @@ pub(crate) async fn provider(shared: &Shared, endpoint: Endpoint, req: Incoming)
             shared.log.record(entry);
             return Reply::Hang;
         }
-        Outcome::Answer { shape, transport } => (*shape, *transport),
+        Outcome::Answer { shape, transport, say } => (*shape, *transport, say.as_deref()),
     };
 
     if let Endpoint::Models(_) = endpoint {
@@ -159,7 +165,7 @@ pub(crate) async fn provider(shared: &Shared, endpoint: Endpoint, req: Incoming)
         sleep(first_wait).await;
         return replier.error(entry, &ErrorFault::of(ErrorKind::PrefillRejected), &model);
     }
-    let plan = Plan::build(&request, shape.filter(|s| *s != Shape::RejectPrefill));
+    let plan = Plan::build(&request, shape.filter(|s| *s != Shape::RejectPrefill), say);
     let ctx = Ctx {
         request: &request,
         response_id: wire::response_id(format, shared.next_id()),
@@ -206,6 +212,21 @@ fn bad_request(message: String) -> ErrorFault {
 pub(crate) fn sequence_key(model: &str, messages: &Value, path: &str) -> String {
     let text = format!("{model}\u{1f}{messages}\u{1f}{path}");
     format!("{:016x}", fnv1a(text.as_bytes()))
+}
+
+/// The sequence key of the conversation this request extends, when its `messages` end with an
+/// assistant turn and then a user turn after at least one earlier message: the shape of a
+/// re-ask (the failed answer and the problems) or of a conversation's next turn. Such a request
+/// continues the script of the request it extends, so `say:…,say:…` can script a re-ask.
+pub(crate) fn extended_key(model: &str, messages: &Value, path: &str) -> Option<String> {
+    let list = messages.as_array()?;
+    let role = |index: usize| list.get(index).and_then(|m| m.get("role")).and_then(Value::as_str);
+    let len = list.len();
+    if len < 3 || role(len - 1) != Some("user") || role(len - 2) != Some("assistant") {
+        return None;
+    }
+    let earlier = Value::Array(list[..len - 2].to_vec());
+    Some(sequence_key(model, &earlier, path))
 }
 
 /// Builds replies for one request and logs them.

@@ -31,6 +31,9 @@ struct Timeline {
     unix_ms_at_start: u64,
     /// Requests seen so far per (sequence key, script).
     scripts: HashMap<(String, String), usize>,
+    /// Per (sequence key, script): the key whose position the request walks. Its own key,
+    /// unless the request extends an earlier one's conversation (a re-ask), which it continues.
+    chains: HashMap<(String, String), String>,
     /// Requests drawn so far per scenario phase.
     mix_draws: Vec<u64>,
 }
@@ -57,6 +60,7 @@ impl Shared {
                 start: Instant::now(),
                 unix_ms_at_start: unix_ms,
                 scripts: HashMap::new(),
+                chains: HashMap::new(),
                 mix_draws: vec![0; phases],
             }),
             ids: AtomicU64::new(0),
@@ -84,6 +88,7 @@ impl Shared {
             timeline.unix_ms_at_start.saturating_add(elapsed.as_millis() as u64);
         timeline.start = Instant::now();
         timeline.scripts.clear();
+        timeline.chains.clear();
         timeline.mix_draws.iter_mut().for_each(|n| *n = 0);
         drop(timeline);
         self.log.clear();
@@ -94,10 +99,29 @@ impl Shared {
         splitmix64(self.ids.fetch_add(1, Ordering::Relaxed) ^ self.id_salt)
     }
 
-    /// The 0-based position of this request in the script `spec` for `sequence_key`.
-    pub fn next_script_index(&self, sequence_key: &str, spec: &str) -> usize {
+    /// The 0-based position of this request in the script `spec` for `sequence_key`. A request
+    /// that `extends` the conversation of an earlier request of the same script (a re-ask)
+    /// takes the next position of that request's sequence instead of starting its own.
+    pub fn next_script_index(
+        &self,
+        sequence_key: &str,
+        extends: Option<&str>,
+        spec: &str,
+    ) -> usize {
         let mut timeline = self.timeline();
-        let seen = timeline.scripts.entry((sequence_key.to_owned(), spec.to_owned())).or_insert(0);
+        let own = (sequence_key.to_owned(), spec.to_owned());
+        let chain = match timeline.chains.get(&own) {
+            Some(chain) => chain.clone(),
+            None => {
+                let continued = extends.and_then(|earlier| {
+                    timeline.chains.get(&(earlier.to_owned(), spec.to_owned())).cloned()
+                });
+                let chain = continued.unwrap_or_else(|| sequence_key.to_owned());
+                timeline.chains.insert(own, chain.clone());
+                chain
+            }
+        };
+        let seen = timeline.scripts.entry((chain, spec.to_owned())).or_insert(0);
         let index = *seen;
         *seen += 1;
         index

@@ -3,6 +3,7 @@
 //! variables through an injected lookup (so tests need no process environment), held in
 //! [`Secret`], and never printed.
 
+mod output;
 pub mod raw;
 
 use std::collections::BTreeMap;
@@ -16,6 +17,7 @@ use rein_core::{
 };
 use serde::Serialize;
 
+pub use output::{DEFAULT_MAX_TOKENS_CAP, DEFAULT_WEBHOOK_TIMEOUT_MS, OutputConfig, WebhookConfig};
 pub use raw::ProviderKind;
 use raw::{RawConfig, RawProvider, RawRoute};
 
@@ -147,6 +149,8 @@ pub struct RouteConfig {
     /// (index of the tier, share).
     pub failover: Option<(usize, f64)>,
     pub degraded: DegradedReply,
+    /// The output contract (`[routes.<name>.output]`); `None` uses any whole answer as it is.
+    pub output: Option<OutputConfig>,
     pub tiers: Vec<TierConfig>,
 }
 
@@ -591,12 +595,17 @@ fn validate_route(
         },
     };
 
+    let output = raw.output.as_ref().and_then(|output| {
+        output::validate_output(name, output, &raw.tiers, clocks.deadline, problems)
+    });
+
     (problems.0.len() == before).then_some(RouteConfig {
         clocks,
         retry,
         release,
         failover,
         degraded,
+        output,
         tiers,
     })
 }

@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use rein_core::validate::{BuiltinRule, ProblemKindSelector};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -215,8 +217,54 @@ pub struct RawRoute {
     pub failover: Option<RawFailover>,
     #[serde(default)]
     pub degraded: Option<RawDegraded>,
+    /// What an answer must satisfy before it is used (the validation ladder). Absent: any
+    /// whole answer is used as it is.
+    #[serde(default)]
+    pub output: Option<RawOutput>,
     #[serde(default)]
     pub tiers: Vec<RawTier>,
+}
+
+/// `[routes.<name>.output]`: the route's output contract. An empty table still checks the stop
+/// reason (cut off → asked again with a higher ceiling, refusal → the safe reply, content
+/// filter → the caller gets the reason).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOutput {
+    /// The answer must be JSON (implied by a schema).
+    #[serde(default)]
+    pub json: Option<bool>,
+    /// An inline JSON Schema, written as a TOML table.
+    #[serde(default)]
+    pub schema: Option<Value>,
+    /// A JSON Schema in a `.json` file, relative to the working directory.
+    #[serde(default)]
+    pub schema_file: Option<String>,
+    /// The highest token ceiling a cut-off answer may be asked again with.
+    #[serde(default)]
+    pub max_tokens_cap: Option<u32>,
+    /// Built-in business rules, in order: `{ rule = "cited_ids_returned", ids_at = "/ids" }`.
+    #[serde(default)]
+    pub rules: Vec<BuiltinRule>,
+    /// HTTP rules, run after the built-in ones, in order.
+    #[serde(default)]
+    pub webhooks: Vec<RawWebhook>,
+    /// Problems the answer may have and still be used (logged): `{ kind = "schema/required",
+    /// path_prefix = "/order_id" }`.
+    #[serde(default)]
+    pub fail_open: Vec<ProblemKindSelector>,
+}
+
+/// A business rule behind an HTTP endpoint.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWebhook {
+    /// The rule's name in problems, logs and fail-open selectors.
+    pub name: String,
+    pub url: String,
+    /// How long one check may take; past it the check failed (never passed).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -1,7 +1,8 @@
 //! The model-call endpoints: `POST /v1/chat/completions` (OpenAI) and `POST /v1/messages`
 //! (Anthropic). Both run the same path: auth → content type → body limit → parse (errors name
-//! the field) → per-request context from headers → the engine → the answer in the caller's
-//! format, with response headers that say what happened.
+//! the field) → per-request context from headers and the body's `rein` object (the caller's
+//! evidence for the route's business rules) → the engine → the answer in the caller's format,
+//! with response headers that say what happened (outcome, tier, attempts, re-asks, repairs).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
+use rein_core::validate::Evidence;
 use rein_core::{CallOptions, CallReport, ChatRequest, ReleaseMode, ReleaseStream, Released};
 use serde_json::Value;
 
@@ -45,6 +47,7 @@ struct Parsed {
     request: ChatRequest,
     stream: bool,
     include_usage: bool,
+    evidence: Evidence,
 }
 
 async fn handle(gateway: Arc<Gateway>, api: Api, headers: HeaderMap, body: Body) -> Response {
@@ -106,23 +109,26 @@ async fn prepare(
     }
     let bytes: Bytes = axum::body::to_bytes(body, limit).await.map_err(|_| too_large())?;
 
-    let parsed = match api {
+    let mut parsed = match api {
         Api::OpenAi => wire::openai::parse_request(&bytes).map(|p| Parsed {
             route: p.route,
             request: p.request,
             stream: p.stream,
             include_usage: p.include_usage,
+            evidence: p.evidence,
         }),
         Api::Anthropic => wire::anthropic::parse_request(&bytes).map(|p| Parsed {
             route: p.route,
             request: p.request,
             stream: p.stream,
             include_usage: false,
+            evidence: p.evidence,
         }),
     }
     .map_err(|error| ApiError::wire(api, &error, request_id))?;
 
-    let mut options = CallOptions::default();
+    let mut options =
+        CallOptions { evidence: std::mem::take(&mut parsed.evidence), ..CallOptions::default() };
     if let Some(value) = headers.get(DEADLINE_HEADER) {
         let deadline =
             value.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()).filter(|ms| *ms > 0);
@@ -340,6 +346,8 @@ fn report_headers(
         set("x-rein-route", &report.route);
         set("x-rein-outcome", report.outcome.as_str());
         set("x-rein-attempts", &report.attempt_count().to_string());
+        set("x-rein-reasks", &report.reask_count().to_string());
+        set("x-rein-repairs", &report.repairs().len().to_string());
         if let Some(version) = report.settings_version {
             set("x-rein-settings-version", &version.to_string());
         }

@@ -7,16 +7,19 @@
 //! messages (before the turn's text), `tool_use` blocks become the assistant's tool calls, and
 //! `thinking` blocks sent back are dropped (the canonical request has no place for them). A
 //! trailing assistant message stays last, as a prefill. Fields rein does not model (`top_k`,
-//! `metadata`, `thinking`, ...) pass through `ChatRequest::extra`.
+//! `metadata`, `thinking`, ...) pass through `ChatRequest::extra`. The top-level `rein` object
+//! (sent with `extra_body`) is rein's own: its evidence is read out and never forwarded.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use rein_core::validate::Evidence;
 use rein_core::{
     CallError, ChatRequest, ChatResponse, Completion, Message, StopReason, ToolCall, ToolChoice,
     ToolSpec,
 };
 
+use super::evidence::{REIN_FIELD, caller_evidence};
 use super::json::{TextOr, extra, parse_object, require, typed};
 use super::{ErrorKind, ResponseMeta, WireError, rein_summary};
 
@@ -29,6 +32,9 @@ pub struct AnthropicRequest {
     pub route: String,
     pub request: ChatRequest,
     pub stream: bool,
+    /// Evidence the caller passed in `rein.evidence`, for the route's business rules.
+    #[serde(skip_serializing_if = "Evidence::is_empty")]
+    pub evidence: Evidence,
 }
 
 /// Fields rein reads itself; everything else that is not null goes to `ChatRequest::extra`.
@@ -43,6 +49,7 @@ const KNOWN_FIELDS: &[&str] = &[
     "tools",
     "tool_choice",
     "stream",
+    REIN_FIELD,
 ];
 
 #[derive(Debug, Deserialize)]
@@ -126,6 +133,7 @@ pub fn parse_request(body: &[u8]) -> Result<AnthropicRequest, WireError> {
     require(&map, "max_tokens")?;
     require(&map, "messages")?;
     let raw: RawRequest = typed(&map)?;
+    let evidence = caller_evidence(&map)?;
     if raw.messages.is_empty() {
         return Err(WireError::invalid("messages", "must contain at least one message"));
     }
@@ -188,7 +196,12 @@ pub fn parse_request(body: &[u8]) -> Result<AnthropicRequest, WireError> {
         extra: extra(&map, KNOWN_FIELDS),
         extra_format: Some(rein_core::WireFormat::Anthropic),
     };
-    Ok(AnthropicRequest { route: raw.model, request, stream: raw.stream.unwrap_or(false) })
+    Ok(AnthropicRequest {
+        route: raw.model,
+        request,
+        stream: raw.stream.unwrap_or(false),
+        evidence,
+    })
 }
 
 /// The text of blocks that may only be text, joined by newlines.

@@ -169,6 +169,11 @@ fn bad_requests_name_the_field() {
             body(json!({"model": "m", "max_tokens": 10, "messages": user,
                         "system": [{"type": "image"}]})),
         ),
+        (
+            "evidence_id_not_a_string",
+            body(json!({"model": "m", "max_tokens": 10, "messages": user,
+                        "rein": {"evidence": [{"id": "118"}, {"id": ["140"]}]}})),
+        ),
     ];
     let mut bodies = Map::new();
     for (name, body) in cases {
@@ -181,6 +186,7 @@ fn bad_requests_name_the_field() {
         "`max_tokens` is required"
     );
     assert_eq!(bodies["image_block"]["param"], "messages[0].content[1].type");
+    assert_eq!(bodies["evidence_id_not_a_string"]["param"], "rein.evidence[1].id");
     snapshot_json("bad_requests", &Value::Object(bodies));
 }
 
@@ -280,6 +286,7 @@ fn call_error_bodies() {
     let errors = [
         CallError::UnknownRoute("nope".into()),
         CallError::ContentPolicy { reason: "flagged".into(), report: report() },
+        CallError::ContentFilter { reason: "the output was filtered".into(), report: report() },
         CallError::ContextLength { reason: "210000 > 200000 tokens".into(), report: report() },
         CallError::Interrupted { reason: "stream broke".into(), report: report() },
     ];
@@ -290,5 +297,44 @@ fn call_error_bodies() {
             json!({"status": status.as_u16(), "body": body})
         })
         .collect();
+    assert_eq!(bodies[2]["status"], 400);
+    assert_eq!(bodies[2]["body"]["error"]["type"], "invalid_request_error");
     snapshot_json("call_error_bodies", &Value::Array(bodies));
+}
+
+#[test]
+fn the_rein_object_is_read_as_evidence_and_never_forwarded() {
+    // anthropic-python: messages.create(..., extra_body={"rein": {"evidence": [...]}}).
+    let parsed = parse(json!({
+        "model": "support",
+        "max_tokens": 512,
+        "messages": [{"role": "user", "content": "Can I change my order?"}],
+        "top_k": 5,
+        "rein": {"evidence": [{"id": "140", "source": "search", "text": "48 hours."}]}
+    }))
+    .unwrap();
+    assert_eq!(parsed.evidence.ids_from("search").collect::<Vec<_>>(), ["140"]);
+    assert!(!parsed.request.extra.contains_key("rein"), "never reaches a provider");
+    assert!(parsed.request.extra.contains_key("top_k"));
+}
+
+#[test]
+fn renders_a_declined_call_as_the_safe_reply() {
+    let response = ChatResponse {
+        id: "degraded-support".into(),
+        model: "rein-degraded".into(),
+        text: "A person will reply within 2 hours.".into(),
+        stop_reason: Some(StopReason::EndTurn),
+        ..ChatResponse::default()
+    };
+    let body = render_response(
+        &completion(response, Outcome::Declined, None),
+        &fixtures::meta("msg_rein_6"),
+    );
+    assert_eq!(body["rein"]["outcome"], "declined");
+    assert_eq!(
+        body["content"],
+        json!([{"type": "text", "text": "A person will reply within 2 hours."}])
+    );
+    assert_eq!(body["stop_reason"], "end_turn");
 }

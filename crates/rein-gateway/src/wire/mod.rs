@@ -10,6 +10,7 @@
 //! official SDKs ignore fields they do not know.
 
 mod anthropic_stream;
+mod evidence;
 mod json;
 mod openai_stream;
 

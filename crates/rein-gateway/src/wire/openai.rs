@@ -4,16 +4,19 @@
 //!
 //! `system` and `developer` messages become the canonical system prompt; content may be a
 //! string or text parts; fields rein does not model (`seed`, `user`, `metadata`, ...) pass
-//! through `ChatRequest::extra` so they still reach OpenAI tiers.
+//! through `ChatRequest::extra` so they still reach OpenAI tiers. The top-level `rein` object
+//! (sent with `extra_body`) is rein's own: its evidence is read out and never forwarded.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use rein_core::validate::Evidence;
 use rein_core::{
     CallError, ChatRequest, ChatResponse, Completion, Message, ResponseFormat, StopReason,
     TokenLogprob, ToolCall, ToolChoice, ToolSpec,
 };
 
+use super::evidence::{REIN_FIELD, caller_evidence};
 use super::json::{StringOrObject, TextOr, extra, parse_object, require, typed};
 use super::{ErrorKind, ResponseMeta, WireError, rein_summary};
 
@@ -28,6 +31,9 @@ pub struct OpenAiRequest {
     pub stream: bool,
     /// `stream_options.include_usage`: end the stream with a usage chunk.
     pub include_usage: bool,
+    /// Evidence the caller passed in `rein.evidence`, for the route's business rules.
+    #[serde(skip_serializing_if = "Evidence::is_empty")]
+    pub evidence: Evidence,
 }
 
 /// Fields rein reads itself; everything else that is not null goes to `ChatRequest::extra`.
@@ -51,6 +57,7 @@ const KNOWN_FIELDS: &[&str] = &[
     "functions",
     "function_call",
     "audio",
+    REIN_FIELD,
 ];
 
 const LEGACY_FUNCTIONS: &str =
@@ -181,6 +188,7 @@ pub fn parse_request(body: &[u8]) -> Result<OpenAiRequest, WireError> {
     require(&map, "messages")?;
     let raw: RawRequest = typed(&map)?;
     let extra = extra(&map, KNOWN_FIELDS);
+    let evidence = caller_evidence(&map)?;
 
     if raw.functions.is_some() {
         return Err(WireError::invalid("functions", LEGACY_FUNCTIONS));
@@ -305,6 +313,7 @@ pub fn parse_request(body: &[u8]) -> Result<OpenAiRequest, WireError> {
         request,
         stream: raw.stream.unwrap_or(false),
         include_usage: raw.stream_options.and_then(|o| o.include_usage).unwrap_or(false),
+        evidence,
     })
 }
 

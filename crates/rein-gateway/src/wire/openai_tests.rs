@@ -124,6 +124,33 @@ fn parses_response_format_tool_choice_and_logprobs() {
 }
 
 #[test]
+fn the_rein_object_is_read_as_evidence_and_never_forwarded() {
+    // openai-python: create(..., extra_body={"rein": {"evidence": [...]}}) puts it top-level.
+    let parsed = parse(json!({
+        "model": "support",
+        "messages": [{"role": "user", "content": "Can I change my order?"}],
+        "seed": 7,
+        "rein": {"evidence": [
+            {"id": "140", "source": "search", "text": "Changes close 48 hours before delivery."},
+            {"id": "A10234", "source": "look_up_order", "fields": {"status": "preparing"}}
+        ]}
+    }))
+    .unwrap();
+    assert_eq!(parsed.evidence.len(), 2);
+    assert_eq!(parsed.evidence.text_of("140"), Some("Changes close 48 hours before delivery."));
+    assert_eq!(parsed.evidence.items()[1].fields, json!({"status": "preparing"}));
+    assert!(!parsed.request.extra.contains_key("rein"), "never reaches a provider");
+    assert!(parsed.request.extra.contains_key("seed"));
+    assert_eq!(json!(parsed)["evidence"][0]["id"], "140");
+    // Without it: no evidence, and nothing new in the parsed shape.
+    let plain = parse(json!({"model": "m", "messages": [{"role": "user", "content": "x"}],
+                             "rein": null}))
+    .unwrap();
+    assert!(plain.evidence.is_empty());
+    assert!(json!(plain).get("evidence").is_none());
+}
+
+#[test]
 fn an_echoed_refusal_keeps_its_words() {
     let parsed = parse(json!({"model": "m", "messages": [
         {"role": "user", "content": "x"},
@@ -239,6 +266,13 @@ fn bad_requests_name_the_field() {
         ("top_logprobs_too_big", json!({"model": "m", "messages": user, "top_logprobs": 300})),
         ("max_tokens_fractional", json!({"model": "m", "messages": user, "max_tokens": 10.5})),
         ("stop_not_strings", json!({"model": "m", "messages": user, "stop": [1]})),
+        (
+            "evidence_item_without_id",
+            json!({"model": "m", "messages": user, "rein": {"evidence": [
+                {"id": "118"}, {"id": "140"}, {"source": "search", "text": "no id"}
+            ]}}),
+        ),
+        ("rein_not_an_object", json!({"model": "m", "messages": user, "rein": ["x"]})),
     ];
     let cases = cases
         .into_iter()
@@ -255,6 +289,7 @@ fn bad_requests_name_the_field() {
     );
     assert_eq!(bodies["image_part"]["error"]["param"], "messages[2].content[0].type");
     assert_eq!(bodies["missing_model"]["error"]["param"], "model");
+    assert_eq!(bodies["evidence_item_without_id"]["error"]["param"], "rein.evidence[2].id");
     snapshot_json("bad_requests", &Value::Object(bodies));
 }
 
@@ -373,6 +408,7 @@ fn call_error_bodies() {
     let errors = [
         CallError::UnknownRoute("nope".into()),
         CallError::ContentPolicy { reason: "flagged as violent".into(), report: report() },
+        CallError::ContentFilter { reason: "the output was filtered".into(), report: report() },
         CallError::ContextLength { reason: "210000 > 200000 tokens".into(), report: report() },
         CallError::Interrupted { reason: "stream broke".into(), report: report() },
     ];
@@ -383,7 +419,28 @@ fn call_error_bodies() {
             json!({"status": status.as_u16(), "body": body})
         })
         .collect();
+    assert_eq!(bodies[2]["status"], 400);
+    assert_eq!(bodies[2]["body"]["error"]["code"], "content_filter");
     snapshot_json("call_error_bodies", &Value::Array(bodies));
+}
+
+#[test]
+fn renders_a_declined_call_as_the_safe_reply() {
+    let response = ChatResponse {
+        id: "degraded-support".into(),
+        model: "rein-degraded".into(),
+        text: "A person will reply within 2 hours.".into(),
+        stop_reason: Some(StopReason::EndTurn),
+        ..ChatResponse::default()
+    };
+    let body = render_response(
+        &completion(response, Outcome::Declined, None),
+        &fixtures::meta("chatcmpl-rein-6"),
+    );
+    assert_eq!(body["rein"]["outcome"], "declined");
+    assert_eq!(body["choices"][0]["message"]["content"], "A person will reply within 2 hours.");
+    assert_eq!(body["choices"][0]["message"]["refusal"], Value::Null);
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
 }
 
 #[test]

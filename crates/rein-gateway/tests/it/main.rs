@@ -4,3 +4,4 @@
 
 mod config;
 mod gateway;
+mod ladder;
