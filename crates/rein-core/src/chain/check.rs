@@ -4,10 +4,14 @@
 //! exact problems after failed checks), reject (next tier), decline (the safe reply) or stop
 //! (content filter). Passthrough streams are checked after the fact: recorded, never acted on.
 
-use crate::model::{ChatRequest, ChatResponse, Message};
+use std::borrow::Cow;
+
+use crate::model::{ChatRequest, ChatResponse, Message, ResponseFormat};
 use crate::report::{ReaskReason, Step, millis};
 use crate::route::Route;
-use crate::validate::{Verdict, check_answer, raised_ceiling, reask_message};
+use crate::validate::{
+    CompiledSchema, OutputContract, Verdict, check_answer, raised_ceiling, reask_message,
+};
 
 use super::Engine;
 use super::call::{CallOptions, CallState};
@@ -38,9 +42,10 @@ impl Engine {
         already_forwarded: bool,
         call: &mut CallState,
     ) -> Checked {
-        let Some(contract) = &route.contract else {
+        let Some(derived) = contract_for(route, sent) else {
             return Checked::Accept { text: None };
         };
+        let contract = &derived;
         let verdict = check_answer(response, contract, &options.evidence).await;
         let at_ms = millis(call.deadline.elapsed());
         let (repairs, problems, failed_open) = match &verdict {
@@ -114,5 +119,37 @@ impl Engine {
                 Checked::Reask(Box::new(next))
             }
         }
+    }
+}
+
+/// The contract an answer is held to: the route's, and when the caller asked for JSON
+/// (`response_format`) the caller's schema too where the route has none of its own — rein checks
+/// a schema itself even when the provider decoded with it.
+fn contract_for<'a>(route: &'a Route, sent: &ChatRequest) -> Option<Cow<'a, OutputContract>> {
+    let route_contract = route.contract.as_ref();
+    if route_contract.is_some_and(|c| c.schema.is_some()) {
+        return route_contract.map(Cow::Borrowed);
+    }
+    match &sent.response_format {
+        Some(ResponseFormat::JsonSchema { schema, name, .. }) => {
+            match CompiledSchema::new(schema) {
+                Ok(compiled) => {
+                    let mut contract = route_contract.cloned().unwrap_or_default();
+                    contract.json = true;
+                    contract.schema = Some(compiled);
+                    Some(Cow::Owned(contract))
+                }
+                Err(error) => {
+                    tracing::warn!(route = %route.name, schema = %name, "the caller's JSON schema does not compile; not checked: {error}");
+                    route_contract.map(Cow::Borrowed)
+                }
+            }
+        }
+        Some(ResponseFormat::JsonObject) => {
+            let mut contract = route_contract.cloned().unwrap_or_default();
+            contract.json = true;
+            Some(Cow::Owned(contract))
+        }
+        Some(ResponseFormat::Text) | None => route_contract.map(Cow::Borrowed),
     }
 }

@@ -359,3 +359,24 @@ async fn passthrough_streams_are_checked_after_the_fact_and_recorded() {
             .any(|s| matches!(s, Step::Checked { verdict: "fail", recorded_only: true, .. }))
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_callers_response_format_schema_is_checked_by_rein_too() {
+    let missing_field =
+        r#"{"reply":"Changes close 48 hours before delivery.","needs_human":false}"#;
+    let primary = Scripted::new("p", WireFormat::OpenAi, vec![say(missing_field), say(GOOD)]);
+    let engine = engine(vec![route("r", vec![("primary", primary.clone())])]);
+    let request = ChatRequest {
+        response_format: Some(ResponseFormat::JsonSchema {
+            name: "answer".into(),
+            schema: schema().source().clone(),
+            strict: true,
+        }),
+        ..ChatRequest::default()
+    };
+    let done = engine.complete("r", request, CallOptions::default()).await.unwrap();
+    assert_eq!(done.report.reask_count(), 1, "the provider's strict decoding is not trusted");
+    assert_eq!(primary.requests().len(), 2);
+    assert!(primary.requests()[1].messages.last().unwrap().content.contains("article_ids"));
+    assert_eq!(done.response.text, GOOD);
+}

@@ -27,6 +27,7 @@ use tokio::net::TcpListener;
 use crate::config::{Config, Secret, process_env};
 use crate::metrics::{Metrics, MetricsObserver};
 use crate::runtime::{BuildError, Upstreams};
+use crate::wire::ErrorKind;
 
 pub use chat::{CONVERSATION_HEADER, DEADLINE_HEADER, IDEMPOTENCY_HEADER, RUN_HEADER};
 pub use error::{Api, ApiError};
@@ -273,27 +274,83 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/v1/chat/completions", post(chat::openai_chat))
         .route("/v1/messages", post(chat::anthropic_messages))
         .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(model))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/", get(dashboard))
         .nest("/admin", admin::router())
+        .fallback(not_found)
         .with_state(gateway)
 }
 
+/// The caller's API, told by the header only Anthropic's SDKs send.
+fn api_of(headers: &HeaderMap) -> Api {
+    if headers.contains_key("anthropic-version") { Api::Anthropic } else { Api::OpenAi }
+}
+
 async fn models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    let api = api_of(&headers);
+    let request_id = new_id("req_");
     if !gateway.runtime().client_allowed(&headers) {
         return ApiError::new(
-            Api::OpenAi,
-            crate::wire::ErrorKind::Authentication,
+            api,
+            ErrorKind::Authentication,
             "Incorrect API key provided.",
-            &new_id("req_"),
+            &request_id,
         )
         .into_response();
     }
     let created = rein_core::clock::unix_ms() / 1000;
-    axum::Json(crate::wire::openai::models_body(&gateway.engine.route_names(), created))
-        .into_response()
+    let mut response =
+        axum::Json(crate::wire::openai::models_body(&gateway.engine.route_names(), created))
+            .into_response();
+    set_request_id(&mut response, api, &request_id);
+    response
+}
+
+/// `GET /v1/models/{id}`: one route, as a model.
+async fn model(
+    State(gateway): State<Arc<Gateway>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let api = api_of(&headers);
+    let request_id = new_id("req_");
+    if !gateway.runtime().client_allowed(&headers) {
+        return ApiError::new(
+            api,
+            ErrorKind::Authentication,
+            "Incorrect API key provided.",
+            &request_id,
+        )
+        .into_response();
+    }
+    if !gateway.engine.route_names().contains(&id) {
+        let message = format!("no route named `{id}`");
+        return ApiError::new(api, ErrorKind::NotFound, &message, &request_id).into_response();
+    }
+    let created = rein_core::clock::unix_ms() / 1000;
+    let mut response = axum::Json(serde_json::json!({
+        "id": id, "object": "model", "created": created, "owned_by": "rein", "type": "model", "display_name": id
+    }))
+    .into_response();
+    set_request_id(&mut response, api, &request_id);
+    response
+}
+
+/// Any other path: a 404 in the caller's format, so an SDK raises `NotFoundError` with a message.
+async fn not_found(headers: HeaderMap, uri: axum::http::Uri) -> Response {
+    let message = format!("rein does not serve `{}`", uri.path());
+    ApiError::new(api_of(&headers), ErrorKind::NotFound, &message, &new_id("req_")).into_response()
+}
+
+fn set_request_id(response: &mut Response, api: Api, request_id: &str) {
+    if let Ok(value) = axum::http::HeaderValue::from_str(request_id) {
+        let name = if api == Api::Anthropic { "request-id" } else { "x-request-id" };
+        response.headers_mut().insert(name, value.clone());
+        response.headers_mut().insert("x-rein-request-id", value);
+    }
 }
 
 async fn healthz() -> &'static str {

@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 
 use rein_core::validate::Evidence;
 use rein_core::{
-    CallError, ChatRequest, ChatResponse, Completion, Message, StopReason, ToolCall, ToolChoice,
-    ToolSpec,
+    CallError, ChatRequest, ChatResponse, Completion, Message, ResponseFormat, StopReason,
+    ToolCall, ToolChoice, ToolSpec,
 };
 
 use super::evidence::{REIN_FIELD, caller_evidence};
@@ -181,6 +181,8 @@ pub fn parse_request(body: &[u8]) -> Result<AnthropicRequest, WireError> {
         }),
     };
 
+    let mut extra = extra(&map, KNOWN_FIELDS);
+    let response_format = structured_output(&mut extra)?;
     let request = ChatRequest {
         model: String::new(),
         system,
@@ -191,9 +193,9 @@ pub fn parse_request(body: &[u8]) -> Result<AnthropicRequest, WireError> {
         stop: raw.stop_sequences.unwrap_or_default(),
         tools,
         tool_choice,
-        response_format: None,
+        response_format,
         logprobs: None,
-        extra: extra(&map, KNOWN_FIELDS),
+        extra,
         extra_format: Some(rein_core::WireFormat::Anthropic),
     };
     Ok(AnthropicRequest {
@@ -202,6 +204,43 @@ pub fn parse_request(body: &[u8]) -> Result<AnthropicRequest, WireError> {
         stream: raw.stream.unwrap_or(false),
         evidence,
     })
+}
+
+/// Anthropic structured outputs (`output_config.format`, or the older top-level
+/// `output_format`) become the canonical JSON-schema response format, so a tier of either
+/// provider is asked for it and rein checks the answer against it. Other `output_config` keys
+/// (e.g. `effort`) stay in `extra` for Anthropic tiers.
+fn structured_output(
+    extra: &mut serde_json::Map<String, Value>,
+) -> Result<Option<ResponseFormat>, WireError> {
+    let mut format = extra.remove("output_format");
+    let mut at = "output_format";
+    if let Some(Value::Object(config)) = extra.get_mut("output_config")
+        && let Some(inner) = config.remove("format")
+    {
+        format = Some(inner);
+        at = "output_config.format";
+        if config.is_empty() {
+            extra.remove("output_config");
+        }
+    }
+    let Some(format) = format else {
+        return Ok(None);
+    };
+    match (format.get("type").and_then(Value::as_str), format.get("schema")) {
+        (Some("json_schema"), Some(schema)) if schema.is_object() => {
+            Ok(Some(ResponseFormat::JsonSchema {
+                name: "output".to_string(),
+                schema: schema.clone(),
+                strict: true,
+            }))
+        }
+        (Some("json_schema"), _) => Err(WireError::missing(format!("{at}.schema"))),
+        (Some(other), _) => {
+            Err(WireError::unsupported(format!("{at}.type"), format!("output format `{other}`")))
+        }
+        (None, _) => Err(WireError::missing(format!("{at}.type"))),
+    }
 }
 
 /// The text of blocks that may only be text, joined by newlines.

@@ -486,3 +486,58 @@ async fn a_prompt_change_makes_a_new_version_that_serves_and_a_revert_brings_the
     assert_eq!(v, "1");
     gw.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn models_and_unknown_paths_answer_in_the_callers_format() {
+    let gw = start().await;
+    let one = gw
+        .client
+        .get(gw.url("/v1/models/chat"))
+        .bearer_auth("client-secret-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(one.status(), 200);
+    assert_eq!(one.json::<Value>().await.unwrap()["id"], "chat");
+    let missing = gw
+        .client
+        .get(gw.url("/v1/models/nope"))
+        .bearer_auth("client-secret-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    assert!(
+        missing.json::<Value>().await.unwrap()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nope")
+    );
+    // An Anthropic SDK path rein does not serve: a 404 in Anthropic's shape with a request id.
+    let unknown = gw
+        .client
+        .post(gw.url("/v1/messages/count_tokens"))
+        .header("anthropic-version", "2023-06-01")
+        .header("x-api-key", "client-secret-1")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
+    assert!(unknown.headers().contains_key("request-id"));
+    let body: Value = unknown.json().await.unwrap();
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "not_found_error");
+    // A wrong key on the models list, asked by the Anthropic SDK, is refused in its format.
+    let refused = gw
+        .client
+        .get(gw.url("/v1/models"))
+        .header("anthropic-version", "2023-06-01")
+        .header("x-api-key", "wrong")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    assert_eq!(refused.json::<Value>().await.unwrap()["error"]["type"], "authentication_error");
+    gw.stop().await.unwrap();
+}

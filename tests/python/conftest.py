@@ -1,0 +1,280 @@
+"""Fixtures for the official-SDK suite: one `rein serve` for the whole session, started from the
+binary named by `REIN_BIN` (default `${CARGO_TARGET_DIR:-target}/debug/rein`) with a test config
+written to a temp dir (simulated providers in-process, no network; client key from an env var),
+and `openai` / `anthropic` clients pointed at it with `max_retries=0`. At the end the gateway gets
+SIGTERM and must exit 0.
+
+The routes (see CONFIG):
+- `chat`: an OpenAI-format sim tier, then an Anthropic-format one; healthy.
+- `claude`: one Anthropic-format sim tier; healthy.
+- `fb-openai`: primary `sim:529` (always overloaded), backup an OpenAI-format sim tier.
+- `fb-anthropic`: primary `sim:500`, backup an Anthropic-format sim tier.
+- `policy`: primary `sim:content_policy` with a healthy fallback that must not be used.
+- `down`: every tier overloaded; the degraded reply is the answer.
+- `passthrough`: `release = "passthrough"`, tokens trickle in (OpenAI-format tier).
+- `checked`: `release = "checked"`, tokens trickle in (Anthropic-format tier).
+- `interrupted`: passthrough, the stream breaks after 3 tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import anthropic
+import openai
+import pytest
+
+from support import ADMIN_KEY, CLIENT_KEY, DEGRADED_TEXT, POLICY_REASON
+
+CLIENT_KEY_ENV = "REIN_SDK_SUITE_CLIENT_KEY"
+ADMIN_KEY_ENV = "REIN_SDK_SUITE_ADMIN_KEY"
+
+# `@SQLITE@` is replaced with a path in the session's temp dir.
+CONFIG = f"""
+[server]
+listen = "127.0.0.1:0"
+client_keys_env = ["{CLIENT_KEY_ENV}"]
+admin_key_env = "{ADMIN_KEY_ENV}"
+drain_timeout_ms = 5000
+
+[store]
+sqlite_path = "@SQLITE@"
+
+[providers.sim-openai]
+kind = "sim"
+format = "openai"
+
+[providers.sim-anthropic]
+kind = "sim"
+format = "anthropic"
+
+[routes.chat]
+[[routes.chat.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "sim-primary"
+[[routes.chat.tiers]]
+name = "fallback"
+provider = "sim-anthropic"
+model = "sim-fallback"
+
+[routes.claude]
+[[routes.claude.tiers]]
+name = "primary"
+provider = "sim-anthropic"
+model = "sim-claude"
+
+[routes.fb-openai]
+attempts = 1
+[[routes.fb-openai.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "sim:529"
+[[routes.fb-openai.tiers]]
+name = "backup"
+provider = "sim-openai"
+model = "sim-backup-openai"
+
+[routes.fb-anthropic]
+attempts = 1
+[[routes.fb-anthropic.tiers]]
+name = "primary"
+provider = "sim-anthropic"
+model = "sim:500"
+[[routes.fb-anthropic.tiers]]
+name = "backup"
+provider = "sim-anthropic"
+model = "sim-backup-anthropic"
+
+[routes.policy]
+[[routes.policy.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "sim:content_policy:reason={POLICY_REASON}"
+[[routes.policy.tiers]]
+name = "fallback"
+provider = "sim-anthropic"
+model = "sim-never-used"
+
+[routes.down]
+attempts = 1
+degraded = {{ template = "{DEGRADED_TEXT}" }}
+[[routes.down.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "sim:529"
+[[routes.down.tiers]]
+name = "fallback"
+provider = "sim-anthropic"
+model = "sim:529"
+
+[routes.passthrough]
+release = "passthrough"
+[[routes.passthrough.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "sim:ok+token_delay:ms=5"
+
+[routes.checked]
+release = "checked"
+[[routes.checked.tiers]]
+name = "primary"
+provider = "sim-anthropic"
+model = "sim:ok+token_delay:ms=5"
+
+[routes.interrupted]
+release = "passthrough"
+attempts = 1
+[[routes.interrupted.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "sim:stream_error:after=3"
+"""
+
+ROUTES = [
+    "chat",
+    "checked",
+    "claude",
+    "down",
+    "fb-anthropic",
+    "fb-openai",
+    "interrupted",
+    "passthrough",
+    "policy",
+]
+
+STARTUP_TIMEOUT_S = 60
+STOP_TIMEOUT_S = 30
+# Generous: the machine may be busy with builds; nothing here should take more than a second.
+CLIENT_TIMEOUT_S = 30
+
+
+@dataclass
+class Rein:
+    addr: str
+    process: subprocess.Popen
+    stderr_path: Path
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"http://{self.addr}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return f"http://{self.addr}"
+
+    def openai_client(self, api_key: str = CLIENT_KEY) -> openai.OpenAI:
+        return openai.OpenAI(
+            api_key=api_key,
+            base_url=self.openai_base_url,
+            max_retries=0,
+            timeout=CLIENT_TIMEOUT_S,
+        )
+
+    def anthropic_client(self, api_key: str | None = CLIENT_KEY, **kwargs) -> anthropic.Anthropic:
+        return anthropic.Anthropic(
+            api_key=api_key,
+            base_url=self.anthropic_base_url,
+            max_retries=0,
+            timeout=CLIENT_TIMEOUT_S,
+            **kwargs,
+        )
+
+
+def _rein_bin() -> Path:
+    configured = os.environ.get("REIN_BIN")
+    if configured:
+        path = Path(configured).resolve()
+    else:
+        root = Path(__file__).resolve().parents[2]
+        path = Path(os.environ.get("CARGO_TARGET_DIR") or root / "target") / "debug" / "rein"
+        if not path.is_absolute():
+            path = root / path
+    if not path.is_file():
+        pytest.exit(f"no rein binary at {path}: run `cargo build -p rein` or set REIN_BIN", 2)
+    return path
+
+
+@pytest.fixture(scope="session")
+def rein(tmp_path_factory: pytest.TempPathFactory):
+    workdir = tmp_path_factory.mktemp("rein")
+    config = workdir / "rein.toml"
+    config.write_text(CONFIG.replace("@SQLITE@", str(workdir / "rein.sqlite")))
+    stderr_path = workdir / "rein.stderr"
+    env = dict(os.environ)
+    env[CLIENT_KEY_ENV] = CLIENT_KEY
+    env[ADMIN_KEY_ENV] = ADMIN_KEY
+    env["RUST_LOG"] = "info"
+    with open(stderr_path, "wb") as stderr:
+        process = subprocess.Popen(
+            [str(_rein_bin()), "serve", "--config", str(config)],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+            cwd=workdir,
+            env=env,
+            text=True,
+        )
+
+    # Read stdout on a thread: a process that never prints cannot hang the session, and the pipe
+    # never fills up.
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, name="rein-stdout", daemon=True).start()
+
+    def fail(why: str) -> None:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        stderr_text = stderr_path.read_text(errors="replace")
+        pytest.fail(f"rein serve {why} (exit {process.returncode}); stderr:\n{stderr_text}")
+
+    prefix = "rein listening on http://"
+    addr = None
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while addr is None:
+        try:
+            line = lines.get(timeout=max(deadline - time.monotonic(), 0.01))
+        except queue.Empty:
+            fail(f"did not say it was listening within {STARTUP_TIMEOUT_S}s")
+        if line is None:
+            fail("exited before it was listening")
+        if line.startswith(prefix):
+            addr = line[len(prefix) :].strip()
+
+    yield Rein(addr=addr, process=process, stderr_path=stderr_path)
+
+    process.send_signal(signal.SIGTERM)
+    try:
+        code = process.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        fail(f"did not exit within {STOP_TIMEOUT_S}s of SIGTERM")
+    if code != 0:
+        fail("did not exit cleanly after SIGTERM")
+
+
+@pytest.fixture(scope="session")
+def oai(rein: Rein):
+    client = rein.openai_client()
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def claude(rein: Rein):
+    client = rein.anthropic_client()
+    yield client
+    client.close()
