@@ -19,6 +19,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use rand::RngExt;
 use rein_core::Engine;
 use subtle::ConstantTimeEq;
@@ -217,6 +218,13 @@ impl Gateway {
             stop_tx.send_replace(true);
         });
         let mut graceful = stop_rx.clone();
+        // Small SSE writes must leave at once, not wait for Nagle's algorithm and the peer's
+        // delayed ACK (which adds ~40 ms to a streamed answer).
+        let listener = listener.tap_io(|tcp| {
+            if let Err(error) = tcp.set_nodelay(true) {
+                tracing::debug!("cannot set TCP_NODELAY: {error}");
+            }
+        });
         let server =
             axum::serve(listener, router(self.clone())).with_graceful_shutdown(async move {
                 let _ = graceful.wait_for(|stop| *stop).await;
