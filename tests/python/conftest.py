@@ -36,6 +36,19 @@ from support import ADMIN_KEY, CLIENT_KEY, DEGRADED_TEXT, POLICY_REASON
 CLIENT_KEY_ENV = "REIN_SDK_SUITE_CLIENT_KEY"
 ADMIN_KEY_ENV = "REIN_SDK_SUITE_ADMIN_KEY"
 
+def _say(text: str) -> str:
+    """A simulator step that answers exactly `text` (`say:b64=...`)."""
+    import base64
+
+    return "say:b64=" + base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+# Scripted answers for the validation-ladder tests: an enum in the wrong letter case (repaired in
+# code), and an answer missing a required field followed by a good one (one re-ask).
+WRONG_CASE = '{"order_id": "A10234", "reason": "Refund"}'
+MISSING_FIELD = '{"order_id": "A10234"}'
+GOOD_REFUND = '{"order_id": "A10234", "reason": "refund"}'
+
 # `@SQLITE@` is replaced with a path in the session's temp dir.
 CONFIG = f"""
 [server]
@@ -129,6 +142,18 @@ name = "primary"
 provider = "sim-anthropic"
 model = "sim:ok+token_delay:ms=5"
 
+[routes.ladder-repair]
+[[routes.ladder-repair.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "sim:{_say(WRONG_CASE)}"
+
+[routes.ladder-reask]
+[[routes.ladder-reask.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "sim:{_say(MISSING_FIELD)},{_say(GOOD_REFUND)}"
+
 [routes.interrupted]
 release = "passthrough"
 attempts = 1
@@ -146,6 +171,8 @@ ROUTES = [
     "fb-anthropic",
     "fb-openai",
     "interrupted",
+    "ladder-reask",
+    "ladder-repair",
     "passthrough",
     "policy",
 ]
