@@ -172,10 +172,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
     let listener = bind(&gateway).await?;
     let addr = listener.local_addr()?;
     {
+        // Nobody may be reading stdout (a closed pipe): the gateway runs on regardless.
         let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "rein listening on http://{addr}")?;
-        writeln!(stdout, "routes: {}", gateway.engine.route_names().join(", "))?;
-        stdout.flush()?;
+        let _ = writeln!(stdout, "rein listening on http://{addr}");
+        let _ = writeln!(stdout, "routes: {}", gateway.engine.route_names().join(", "));
+        let _ = stdout.flush();
     }
     let reloader = gateway.clone();
     tokio::spawn(async move {
