@@ -118,8 +118,6 @@ enum Text {
     MaxTokens,
     /// The model declined.
     Refusal,
-    /// The JSON answer inside a ```json fence.
-    Fenced,
     /// The JSON answer, its fence stripped by a code repair.
     Repaired,
     /// Exactly this (a `say:` answer).
@@ -337,7 +335,7 @@ fn openai_rows() -> Vec<Row> {
             .patient().max_elapsed(1500),
         openai("max_tokens: the cut answer is reported as cut", "max_tokens", Answered, (1, 0)).text(Text::MaxTokens),
         openai("refusal is reported", "refusal", Answered, (1, 0)).text(Text::Refusal),
-        openai("code fence around JSON comes back as sent", "code_fence", Answered, (1, 0)).text(Text::Fenced).prompt(Prompt::Json),
+        openai("code fence around JSON the caller asked for: stripped in code", "code_fence", Answered, (1, 0)).text(Text::Repaired).prompt(Prompt::Json),
         openai("say: the answer is exactly the scripted text", say_spec(SAID), Answered, (1, 0)).text(Text::Exactly(SAID)),
         openai("every tier down: the degraded reply", "503", Degraded, (2, 2)).kind(K::Overloaded).fallback(OPENAI, "sim:500"),
         openai("every tier rejects the key: degraded, two alerts", "401", Degraded, (1, 1))
@@ -950,10 +948,6 @@ fn check_text(name: &str, text: Text, response: &ChatResponse, healthy: &str) {
             assert_eq!(response.stop_reason, Some(StopReason::Refusal), "{name}");
             assert!(said.contains("sim refusal"), "{name}: the refusal's words: {said:?}");
             assert!(!said.contains(SENTINEL), "{name}");
-        }
-        Text::Fenced => {
-            assert_eq!(response.text, format!("```json\n{healthy}\n```"), "{name}");
-            assert_eq!(response.stop_reason, Some(StopReason::EndTurn), "{name}");
         }
         Text::Exactly(text) => {
             assert_eq!(response.text, text, "{name}");
