@@ -22,7 +22,8 @@ pub mod validate;
 pub use breaker::{BreakerState, Cooldown, CooldownPolicy};
 pub use budget::{RetryBudget, RetryBudgetPolicy};
 pub use chain::{
-    CallError, CallOptions, Completion, Engine, EngineBuilder, Observer, TierCooldown, TierState,
+    CallError, CallOptions, Completion, Engine, EngineBuilder, JUDGE_RULE, JudgeRule, Observer,
+    TierCooldown, TierState,
 };
 pub use classify::{Classified, Disposition, FailureKind, Fault, classify};
 pub use clock::{ClockPolicy, Deadline};

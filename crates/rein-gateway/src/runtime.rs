@@ -262,7 +262,7 @@ impl Upstreams {
             built.failover = route.failover.map(|(tier, share)| FailoverShare { tier, share });
             built.settings_version = active.map(|v| v.version);
             if let Some(output) = &route.output {
-                built.contract = Some(self.contract(name, output)?);
+                built.contract = Some(self.contract(name, output, engine)?);
                 built.max_tokens_cap = output.max_tokens_cap;
             }
             routes.push(built);
@@ -271,19 +271,37 @@ impl Upstreams {
     }
 
     /// A route's output contract: built-in rules first, then webhooks, each in config order.
-    fn contract(&self, route: &str, output: &OutputConfig) -> Result<OutputContract, BuildError> {
+    fn contract(
+        &self,
+        route: &str,
+        output: &OutputConfig,
+        engine: Option<&Engine>,
+    ) -> Result<OutputContract, BuildError> {
         let mut rules = RuleSet::from_builtin(output.rules.iter().cloned());
+        let mut fail_open = output.fail_open.clone();
         for config in &output.webhooks {
             let rule = WebhookRule::new(config, self.webhooks.clone()).map_err(|error| {
                 BuildError::Output { route: route.to_string(), message: error.to_string() }
             })?;
             rules.push(Arc::new(rule));
         }
+        if let Some((judge, fail)) = &output.judge {
+            let Some(engine) = engine else {
+                return Err(BuildError::Output {
+                    route: route.to_string(),
+                    message: "a judge needs the engine".into(),
+                });
+            };
+            rules.push(Arc::new(rein_core::JudgeRule::new(engine, judge.clone())));
+            if !fail {
+                fail_open.push(rein_core::JudgeRule::advisory());
+            }
+        }
         Ok(OutputContract {
             json: output.json,
             schema: output.compiled_schema.clone(),
             rules,
-            fail_open: output.fail_open.clone(),
+            fail_open,
         })
     }
 }

@@ -8,6 +8,7 @@
 
 mod call;
 mod check;
+mod judge;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -26,6 +27,7 @@ use crate::route::Route;
 pub use call::{CallError, CallOptions, Completion, Observer};
 use call::{CallState, Ended};
 use check::Checked;
+pub use judge::{JUDGE_RULE, JudgeRule};
 
 #[derive(Debug)]
 struct RouteState {

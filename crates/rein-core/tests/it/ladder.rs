@@ -380,3 +380,62 @@ async fn the_callers_response_format_schema_is_checked_by_rein_too() {
     assert!(primary.requests()[1].messages.last().unwrap().content.contains("article_ids"));
     assert_eq!(done.response.text, GOOD);
 }
+
+/// An engine whose route `r` is checked by a judge route `judge` answering `verdicts` in turn.
+fn judged(
+    answers: Vec<Act>,
+    verdicts: Vec<Act>,
+    fail: bool,
+) -> (Engine, std::sync::Arc<Scripted>, std::sync::Arc<Scripted>) {
+    let primary = Scripted::new("p", WireFormat::OpenAi, answers);
+    let judge = Scripted::new("j", WireFormat::OpenAi, verdicts);
+    let engine = engine(vec![route("judge", vec![("judge", judge.clone())])]);
+    let mut main = route("r", vec![("primary", primary.clone())]);
+    let mut contract =
+        OutputContract::text().with_rules(RuleSet::new().with(JudgeRule::new(&engine, "judge")));
+    if !fail {
+        contract = contract.with_fail_open(JudgeRule::advisory());
+    }
+    main.contract = Some(contract);
+    engine.replace_routes(vec![route("judge", vec![("judge", judge.clone())]), main]);
+    (engine, primary, judge)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_judge_that_fails_the_answer_sends_it_back_once() {
+    let (engine, primary, judge) = judged(
+        vec![say("Changes close 24 hours before.")],
+        vec![say("not_supported"), say("supported")],
+        true,
+    );
+    let options = CallOptions { evidence: evidence(), ..CallOptions::default() };
+    let done = engine.complete("r", ChatRequest::default(), options).await.unwrap();
+    assert_eq!(done.outcome(), Outcome::Answered);
+    assert_eq!(done.report.reask_count(), 1);
+    assert_eq!((primary.requests().len(), judge.requests().len()), (2, 2));
+    let asked = &judge.requests()[0].messages[0].content;
+    assert!(
+        asked.contains("Changes close 48 hours") && asked.contains("24 hours"),
+        "the judge reads answer and evidence: {asked}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_advisory_judge_is_recorded_but_does_not_fail_the_answer() {
+    let (engine, primary, _) =
+        judged(vec![say("Changes close 24 hours before.")], vec![say("not_supported")], false);
+    let done = engine.complete("r", ChatRequest::default(), CallOptions::default()).await.unwrap();
+    assert_eq!((done.outcome(), primary.requests().len()), (Outcome::Answered, 1));
+    let recorded = done.report.steps.iter().any(|step| {
+        matches!(step, Step::Checked { verdict: "pass", failed_open, .. } if failed_open.iter().any(|p| p.kind == ProblemKind::Rule(JUDGE_RULE.into())))
+    });
+    assert!(recorded, "the judge's verdict is recorded: {:?}", done.report.steps);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_judge_that_cannot_answer_is_a_failed_check() {
+    let (engine, _, _) =
+        judged(vec![say("Changes close 48 hours before.")], vec![status(503)], true);
+    let done = engine.complete("r", ChatRequest::default(), CallOptions::default()).await.unwrap();
+    assert_eq!(done.outcome(), Outcome::Degraded, "never a pass by default");
+}

@@ -272,6 +272,16 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
     if raw.routes.is_empty() {
         problems.add("routes", "no routes: add at least one `[routes.<name>]` with a tier");
     }
+    for (name, route) in &raw.routes {
+        if let Some(judge) = route.output.as_ref().and_then(|o| o.judge.as_ref()) {
+            let key = format!("routes.{name}.output.judge.route");
+            if judge.route == *name {
+                problems.add(key, "a route cannot judge itself: name another route");
+            } else if !raw.routes.contains_key(&judge.route) {
+                problems.add(key, format!("`{}` is not a route of this config", judge.route));
+            }
+        }
+    }
     let mut routes = BTreeMap::new();
     for (name, route) in &raw.routes {
         if let Some(config) = validate_route(name, route, &raw.providers, &mut problems) {

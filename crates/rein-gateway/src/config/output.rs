@@ -38,6 +38,8 @@ pub struct OutputConfig {
     /// Webhook rules, in config order, run after the built-in ones.
     pub webhooks: Vec<WebhookConfig>,
     pub fail_open: Vec<ProblemKindSelector>,
+    /// The judge route, and whether its "not supported" fails the answer.
+    pub judge: Option<(String, bool)>,
 }
 
 /// A business rule behind an HTTP endpoint (see `crate::webhook`).
@@ -126,6 +128,7 @@ pub(super) fn validate_output(
         rules: raw.rules.clone(),
         webhooks,
         fail_open: raw.fail_open.clone(),
+        judge: raw.judge.as_ref().map(|j| (j.route.clone(), j.fail)),
     })
 }
 

@@ -253,6 +253,20 @@ pub struct RawOutput {
     /// path_prefix = "/order_id" }`.
     #[serde(default)]
     pub fail_open: Vec<ProblemKindSelector>,
+    /// A second model (another route) that judges whether the evidence supports the answer.
+    #[serde(default)]
+    pub judge: Option<RawJudge>,
+}
+
+/// The judge rung: `{ route = "judge", fail = false }`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJudge {
+    /// The route that judges (its own tiers, clocks and prompt).
+    pub route: String,
+    /// Whether "not supported" fails the answer; otherwise the verdict is recorded and logged.
+    #[serde(default)]
+    pub fail: bool,
 }
 
 /// A business rule behind an HTTP endpoint.

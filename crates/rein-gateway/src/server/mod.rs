@@ -149,7 +149,7 @@ impl Gateway {
             rein_store::Store::open_path(&config.store.sqlite_path).map_err(BuildError::Store)?,
         );
         crate::runtime::record_config_settings(&config, &store).map_err(BuildError::Store)?;
-        let routes = upstreams.routes(&config, None, &store).await?;
+        let routes = upstreams.routes(&config, Some(&engine), &store).await?;
         engine.replace_routes(routes);
         Ok(Arc::new(Self {
             runtime: ArcSwap::from_pointee(Runtime { config, version: 1 }),

@@ -118,3 +118,34 @@ fn malformed_toml_is_reported_with_its_position() {
     let message = problems("[routes.chat\nx = 1");
     assert!(message.contains("(file)"), "{message}");
 }
+
+#[test]
+fn a_judge_must_name_another_route() {
+    let text = r#"
+[providers.sim]
+kind = "sim"
+
+[routes.chat]
+output = { judge = { route = "nope" } }
+[[routes.chat.tiers]]
+name = "primary"
+provider = "sim"
+model = "m"
+
+[routes.self]
+output = { judge = { route = "self", fail = true } }
+[[routes.self.tiers]]
+name = "primary"
+provider = "sim"
+model = "m"
+"#;
+    let message = problems(text);
+    assert!(
+        message.contains("`routes.chat.output.judge.route`: `nope` is not a route of this config"),
+        "{message}"
+    );
+    assert!(
+        message.contains("`routes.self.output.judge.route`: a route cannot judge itself"),
+        "{message}"
+    );
+}

@@ -541,3 +541,66 @@ async fn models_and_unknown_paths_answer_in_the_callers_format() {
     assert_eq!(refused.json::<Value>().await.unwrap()["error"]["type"], "authentication_error");
     gw.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_judge_route_can_fail_an_answer_or_only_advise() {
+    let say = |text: &str| format!("sim:{}", rein_sim::say_spec(text));
+    let config = format!(
+        r#"
+[store]
+sqlite_path = ":memory:"
+[providers.sim]
+kind = "sim"
+[routes.judge-yes]
+[[routes.judge-yes.tiers]]
+name = "judge"
+provider = "sim"
+model = "{yes}"
+[routes.judge-no]
+[[routes.judge-no.tiers]]
+name = "judge"
+provider = "sim"
+model = "{no}"
+[routes.approved]
+output = {{ judge = {{ route = "judge-yes", fail = true }} }}
+[[routes.approved.tiers]]
+name = "primary"
+provider = "sim"
+model = "sim-primary"
+[routes.strict]
+output = {{ judge = {{ route = "judge-no", fail = true }} }}
+[[routes.strict.tiers]]
+name = "primary"
+provider = "sim"
+model = "sim-primary"
+[routes.advised]
+output = {{ judge = {{ route = "judge-no" }} }}
+[[routes.advised.tiers]]
+name = "primary"
+provider = "sim"
+model = "sim-primary"
+"#,
+        yes = say("supported"),
+        no = say("not_supported"),
+    );
+    let gw = start_with(&config, None).await;
+    let outcome = |route: &'static str| {
+        let gw = &gw;
+        async move {
+            let response = gw.post("/v1/chat/completions", None, chat(route)).await;
+            response.headers()["x-rein-outcome"].to_str().unwrap().to_string()
+        }
+    };
+    assert_eq!(outcome("approved").await, "answered");
+    assert_eq!(
+        outcome("strict").await,
+        "degraded",
+        "a judge set to fail keeps an unsupported answer out"
+    );
+    assert_eq!(
+        outcome("advised").await,
+        "answered",
+        "an advisory judge's verdict is recorded, not enforced"
+    );
+    gw.stop().await.unwrap();
+}
