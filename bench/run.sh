@@ -1,0 +1,493 @@
+#!/usr/bin/env bash
+# Loopback overhead benchmark: the same fixed upstream (nginx answering a fixed chat completion)
+# hit directly, through a bare nginx reverse proxy and through `rein serve`, interleaved in
+# rounds, non-streaming and streaming. Prints a markdown table and writes it to
+# bench/results/latest.md. See bench/README.md for what is measured and how to read it.
+#
+#   bash bench/run.sh                      # ~4-5 minutes on a 2-core machine
+#   DURATION=10 ROUNDS=5 bash bench/run.sh # longer, steadier
+#   PROFILE=1 bash bench/run.sh            # also perf-profile rein under 32 connections
+#
+# Environment:
+#   DURATION      seconds per wrk run (default 4)
+#   ROUNDS        interleaved rounds; the table reports medians across rounds (default 3)
+#   CONNS         connections for the throughput runs (default 32)
+#   PROBE_COUNT   requests per streaming first-byte probe (default 300)
+#   PROFILE       1: record `perf` profiles of rein (needs perf; installs linux-perf)
+#   REIN_BIN      use this rein binary instead of building one
+#   OUT           where to write the markdown (default bench/results/latest.md)
+#   KEEP_TMP      1: keep the temp dir with configs, logs and raw numbers
+set -euo pipefail
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$BENCH_DIR/.." && pwd)
+LIB="$BENCH_DIR/lib"
+DURATION=${DURATION:-4}
+ROUNDS=${ROUNDS:-3}
+CONNS=${CONNS:-32}
+PROBE_COUNT=${PROBE_COUNT:-300}
+PROFILE=${PROFILE:-0}
+OUT=${OUT:-$BENCH_DIR/results/latest.md}
+SIM_DELAY_MS=20
+
+log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# --- tools -------------------------------------------------------------------------------------
+need=()
+command -v nginx >/dev/null || need+=(nginx)
+command -v wrk >/dev/null || need+=(wrk)
+command -v curl >/dev/null || need+=(curl)
+command -v python3 >/dev/null || need+=(python3)
+if [ "$PROFILE" = 1 ] && ! perf version >/dev/null 2>&1; then need+=(linux-perf); fi
+if [ ${#need[@]} -gt 0 ]; then
+  [ "$(id -u)" = 0 ] || die "missing ${need[*]}: install them (apt-get install -y ${need[*]})"
+  log "installing ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+REIN_ORIGIN="built from the work tree"
+if [ -n "${REIN_BIN:-}" ]; then
+  REIN_ORIGIN="given as REIN_BIN, work tree"
+else
+  log "building rein (release)"
+  (cd "$ROOT" && cargo build --release -p rein --quiet)
+  REIN_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/rein"
+fi
+[ -x "$REIN_BIN" ] || die "no rein binary at $REIN_BIN"
+
+# --- temp dir, ports, cleanup ------------------------------------------------------------------
+TMP=$(mktemp -d /tmp/rein-bench.XXXXXX)
+chmod 755 "$TMP" # nginx workers run as nobody when started by root
+# A private copy: a concurrent `cargo build` must not swap the binary under the run.
+cp "$REIN_BIN" "$TMP/rein-bin"
+REIN_BIN="$TMP/rein-bin"
+PIDS=()
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ "${KEEP_TMP:-0}" = 1 ]; then log "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+read -r UP_PORT PROXY_PORT REIN_PORT SIM_PORT < <(python3 - <<'EOF'
+import socket
+socks = [socket.socket() for _ in range(4)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in socks])
+EOF
+)
+
+# --- configs -----------------------------------------------------------------------------------
+# nginx `return` text. nginx caps one config token at 4 kB, so a body is cut at event
+# boundaries into single-quoted pieces (\ and ' escaped, newlines as \n), each `set` to a
+# variable; `return 200 "$body0$body1..."` joins them.
+nginx_body() { # file var-prefix -> "set" lines, then the return argument on the last line
+  python3 - "$1" "$2" <<'PY'
+import sys
+text, prefix = open(sys.argv[1]).read(), sys.argv[2]
+if "$" in text:
+    sys.exit(f"{sys.argv[1]}: a body must not contain $ (nginx variables)")
+# An SSE body is cut after whole events ("\n\n"); anything else stays whole (under 3 kB).
+events = [e + "\n\n" for e in text.split("\n\n") if e] if "\n\n" in text else [text]
+pieces = [""]
+for event in events:
+    if pieces[-1] and len(pieces[-1]) + len(event) > 3000:
+        pieces.append("")
+    pieces[-1] += event
+def quote(t):
+    return "'" + t.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+for i, p in enumerate(pieces):
+    print(f"set ${prefix}{i} {quote(p)};")
+print('"' + "".join(f"${prefix}{i}" for i in range(len(pieces))) + '"')
+PY
+}
+COMPLETION=$(nginx_body "$LIB/completion.json" json)
+STREAM=$(nginx_body "$LIB/stream.sse" sse)
+
+nginx_common() { # $1: dir
+  cat <<EOF
+worker_processes auto;
+daemon off;
+pid $1/nginx.pid;
+error_log $1/error.log warn;
+events { worker_connections 4096; multi_accept on; }
+EOF
+}
+nginx_http_common() { # $1: dir
+  cat <<EOF
+  access_log off;
+  client_body_temp_path $1/body;
+  proxy_temp_path $1/proxy;
+  fastcgi_temp_path $1/fastcgi;
+  uwsgi_temp_path $1/uwsgi;
+  scgi_temp_path $1/scgi;
+  keepalive_requests 100000000;
+  keepalive_timeout 300s;
+  server_tokens off;
+EOF
+}
+
+mkdir -p "$TMP/upstream" "$TMP/proxy" "$TMP/rein"
+# (1) the fixed upstream: JSON under /v1, SSE under /sse/v1 (rein's openai_compatible adapter
+# always asks for `stream: true` and reads what the content type says).
+{
+  nginx_common "$TMP/upstream"
+  cat <<EOF
+http {
+$(nginx_http_common "$TMP/upstream")
+  server {
+    listen 127.0.0.1:$UP_PORT;
+    location = /v1/chat/completions {
+      default_type application/json;
+      $(sed '$d' <<<"$COMPLETION")
+      return 200 $(tail -1 <<<"$COMPLETION");
+    }
+    location = /sse/v1/chat/completions {
+      default_type text/event-stream;
+      add_header Cache-Control no-cache;
+      $(sed '$d' <<<"$STREAM")
+      return 200 $(tail -1 <<<"$STREAM");
+    }
+  }
+}
+EOF
+} >"$TMP/upstream/nginx.conf"
+
+# (2) a bare reverse proxy: pooled keep-alive upstream connections, unbuffered for SSE.
+{
+  nginx_common "$TMP/proxy"
+  cat <<EOF
+http {
+$(nginx_http_common "$TMP/proxy")
+  upstream fixed { server 127.0.0.1:$UP_PORT; keepalive 64; keepalive_requests 100000000; }
+  server {
+    listen 127.0.0.1:$PROXY_PORT;
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+    location /v1/ { proxy_pass http://fixed; }
+    location /sse/ { proxy_pass http://fixed; proxy_buffering off; }
+  }
+}
+EOF
+} >"$TMP/proxy/nginx.conf"
+
+# (3) rein: checked routes (the default) and a passthrough route on the same upstream, and the
+# simulator for the behaviour check.
+cat >"$TMP/rein/rein.toml" <<EOF
+[server]
+listen = "127.0.0.1:$REIN_PORT"
+drain_timeout_ms = 1000
+
+[store]
+sqlite_path = "$TMP/rein/rein.sqlite"
+
+[providers.fixed-json]
+kind = "openai_compatible"
+base_url = "http://127.0.0.1:$UP_PORT/v1"
+
+[providers.fixed-sse]
+kind = "openai_compatible"
+base_url = "http://127.0.0.1:$UP_PORT/sse/v1"
+
+[providers.sim]
+kind = "openai_compatible"
+base_url = "http://127.0.0.1:$SIM_PORT/v1"
+
+# Non-streaming against a JSON upstream: the same bytes from the upstream as direct and nginx.
+[routes.bench]
+[[routes.bench.tiers]]
+name = "primary"
+provider = "fixed-json"
+model = "bench-model"
+
+# Checked, against the SSE upstream (what a real provider answers to rein's stream: true).
+[routes.bench-sse]
+[[routes.bench-sse.tiers]]
+name = "primary"
+provider = "fixed-sse"
+model = "bench-model"
+
+[routes.bench-pt]
+release = "passthrough"
+[[routes.bench-pt.tiers]]
+name = "primary"
+provider = "fixed-sse"
+model = "bench-model"
+
+[routes.sim-pt]
+release = "passthrough"
+[[routes.sim-pt.tiers]]
+name = "primary"
+provider = "sim"
+model = "sim:token_delay:ms=$SIM_DELAY_MS"
+
+[routes.sim-checked]
+[[routes.sim-checked.tiers]]
+name = "primary"
+provider = "sim"
+model = "sim:token_delay:ms=$SIM_DELAY_MS"
+EOF
+
+# --- start everything --------------------------------------------------------------------------
+wait_port() { # port name pid
+  local i
+  for i in $(seq 1 100); do
+    kill -0 "$3" 2>/dev/null || die "$2 exited at start (see logs in $TMP)"
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  die "$2 did not listen on $1"
+}
+
+nginx -t -q -p "$TMP/upstream" -c "$TMP/upstream/nginx.conf" 2>"$TMP/upstream/test.log" \
+  || { cat "$TMP/upstream/test.log" >&2; die "upstream nginx config"; }
+nginx -p "$TMP/upstream" -c "$TMP/upstream/nginx.conf" 2>>"$TMP/upstream/stderr.log" &
+UP_PID=$!; PIDS+=("$UP_PID")
+nginx -p "$TMP/proxy" -c "$TMP/proxy/nginx.conf" 2>>"$TMP/proxy/stderr.log" &
+PROXY_PID=$!; PIDS+=("$PROXY_PID")
+"$REIN_BIN" sim --listen "127.0.0.1:$SIM_PORT" >"$TMP/sim.log" 2>&1 &
+SIM_PID=$!; PIDS+=("$SIM_PID")
+wait_port "$UP_PORT" "upstream nginx" "$UP_PID"
+wait_port "$PROXY_PORT" "nginx proxy" "$PROXY_PID"
+wait_port "$SIM_PORT" "rein sim" "$SIM_PID"
+
+RUST_LOG=${RUST_LOG:-warn} "$REIN_BIN" serve --config "$TMP/rein/rein.toml" \
+  >"$TMP/rein/stdout.log" 2>"$TMP/rein/stderr.log" &
+REIN_PID=$!; PIDS+=("$REIN_PID")
+for _ in $(seq 1 100); do
+  grep -q "rein listening on" "$TMP/rein/stdout.log" "$TMP/rein/stderr.log" 2>/dev/null && break
+  kill -0 "$REIN_PID" 2>/dev/null || { cat "$TMP/rein/stderr.log" >&2; die "rein serve exited"; }
+  sleep 0.1
+done
+wait_port "$REIN_PORT" "rein serve" "$REIN_PID"
+
+RAW="$TMP/raw.tsv"
+: >"$RAW"
+record() { printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$RAW"; } # round section target conc key value
+
+# Process ids whose CPU and memory count for a target: the nginx workers (the master only
+# accepts signals), or the rein process (all its threads).
+workers() { # the worker pids of an nginx master (forked just after it starts listening)
+  local w _
+  for _ in $(seq 1 50); do
+    w=$(pgrep -P "$1" | tr '\n' ' ' || true)
+    [ -n "$w" ] && { echo "$w"; return 0; }
+    sleep 0.1
+  done
+  die "nginx $1 has no workers"
+}
+UP_WORKERS=$(workers "$UP_PID")
+PROXY_WORKERS=$(workers "$PROXY_PID")
+pids_of() {
+  case "$1" in
+    direct | s-direct) echo "$UP_WORKERS" ;;
+    nginx | s-nginx) echo "$PROXY_WORKERS" ;;
+    *) echo "$REIN_PID" ;;
+  esac
+}
+cpu_ticks() { local p t=0; for p in "$@"; do t=$((t + $(sed 's/^.*) //' "/proc/$p/stat" | awk '{print $12 + $13}'))); done; echo "$t"; }
+ctx_switches() { local p t=0; for p in "$@"; do t=$((t + $(cat /proc/"$p"/task/*/status 2>/dev/null | awk '/ctxt_switches/ {s += $2} END {print s + 0}'))); done; echo "$t"; }
+mem_kib() { # field pids... -> summed kB
+  local f=$1 p t=0; shift
+  for p in "$@"; do t=$((t + $(awk -v f="$f:" '$1 == f {print $2}' "/proc/$p/status"))); done
+  echo "$t"
+}
+TICK=$(getconf CLK_TCK)
+
+sleep 1
+record 0 mem rein - idle_rss_kib "$(mem_kib VmRSS "$REIN_PID")"
+# shellcheck disable=SC2086
+record 0 mem nginx - idle_rss_kib "$(mem_kib VmRSS "$PROXY_PID" $PROXY_WORKERS)"
+# shellcheck disable=SC2086
+record 0 mem direct - idle_rss_kib "$(mem_kib VmRSS "$UP_PID" $UP_WORKERS)"
+
+# --- targets -----------------------------------------------------------------------------------
+body() { # model stream
+  if [ "$2" = 1 ]; then
+    printf '{"model":"%s","messages":[{"role":"user","content":"where is my order?"}],"stream":true}' "$1"
+  else
+    printf '{"model":"%s","messages":[{"role":"user","content":"where is my order?"}]}' "$1"
+  fi
+}
+# target -> "port path model stream"
+target_of() {
+  case "$1" in
+    direct) echo "$UP_PORT /v1/chat/completions bench 0" ;;
+    nginx) echo "$PROXY_PORT /v1/chat/completions bench 0" ;;
+    rein) echo "$REIN_PORT /v1/chat/completions bench 0" ;;
+    rein-sse) echo "$REIN_PORT /v1/chat/completions bench-sse 0" ;;
+    s-direct) echo "$UP_PORT /sse/v1/chat/completions bench 1" ;;
+    s-nginx) echo "$PROXY_PORT /sse/v1/chat/completions bench 1" ;;
+    s-rein-pt) echo "$REIN_PORT /v1/chat/completions bench-pt 1" ;;
+    s-rein-checked) echo "$REIN_PORT /v1/chat/completions bench-sse 1" ;;
+  esac
+}
+NONSTREAM=(direct nginx rein rein-sse)
+STREAMING=(s-direct s-nginx s-rein-pt s-rein-checked)
+
+# --- sanity: every path answers 200 with the expected body -------------------------------------
+check() {
+  local t=$1 port path model stream hdr out
+  read -r port path model stream <<<"$(target_of "$t")"
+  out=$(curl -sS -D "$TMP/headers" -o - -H 'content-type: application/json' \
+    --data "$(body "$model" "$stream")" "http://127.0.0.1:$port$path") || die "$t: curl failed"
+  hdr=$(head -1 "$TMP/headers")
+  [[ "$hdr" == *" 200"* ]] || die "$t: $hdr: $out"
+  if [ "$stream" = 1 ]; then
+    [[ "$out" == *"Thursday."* && "$out" == *"[DONE]"* ]] || die "$t: unexpected stream: $out"
+  else
+    [[ "$out" == *"Thursday."* ]] || die "$t: unexpected answer: $out"
+  fi
+  if [ "$t" = s-rein-pt ]; then # passthrough sends headers before the outcome is known
+    grep -qi '^x-rein-release: passthrough' "$TMP/headers" || die "$t: not passthrough: $(cat "$TMP/headers")"
+  elif [ "$port" = "$REIN_PORT" ]; then
+    grep -qi '^x-rein-outcome: answered' "$TMP/headers" || die "$t: rein did not answer: $(cat "$TMP/headers")"
+  fi
+}
+for t in "${NONSTREAM[@]}" "${STREAMING[@]}"; do check "$t"; done
+log "all paths answer; upstream :$UP_PORT, nginx proxy :$PROXY_PORT, rein :$REIN_PORT, sim :$SIM_PORT"
+
+# --- measurements ------------------------------------------------------------------------------
+wrk_run() { # target conns threads duration -> BENCH line
+  local port path model stream
+  read -r port path model stream <<<"$(target_of "$1")"
+  BENCH_BODY=$(body "$model" "$stream") wrk -t"$3" -c"$2" -d"$4"s --timeout 5s \
+    -s "$LIB/post.lua" "http://127.0.0.1:$port$path" | grep '^BENCH '
+}
+measure() { # round section target conns threads
+  local round=$1 section=$2 t=$3 conns=$4 threads=$5 pids c0 c1 x0 x1 line kv k v requests=0 dur=1
+  pids=$(pids_of "$t")
+  # shellcheck disable=SC2086
+  c0=$(cpu_ticks $pids)
+  # shellcheck disable=SC2086
+  x0=$(ctx_switches $pids)
+  line=$(wrk_run "$t" "$conns" "$threads" "$DURATION") || die "$t: wrk failed"
+  # shellcheck disable=SC2086
+  c1=$(cpu_ticks $pids)
+  # shellcheck disable=SC2086
+  x1=$(ctx_switches $pids)
+  for kv in ${line#BENCH }; do
+    k=${kv%%=*}; v=${kv#*=}
+    record "$round" "$section" "$t" "$conns" "$k" "$v"
+    case "$k" in requests) requests=$v ;; duration_us) dur=$v ;; errors | status_errors)
+      [ "$v" = 0 ] || log "warning: $t c$conns: $k=$v" ;;
+    esac
+  done
+  record "$round" "$section" "$t" "$conns" rps "$(awk -v r="$requests" -v d="$dur" 'BEGIN {printf "%.1f", r / (d / 1e6)}')"
+  record "$round" "$section" "$t" "$conns" cpu_us_per_req \
+    "$(awk -v c=$((c1 - c0)) -v r="$requests" -v hz="$TICK" 'BEGIN {printf "%.2f", r ? c / hz * 1e6 / r : 0}')"
+  record "$round" "$section" "$t" "$conns" ctxsw_per_req \
+    "$(awk -v x=$((x1 - x0)) -v r="$requests" 'BEGIN {printf "%.3f", r ? x / r : 0}')"
+}
+probe() { # round target count [port path body]
+  local port path model stream out k
+  read -r port path model stream <<<"$(target_of "$2")"
+  out=$(python3 "$LIB/sse_probe.py" 127.0.0.1 "$port" "$path" "$(body "$model" 1)" "$3") \
+    || die "$2: probe failed"
+  for k in ttfb_p50_us ttfb_p99_us ttlb_p50_us ttlb_p99_us events; do
+    record "$1" probe "$2" 1 "$k" "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$out" "$k")"
+  done
+}
+
+# How much of the machine other work took during the rounds: all busy CPU time (/proc/stat)
+# minus this run's own (the daemons, and every reaped child of this shell: wrk, the probes).
+# Busy = user + nice + system + irq + softirq: tick-based accounting charges softirq time (the
+# loopback TCP delivery) to the interrupted task too. Steal is the hypervisor's, not a process's.
+busy_total() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
+own_ticks() {
+  # shellcheck disable=SC2086
+  echo $(($(cpu_ticks "$UP_PID" $UP_WORKERS "$PROXY_PID" $PROXY_WORKERS "$SIM_PID" "$REIN_PID") \
+    + $(sed 's/^.*) //' /proc/$$/stat | awk '{print $14 + $15}')))
+}
+read -r BUSY0 TOTAL0 < <(busy_total)
+OWN0=$(own_ticks)
+log "warm-up"
+for t in "${NONSTREAM[@]}" "${STREAMING[@]}"; do wrk_run "$t" "$CONNS" 2 1 >/dev/null; done
+
+for round in $(seq 1 "$ROUNDS"); do
+  log "round $round/$ROUNDS: non-streaming"
+  for t in "${NONSTREAM[@]}"; do measure "$round" nonstream "$t" 1 1; done
+  for t in "${NONSTREAM[@]}"; do measure "$round" nonstream "$t" "$CONNS" 2; done
+  log "round $round/$ROUNDS: streaming"
+  for t in "${STREAMING[@]}"; do measure "$round" stream "$t" 1 1; done
+  for t in "${STREAMING[@]}"; do measure "$round" stream "$t" "$CONNS" 2; done
+  for t in "${STREAMING[@]}"; do probe "$round" "$t" "$PROBE_COUNT"; done
+done
+
+# --- behaviour: passthrough must not hold back the first event (rein sim, slow tokens) ---------
+log "behaviour: first event through passthrough vs checked (rein sim, ${SIM_DELAY_MS} ms per token)"
+SIM_BODY_MODEL="sim:token_delay:ms=$SIM_DELAY_MS"
+for t in sim-direct sim-rein-pt sim-rein-checked; do
+  case "$t" in
+    sim-direct) port=$SIM_PORT model=$SIM_BODY_MODEL ;;
+    sim-rein-pt) port=$REIN_PORT model=sim-pt ;;
+    sim-rein-checked) port=$REIN_PORT model=sim-checked ;;
+  esac
+  out=$(python3 "$LIB/sse_probe.py" 127.0.0.1 "$port" /v1/chat/completions "$(body "$model" 1)" 5 1) \
+    || die "$t: probe failed"
+  for k in ttfb_p50_us ttlb_p50_us events; do
+    record 0 behaviour "$t" 1 "$k" "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$out" "$k")"
+  done
+done
+
+read -r BUSY1 TOTAL1 < <(busy_total)
+OWN1=$(own_ticks)
+record 0 machine all - busy_own_total_ticks "$((BUSY1 - BUSY0)) $((OWN1 - OWN0)) $((TOTAL1 - TOTAL0))"
+OTHERS=$(awk -v b=$((BUSY1 - BUSY0)) -v o=$((OWN1 - OWN0)) -v t=$((TOTAL1 - TOTAL0)) \
+  'BEGIN {x = (b - o) / t * 100; printf "%.1f", x < 0 ? 0 : x}')
+if awk -v x="$OTHERS" 'BEGIN {exit !(x > 5)}'; then
+  log "warning: other processes used $OTHERS% of the CPU during the rounds: the numbers are skewed"
+fi
+record 0 mem rein - peak_rss_kib "$(mem_kib VmHWM "$REIN_PID")"
+record 0 mem rein - after_rss_kib "$(mem_kib VmRSS "$REIN_PID")"
+# shellcheck disable=SC2086
+record 0 mem nginx - peak_rss_kib "$(mem_kib VmHWM "$PROXY_PID" $PROXY_WORKERS)"
+# shellcheck disable=SC2086
+record 0 mem direct - peak_rss_kib "$(mem_kib VmHWM "$UP_PID" $UP_WORKERS)"
+
+# --- optional profile --------------------------------------------------------------------------
+# perf pads its columns to the longest symbol; drop the padding, the comment lines and the IPC
+# columns, and cut generic-heavy names short.
+tidy_perf() { grep -v '^#' | grep -v '^$' | sed 's/[[:space:]]*-[[:space:]]*-[[:space:]]*$//; s/[[:space:]]*$//' | cut -c1-200; }
+if [ "$PROFILE" = 1 ]; then
+  mkdir -p "$BENCH_DIR/results"
+  for t in rein s-rein-pt; do
+    log "profiling rein under $CONNS connections: $t"
+    perf record -q -F 997 --call-graph dwarf,8192 -p "$REIN_PID" -o "$TMP/perf-$t.data" \
+      -- sleep "$DURATION" 2>"$TMP/perf-$t.log" &
+    perf_pid=$!
+    wrk_run "$t" "$CONNS" 2 "$DURATION" >/dev/null
+    wait "$perf_pid" || true
+    {
+      echo "# perf: rein serve under wrk -t2 -c$CONNS for ${DURATION}s, target $t ($(date -u +%FT%TZ))"
+      echo "# perf record -F 997 --call-graph dwarf -p REIN_PID; percentages are of rein's samples"
+      echo; echo "## by stage (share of samples whose stack passes through it; lib/perf_stages.py)"
+      timeout 600 perf script -i "$TMP/perf-$t.data" -F comm,ip,sym 2>/dev/null | python3 "$LIB/perf_stages.py" || true
+      echo; echo "## by shared object"
+      perf report -i "$TMP/perf-$t.data" --stdio --no-children --sort dso -g none 2>/dev/null | tidy_perf | head -12 || true
+      echo; echo "## self time by symbol (flat, >= 0.4%)"
+      perf report -i "$TMP/perf-$t.data" --stdio --no-children --sort dso,symbol -g none --percent-limit 0.4 2>/dev/null | tidy_perf | head -60 || true
+      echo; echo "## inclusive time (children) of rein, hyper, reqwest, axum, serde and tokio sync frames (>= 1%)"
+      perf report -i "$TMP/perf-$t.data" --stdio --children --sort symbol -g none --percent-limit 1 2>/dev/null | tidy_perf \
+        | grep -E 'rein_|hyper::|reqwest::|axum::|serde_json::|tokio::sync|tokio::time|tracing|http::header|__GI___writev|__libc_recv|__GI___libc_read|epoll_wait|futex' \
+        | grep -v '(inlined)' | head -70 || true
+    } >"$BENCH_DIR/results/profile-$t.txt"
+    log "wrote bench/results/profile-$t.txt"
+  done
+fi
+
+# --- report ------------------------------------------------------------------------------------
+mkdir -p "$(dirname "$OUT")"
+machine="$(nproc) cores, $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), $(free -g | awk '/Mem:/ {print $2}') GiB, Linux $(uname -r)"
+python3 "$LIB/report.py" "$RAW" \
+  --machine "$machine" \
+  --rein "$("$REIN_BIN" --version 2>/dev/null || echo rein), $REIN_ORIGIN at $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$ROOT" && git diff --quiet HEAD -- crates 2>/dev/null || echo ' + uncommitted changes')" \
+  --tools "$(nginx -v 2>&1 | sed 's/^nginx version: //'), wrk $(wrk -v 2>&1 | awk 'NR==1 {print $2}'), Python $(python3 -c 'import platform; print(platform.python_version())')" \
+  --duration "$DURATION" --rounds "$ROUNDS" --conns "$CONNS" --probe-count "$PROBE_COUNT" \
+  --sim-delay "$SIM_DELAY_MS" --others "$OTHERS" | tee "$OUT"
+log "wrote ${OUT#"$ROOT"/}"
