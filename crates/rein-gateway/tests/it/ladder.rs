@@ -624,7 +624,7 @@ schema = { type = "object", properties = { reason = { type = "strng" } } }
 fn output_mistakes_one_at_a_time_are_named() {
     insta::assert_snapshot!(problems("jsn = true\n"), @"
     the config has 1 problem:
-      - `routes.chat.output.jsn`: unknown field `jsn`, expected one of `json`, `schema`, `schema_file`, `max_tokens_cap`, `rules`, `webhooks`, `fail_open`
+      - `routes.chat.output.jsn`: unknown field `jsn`, expected one of `json`, `schema`, `schema_file`, `max_tokens_cap`, `rules`, `webhooks`, `fail_open`, `judge`
     ");
     insta::assert_snapshot!(
         problems("json = true\nrules = [ { rule = \"cited_ids\", ids_at = \"/ids\" } ]\n"),
