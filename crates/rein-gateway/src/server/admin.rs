@@ -31,6 +31,11 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({ "error": { "message": message.into() } }))).into_response()
 }
 
+/// Parse a JSON body; the error says the shape it must have and what was wrong.
+fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8], shape: &str) -> Result<T, String> {
+    serde_json::from_slice(body).map_err(|e| format!("body must be {shape}: {e}"))
+}
+
 fn denied(gateway: &Gateway, headers: &HeaderMap) -> Option<Response> {
     let runtime = gateway.runtime();
     if runtime.config.server.admin_key.is_none() {
@@ -79,17 +84,11 @@ async fn kill_flip(
     if let Some(response) = denied(&gateway, &headers) {
         return response;
     }
-    let flip: Flip = match serde_json::from_slice(&body) {
-        Ok(flip) => flip,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "body must be {{\"route\"?: string, \"engaged\": bool, \"reason\": string}}: {e}"
-                ),
-            );
-        }
-    };
+    let flip: Flip =
+        match parse_body(&body, "{\"route\"?: string, \"engaged\": bool, \"reason\": string}") {
+            Ok(parsed) => parsed,
+            Err(message) => return error(StatusCode::BAD_REQUEST, message),
+        };
     if flip.reason.trim().is_empty() {
         return error(StatusCode::BAD_REQUEST, "`reason` must say why the switch is flipped");
     }
@@ -207,16 +206,12 @@ async fn new_version(
     if let Some(response) = denied(&gateway, &headers).or_else(|| known_route(&gateway, &route)) {
         return response;
     }
-    let request: NewVersion = match serde_json::from_slice(&body) {
-        Ok(request) => request,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "body must be {{\"settings\": {{\"tiers\": {{<tier>: {{\"model\", \"system_prompt\"?, ...}}}}}}, \"author\": string, \"note\"?: string}}: {e}"
-                ),
-            );
-        }
+    let request: NewVersion = match parse_body(
+        &body,
+        "{\"settings\": {\"tiers\": {<tier>: {\"model\", \"system_prompt\"?, ...}}}, \"author\": string, \"note\"?: string}",
+    ) {
+        Ok(parsed) => parsed,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
     if request.author.trim().is_empty() {
         return error(StatusCode::BAD_REQUEST, "`author` must name who made the change");
@@ -282,17 +277,11 @@ async fn revert(
     if let Some(response) = denied(&gateway, &headers).or_else(|| known_route(&gateway, &route)) {
         return response;
     }
-    let request: Revert = match serde_json::from_slice(&body) {
-        Ok(request) => request,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "body must be {{\"version\": number, \"author\": string, \"reason\": string}}: {e}"
-                ),
-            );
-        }
-    };
+    let request: Revert =
+        match parse_body(&body, "{\"version\": number, \"author\": string, \"reason\": string}") {
+            Ok(parsed) => parsed,
+            Err(message) => return error(StatusCode::BAD_REQUEST, message),
+        };
     if request.reason.trim().is_empty() || request.author.trim().is_empty() {
         return error(
             StatusCode::BAD_REQUEST,
