@@ -1,4 +1,4 @@
-//! The one pooled HTTP client all providers share, and the translation of transport errors
+//! The pooled HTTP client all providers share, and the translation of transport errors
 //! into [`Failure`]s. Before response headers: the connect bound firing is the engine's
 //! `Connect` clock, anything else (refused, reset, DNS, TLS, closed) is a `Connection`
 //! failure. After headers, a broken body is a cut stream. The client never retries, never
@@ -19,35 +19,56 @@ use crate::config::{ClientBuildError, HttpClientConfig};
 /// a misbehaving proxy streaming an endless page.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
-/// A cheap-to-clone handle on one `reqwest::Client` and its connection pool.
+/// Per-thread copies of each [`HttpClient`]'s `reqwest::Client`, by client id.
+type ThreadClients = std::cell::RefCell<Vec<(u64, reqwest::Client)>>;
+
+thread_local! {
+    static THREAD_CLIENTS: ThreadClients = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Most distinct clients a thread keeps copies of (config reloads make new ones).
+const MAX_THREAD_CLIENTS: usize = 16;
+
+static NEXT_CLIENT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// A cheap-to-clone handle on the providers' HTTP client. Each thread that sends through it
+/// gets its own `reqwest::Client` (its own connection pool) built from the same settings, so a
+/// gateway worker's request and the upstream connection it uses live on one event loop and no
+/// other thread is woken to move its bytes.
 #[derive(Debug, Clone)]
 pub struct HttpClient {
+    id: u64,
+    config: HttpClientConfig,
+    /// Used where a per-thread copy cannot be built (it was built once already, so rarely).
     inner: reqwest::Client,
     connect_timeout: Duration,
 }
 
 impl HttpClient {
     pub fn new(config: &HttpClientConfig) -> Result<Self, ClientBuildError> {
-        let keepalive =
-            (config.tcp_keepalive_ms > 0).then(|| Duration::from_millis(config.tcp_keepalive_ms));
-        let inner = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout())
-            .pool_idle_timeout(Some(Duration::from_millis(config.pool_idle_timeout_ms)))
-            .pool_max_idle_per_host(config.pool_max_idle_per_host)
-            .tcp_keepalive(keepalive)
-            .tcp_nodelay(true)
-            .redirect(Policy::none())
-            // reqwest's default policy re-sends requests an HTTP/2 server refused; the engine
-            // owns every retry (and the retry budget), so the client sends exactly once.
-            .retry(reqwest::retry::never())
-            .user_agent(concat!("rein/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|error| ClientBuildError { detail: error_chain(&error) })?;
-        Ok(Self { inner, connect_timeout: config.connect_timeout() })
+        let inner = build(config)?;
+        let id = NEXT_CLIENT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Self { id, config: config.clone(), inner, connect_timeout: config.connect_timeout() })
+    }
+
+    /// This thread's copy of the client.
+    fn local(&self) -> reqwest::Client {
+        THREAD_CLIENTS.with(|clients| {
+            let mut clients = clients.borrow_mut();
+            if let Some((_, client)) = clients.iter().find(|(id, _)| *id == self.id) {
+                return client.clone();
+            }
+            let client = build(&self.config).unwrap_or_else(|_| self.inner.clone());
+            if clients.len() >= MAX_THREAD_CLIENTS {
+                clients.remove(0);
+            }
+            clients.push((self.id, client.clone()));
+            client
+        })
     }
 
     pub(crate) fn post(&self, url: reqwest::Url) -> reqwest::RequestBuilder {
-        self.inner.post(url)
+        self.local().post(url)
     }
 
     /// Sends one request and waits for the response headers.
@@ -65,6 +86,25 @@ impl HttpClient {
         }
         Failure::Connection { detail: error_chain(&error) }
     }
+}
+
+/// A `reqwest::Client` with the providers' settings.
+fn build(config: &HttpClientConfig) -> Result<reqwest::Client, ClientBuildError> {
+    let keepalive =
+        (config.tcp_keepalive_ms > 0).then(|| Duration::from_millis(config.tcp_keepalive_ms));
+    reqwest::Client::builder()
+        .connect_timeout(config.connect_timeout())
+        .pool_idle_timeout(Some(Duration::from_millis(config.pool_idle_timeout_ms)))
+        .pool_max_idle_per_host(config.pool_max_idle_per_host)
+        .tcp_keepalive(keepalive)
+        .tcp_nodelay(true)
+        .redirect(Policy::none())
+        // reqwest's default policy re-sends requests an HTTP/2 server refused; the engine
+        // owns every retry (and the retry budget), so the client sends exactly once.
+        .retry(reqwest::retry::never())
+        .user_agent(concat!("rein/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|error| ClientBuildError { detail: error_chain(&error) })
 }
 
 /// A body error after the headers arrived. reqwest reports these as "error decoding response

@@ -130,7 +130,14 @@ fn main() -> std::process::ExitCode {
     } else {
         logs.init();
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    // `rein serve` runs one single-threaded event loop per worker (this one is the first; the
+    // gateway starts the others), so no request hops between threads.
+    let runtime = if matches!(cli.command, Command::Serve(_)) {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Runtime::new()
+    };
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");

@@ -110,6 +110,18 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     #[serde(rename = "drain_timeout_ms", with = "rein_core::clock::millis")]
     pub drain_timeout: Duration,
+    /// Worker threads (`server.workers`); 0 = one per CPU core.
+    pub workers: usize,
+}
+
+impl ServerConfig {
+    /// The number of worker threads to run: `workers`, or one per CPU core.
+    pub fn worker_threads(&self) -> usize {
+        match self.workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
 }
 
 /// The pooled HTTP client shared by every provider.
@@ -249,6 +261,9 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
     if raw.server.max_body_bytes == 0 {
         problems.add("server.max_body_bytes", "must be greater than 0");
     }
+    if raw.server.workers > 1024 {
+        problems.add("server.workers", "must be at most 1024 (0 = one per CPU core)");
+    }
 
     let budget = &raw.retry_budget;
     if !(0.0..=10.0).contains(&budget.ratio) {
@@ -302,6 +317,7 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
             admin_key,
             max_body_bytes: raw.server.max_body_bytes,
             drain_timeout: ms(raw.server.drain_timeout_ms),
+            workers: raw.server.workers,
         },
         store: StoreConfig { sqlite_path: raw.store.sqlite_path },
         retry_budget: RetryBudgetPolicy {

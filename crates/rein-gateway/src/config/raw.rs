@@ -41,6 +41,10 @@ pub struct RawServer {
     /// How long shutdown waits for in-flight requests and streams.
     #[serde(default = "default_drain_ms")]
     pub drain_timeout_ms: u64,
+    /// Worker threads, each with its own event loop and upstream connection pool; 0 = one per
+    /// CPU core.
+    #[serde(default)]
+    pub workers: usize,
 }
 
 impl Default for RawServer {
@@ -51,6 +55,7 @@ impl Default for RawServer {
             admin_key_env: None,
             max_body_bytes: default_body_limit(),
             drain_timeout_ms: default_drain_ms(),
+            workers: 0,
         }
     }
 }

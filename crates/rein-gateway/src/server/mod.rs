@@ -8,7 +8,7 @@ mod admin;
 mod chat;
 mod error;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -204,6 +204,12 @@ impl Gateway {
 
     /// Serve on `listener` until `shutdown` resolves, then stop accepting and drain in-flight
     /// requests and streams for up to `server.drain_timeout_ms`.
+    ///
+    /// Connections are served by `server.workers` event loops (one per core by default): this
+    /// task's runtime plus one single-threaded runtime per extra worker thread, each accepting
+    /// from its own handle on the same listening socket. A request stays on the thread that
+    /// accepted it, together with the upstream connections it uses (the providers' client keeps
+    /// one pool per thread), so serving it wakes no other thread.
     pub async fn serve(
         self: Arc<Self>,
         listener: TcpListener,
@@ -217,27 +223,49 @@ impl Gateway {
             tracing::info!("shutting down: draining in-flight requests");
             stop_tx.send_replace(true);
         });
-        let mut graceful = stop_rx.clone();
-        // Small SSE writes must leave at once, not wait for Nagle's algorithm and the peer's
-        // delayed ACK (which adds ~40 ms to a streamed answer).
-        let listener = listener.tap_io(|tcp| {
-            if let Err(error) = tcp.set_nodelay(true) {
-                tracing::debug!("cannot set TCP_NODELAY: {error}");
+
+        let workers = self.runtime().config.server.worker_threads();
+        let listener = listener.into_std()?;
+        let mut finished = Vec::with_capacity(workers);
+        for index in 1..workers {
+            let socket = listener.try_clone()?;
+            let gateway = self.clone();
+            let stop = stop_rx.clone();
+            let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+            std::thread::Builder::new().name(format!("rein-worker-{index}")).spawn(move || {
+                let result = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .and_then(|runtime| {
+                        runtime.block_on(async move {
+                            let socket = TcpListener::from_std(socket)?;
+                            serve_connections(gateway, socket, stop).await
+                        })
+                    });
+                let _ = done_tx.send(result);
+            })?;
+            finished.push(done_rx);
+        }
+        let first = TcpListener::from_std(listener)?;
+        let mut local = tokio::spawn(serve_connections(self.clone(), first, stop_rx.clone()));
+        let all = async move {
+            let mut result = (&mut local).await.map_err(std::io::Error::other)?;
+            for done in finished {
+                let worker =
+                    done.await.unwrap_or_else(|_| Err(std::io::Error::other("worker thread died")));
+                result = result.and(worker);
             }
-        });
-        let server =
-            axum::serve(listener, router(self.clone())).with_graceful_shutdown(async move {
-                let _ = graceful.wait_for(|stop| *stop).await;
-            });
-        let mut server = tokio::spawn(server.into_future());
+            result
+        };
+        tokio::pin!(all);
         let mut stopping = stop_rx;
         tokio::select! {
-            result = &mut server => return result.map_err(std::io::Error::other)?,
+            result = &mut all => return result,
             _ = stopping.wait_for(|stop| *stop) => {}
         }
         let drain = self.runtime().config.server.drain_timeout;
-        match tokio::time::timeout(drain, server).await {
-            Ok(result) => result.map_err(std::io::Error::other)?,
+        match tokio::time::timeout(drain, all).await {
+            Ok(result) => result,
             Err(_) => {
                 tracing::warn!(
                     drain_ms = drain.as_millis() as u64,
@@ -247,6 +275,26 @@ impl Gateway {
             }
         }
     }
+}
+
+/// One event loop's share of the connections: accept until `stop`, then finish what is open.
+async fn serve_connections(
+    gateway: Arc<Gateway>,
+    listener: TcpListener,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    // Small SSE writes must leave at once, not wait for Nagle's algorithm and the peer's
+    // delayed ACK (which adds ~40 ms to a streamed answer).
+    let listener = listener.tap_io(|tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY: {error}");
+        }
+    });
+    axum::serve(listener, router(gateway))
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        })
+        .await
 }
 
 async fn read_config(path: Option<&PathBuf>, default: Option<&str>) -> Result<String, StartError> {

@@ -132,8 +132,11 @@ pub fn parse_request(body: &[u8]) -> Result<AnthropicRequest, WireError> {
     require(&map, "model")?;
     require(&map, "max_tokens")?;
     require(&map, "messages")?;
-    let raw: RawRequest = typed(&map)?;
-    let evidence = caller_evidence(&map)?;
+    // Read before `typed` takes the map; its error still comes after the typed one.
+    let evidence = caller_evidence(&map);
+    let mut extra = extra(&map, KNOWN_FIELDS);
+    let raw: RawRequest = typed(map)?;
+    let evidence = evidence?;
     if raw.messages.is_empty() {
         return Err(WireError::invalid("messages", "must contain at least one message"));
     }
@@ -181,7 +184,6 @@ pub fn parse_request(body: &[u8]) -> Result<AnthropicRequest, WireError> {
         }),
     };
 
-    let mut extra = extra(&map, KNOWN_FIELDS);
     let response_format = structured_output(&mut extra)?;
     let request = ChatRequest {
         model: String::new(),

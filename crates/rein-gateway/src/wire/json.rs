@@ -31,8 +31,8 @@ pub(crate) fn require(map: &Map<String, Value>, field: &str) -> Result<(), WireE
 }
 
 /// Deserialize a whole body into `T`, naming the path of the first bad field.
-pub(crate) fn typed<T: DeserializeOwned>(map: &Map<String, Value>) -> Result<T, WireError> {
-    serde_path_to_error::deserialize(Value::Object(map.clone())).map_err(|error| {
+pub(crate) fn typed<T: DeserializeOwned>(map: Map<String, Value>) -> Result<T, WireError> {
+    serde_path_to_error::deserialize(Value::Object(map)).map_err(|error| {
         let path = error.path().to_string();
         let detail = humanize(&error.inner().to_string());
         // "missing field `name`" at `tools[0].function` reads better as the full path.
@@ -192,7 +192,7 @@ mod tests {
     }
 
     fn parse(body: &str) -> Result<Body, WireError> {
-        typed(&parse_object(body.as_bytes())?)
+        typed(parse_object(body.as_bytes())?)
     }
 
     #[test]

@@ -186,9 +186,11 @@ pub fn parse_request(body: &[u8]) -> Result<OpenAiRequest, WireError> {
     let map = parse_object(body)?;
     require(&map, "model")?;
     require(&map, "messages")?;
-    let raw: RawRequest = typed(&map)?;
+    // Read before `typed` takes the map; its error still comes after the typed one.
     let extra = extra(&map, KNOWN_FIELDS);
-    let evidence = caller_evidence(&map)?;
+    let evidence = caller_evidence(&map);
+    let raw: RawRequest = typed(map)?;
+    let evidence = evidence?;
 
     if raw.functions.is_some() {
         return Err(WireError::invalid("functions", LEGACY_FUNCTIONS));
