@@ -2,15 +2,25 @@
 //! the process. Every table's rows are versioned by the schema version in `rein_schema`, and
 //! migrations only move forward, so records written by an older rein stay readable.
 //!
-//! Today it holds route settings versions ([`versions`]); the outbox and hand-offs join it.
+//! It holds route settings versions ([`versions`]) and the durable state behind tool calls
+//! ([`tools`]: idempotency keys, the write outbox, the read cache, gate holds), which can also
+//! live in Postgres ([`tools_postgres`]) when several gateway replicas share one queue.
 
+#[cfg(feature = "testing")]
+pub mod testing;
+pub mod tools;
+pub mod tools_postgres;
+pub mod tools_sqlite;
 pub mod versions;
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
-use rusqlite::Connection;
+use rusqlite::{Connection, TransactionBehavior};
 
+pub use tools::{ToolStore, open_tool_store};
+pub use tools_postgres::PostgresToolStore;
+pub use tools_sqlite::SqliteToolStore;
 pub use versions::{Change, RouteSettings, TierSettings, VersionInfo};
 
 /// A store operation that failed.
@@ -26,6 +36,12 @@ pub enum StoreError {
     TooNew { found: i64, known: i64 },
     #[error("route `{route}` has no version {version}")]
     NoSuchVersion { route: String, version: i64 },
+    /// A Postgres call failed; the text never contains the password of the connection URL.
+    #[error("postgres: {0}")]
+    Postgres(String),
+    /// The blocking task running a SQLite call panicked or was cancelled.
+    #[error("the store's blocking task did not finish: {0}")]
+    Task(String),
 }
 
 /// The migrations, in order; the schema version is the number applied.
@@ -47,7 +63,62 @@ const MIGRATIONS: &[&str] = &[
         reason TEXT NOT NULL,
         changed_unix_ms INTEGER NOT NULL
     );",
+    // 2: tool calls: idempotency keys, the write outbox, the read cache, gate holds
+    // (`tools_sqlite`). JSON is stored as text.
+    "CREATE TABLE tool_keys (
+        key TEXT PRIMARY KEY,
+        tool TEXT NOT NULL,
+        args_hash TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('in_flight', 'queued', 'held', 'done')),
+        result TEXT,
+        lease_until_unix_ms INTEGER,
+        created_unix_ms INTEGER NOT NULL,
+        updated_unix_ms INTEGER NOT NULL
+    );
+    CREATE TABLE tool_outbox (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        idempotency_key TEXT NOT NULL UNIQUE,
+        tool TEXT NOT NULL,
+        args TEXT NOT NULL,
+        queued_result TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('pending', 'done', 'failed', 'dropped')),
+        attempts INTEGER NOT NULL DEFAULT 0,
+        last_error TEXT,
+        created_unix_ms INTEGER NOT NULL,
+        next_attempt_unix_ms INTEGER NOT NULL,
+        lease_owner TEXT,
+        lease_until_unix_ms INTEGER,
+        finished_unix_ms INTEGER,
+        result TEXT
+    );
+    CREATE INDEX tool_outbox_pending ON tool_outbox (state, next_attempt_unix_ms);
+    CREATE TABLE tool_cache (
+        tool TEXT NOT NULL,
+        args_hash TEXT NOT NULL,
+        result TEXT NOT NULL,
+        captured_unix_ms INTEGER NOT NULL,
+        PRIMARY KEY (tool, args_hash)
+    );
+    CREATE TABLE tool_holds (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        idempotency_key TEXT NOT NULL UNIQUE,
+        tool TEXT NOT NULL,
+        args TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        conversation_id TEXT,
+        state TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'rejected')),
+        created_unix_ms INTEGER NOT NULL,
+        decided_by TEXT,
+        decision_note TEXT,
+        decided_unix_ms INTEGER,
+        outbox_id INTEGER REFERENCES tool_outbox (id)
+    );
+    CREATE INDEX tool_holds_state ON tool_holds (state);",
 ];
+
+/// How long a writer waits for another connection's write transaction (another process on the
+/// same file) before failing with "database is locked".
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The embedded store. Calls are short and synchronous; async callers use `spawn_blocking` or
 /// accept the microseconds.
@@ -58,10 +129,13 @@ pub struct Store {
 
 impl Store {
     /// Open (creating if needed) the store at `path`, and bring its schema up to date.
+    /// Several processes (or several `Store`s) may open the same file: writers wait for each
+    /// other up to the busy timeout, and the first to open a new file migrates it.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let conn = Connection::open(path)
             .map_err(|source| StoreError::Open { path: path.display().to_string(), source })?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        use_wal(&conn)?;
         Self::init(conn)
     }
 
@@ -75,11 +149,11 @@ impl Store {
         Self::init(Connection::open_in_memory()?)
     }
 
-    fn init(conn: Connection) -> Result<Self, StoreError> {
+    fn init(mut conn: Connection) -> Result<Self, StoreError> {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        migrate(&conn)?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        migrate(&mut conn)?;
         Ok(Self { conn: Mutex::new(conn) })
     }
 
@@ -96,27 +170,50 @@ impl Store {
     }
 }
 
-fn migrate(conn: &Connection) -> Result<(), StoreError> {
-    conn.execute_batch(
+/// Switch to WAL. On a new file another opener may be switching it at the same moment, and then
+/// the pragma fails with "database is locked" at once instead of waiting: wait out the other's
+/// lock with an empty write transaction (which honours the busy timeout) and try again.
+fn use_wal(conn: &Connection) -> Result<(), rusqlite::Error> {
+    let mut attempts = 0;
+    loop {
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Err(error) if is_busy(&error) && attempts < 100 => {
+                attempts += 1;
+                conn.execute_batch("BEGIN IMMEDIATE; COMMIT")?;
+            }
+            done => return done,
+        }
+    }
+}
+
+fn is_busy(error: &rusqlite::Error) -> bool {
+    error.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+}
+
+/// Apply the missing migrations in one write transaction taken up front (`BEGIN IMMEDIATE`), so
+/// two processes opening the same new file do not both apply them: the second waits, then
+/// finds the schema current.
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute_batch(
         "CREATE TABLE IF NOT EXISTS rein_schema (version INTEGER PRIMARY KEY, applied_unix_ms INTEGER NOT NULL)",
     )?;
     let current: i64 =
-        conn.query_row("SELECT COALESCE(MAX(version), 0) FROM rein_schema", [], |row| row.get(0))?;
+        tx.query_row("SELECT COALESCE(MAX(version), 0) FROM rein_schema", [], |row| row.get(0))?;
     let known = MIGRATIONS.len() as i64;
     if current > known {
         return Err(StoreError::TooNew { found: current, known });
     }
     for (index, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
         let version = index as i64 + 1;
-        let tx = conn.unchecked_transaction()?;
         tx.execute_batch(sql)?;
         tx.execute(
             "INSERT INTO rein_schema (version, applied_unix_ms) VALUES (?1, ?2)",
             (version, rein_core::clock::unix_ms() as i64),
         )?;
-        tx.commit()?;
         tracing::info!(version, "store schema migrated");
     }
+    tx.commit()?;
     Ok(())
 }
 
@@ -136,5 +233,38 @@ mod tests {
         store.conn().execute("INSERT INTO rein_schema VALUES (999, 0)", []).unwrap();
         drop(store);
         assert!(matches!(Store::open(&path), Err(StoreError::TooNew { found: 999, .. })));
+    }
+
+    #[test]
+    fn a_store_written_before_the_tool_tables_is_migrated_and_keeps_its_versions() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rein.sqlite");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE rein_schema (version INTEGER PRIMARY KEY, applied_unix_ms INTEGER NOT NULL);
+                 INSERT INTO rein_schema VALUES (1, 0);",
+            )
+            .unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.execute(
+                "INSERT INTO route_versions VALUES ('support', 1, '{\"tiers\":{}}', 'ana', '', 5)",
+                [],
+            )
+            .unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), MIGRATIONS.len() as i64);
+        assert_eq!(store.versions("support").unwrap().len(), 1);
+        let tool_tables: i64 = store
+            .conn()
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table'
+                 AND name IN ('tool_keys', 'tool_outbox', 'tool_cache', 'tool_holds')",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(tool_tables, 4);
     }
 }

@@ -1,0 +1,391 @@
+//! Durable state behind tool calls, as one trait with two backends: SQLite (the embedded default,
+//! one gateway) and Postgres (several gateway replicas sharing one queue). It holds idempotency
+//! records (Stripe semantics: a key remembers its arguments and its result), the write outbox
+//! (claimed under a lease, so a crashed worker's item is picked up again), the read cache behind
+//! `cache` rungs, and gate holds waiting for a person's approval.
+//!
+//! Every state change that must be atomic with another (enqueue + the key's stored result,
+//! approve + enqueue, complete + the key's final result) is one transaction in the backend.
+//!
+//! A lease (a key's or an outbox item's) is live while `now < lease_until`; at `lease_until` it
+//! has expired.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{PostgresToolStore, SqliteToolStore, Store, StoreError};
+
+/// Open the tool store named by `spec`: a `postgres://` or `postgresql://` URL is a Postgres
+/// database (schema created or brought up to date); anything else means SQLite, on `sqlite` when
+/// given, else on the file `spec` names (`:memory:` for one in memory).
+pub async fn open_tool_store(
+    spec: &str,
+    sqlite: Option<Arc<Store>>,
+) -> Result<Arc<dyn ToolStore>, StoreError> {
+    if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
+        return Ok(Arc::new(PostgresToolStore::connect(spec).await?));
+    }
+    let store = match sqlite {
+        Some(store) => store,
+        None => {
+            let spec = spec.to_owned();
+            let opened = tokio::task::spawn_blocking(move || Store::open_path(&spec)).await;
+            Arc::new(opened.map_err(|e| StoreError::Task(e.to_string()))??)
+        }
+    };
+    Ok(Arc::new(SqliteToolStore::new(store)))
+}
+
+/// Where a key's record stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyState {
+    /// A request is handling this key now (under a lease).
+    InFlight,
+    /// The write sits in the outbox; the stored result is the `queued` envelope.
+    Queued,
+    /// The write waits for approval; the stored result is the `pending_approval` envelope.
+    Held,
+    /// Finished; the stored result is final.
+    Done,
+}
+
+impl KeyState {
+    /// The name stored in the backends' `state` columns (the serde name).
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::InFlight => "in_flight",
+            Self::Queued => "queued",
+            Self::Held => "held",
+            Self::Done => "done",
+        }
+    }
+
+    pub(crate) fn parse(name: &str) -> Option<Self> {
+        [Self::InFlight, Self::Queued, Self::Held, Self::Done]
+            .into_iter()
+            .find(|state| state.as_str() == name)
+    }
+}
+
+/// What [`ToolStore::key_begin`] found for a key.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeyBegin {
+    /// No record: one was created `InFlight`, leased to the caller until `now + lease`.
+    Fresh,
+    /// A record was `InFlight` under a lease that had expired (its holder crashed or gave up):
+    /// the caller now holds it. The earlier attempt's outcome is unknown, so the caller must send
+    /// again with the same key, never a new one.
+    TakenOver,
+    /// Another request holds the key under a live lease (Stripe: 409).
+    InFlight,
+    /// The key has a stored result for the same tool and arguments: return it, run nothing.
+    Stored { state: KeyState, result: Value },
+    /// The key was used with a different tool or different arguments (Stripe: 422).
+    Mismatch { tool: String },
+}
+
+/// Where an outbox item stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutboxState {
+    /// Waiting to be sent (or being sent under a lease).
+    Pending,
+    /// Sent and acknowledged by the primary.
+    Done,
+    /// The primary refused it for good (a 4xx that retrying cannot fix); kept for an operator.
+    Failed,
+    /// Dropped by an operator; never sent again.
+    Dropped,
+}
+
+impl OutboxState {
+    /// The name stored in the backends' `state` columns (the serde name).
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Done => "done",
+            Self::Failed => "failed",
+            Self::Dropped => "dropped",
+        }
+    }
+
+    pub(crate) fn parse(name: &str) -> Option<Self> {
+        [Self::Pending, Self::Done, Self::Failed, Self::Dropped]
+            .into_iter()
+            .find(|state| state.as_str() == name)
+    }
+}
+
+/// One queued write.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutboxItem {
+    pub id: i64,
+    pub idempotency_key: String,
+    pub tool: String,
+    pub args: Value,
+    pub state: OutboxState,
+    /// Send attempts so far (a claim counts as one).
+    pub attempts: i64,
+    pub last_error: Option<String>,
+    pub created_unix_ms: i64,
+    pub next_attempt_unix_ms: i64,
+    pub lease_owner: Option<String>,
+    pub lease_until_unix_ms: Option<i64>,
+    pub finished_unix_ms: Option<i64>,
+    /// The primary's result once done.
+    pub result: Option<Value>,
+}
+
+/// Queue depth and the age of its oldest pending item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct OutboxStats {
+    pub pending: i64,
+    pub failed: i64,
+    pub oldest_pending_created_unix_ms: Option<i64>,
+}
+
+/// Where a gate hold stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldState {
+    Pending,
+    Approved,
+    Rejected,
+}
+
+impl HoldState {
+    /// The name stored in the backends' `state` columns (the serde name).
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Approved => "approved",
+            Self::Rejected => "rejected",
+        }
+    }
+
+    pub(crate) fn parse(name: &str) -> Option<Self> {
+        [Self::Pending, Self::Approved, Self::Rejected]
+            .into_iter()
+            .find(|state| state.as_str() == name)
+    }
+}
+
+/// A write held by a gate until a person decides.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hold {
+    pub id: i64,
+    pub idempotency_key: String,
+    pub tool: String,
+    pub args: Value,
+    /// Which gate rule held it, in words.
+    pub reason: String,
+    pub conversation_id: Option<String>,
+    pub state: HoldState,
+    pub created_unix_ms: i64,
+    pub decided_by: Option<String>,
+    pub decision_note: Option<String>,
+    pub decided_unix_ms: Option<i64>,
+    /// The outbox item an approval created.
+    pub outbox_id: Option<i64>,
+}
+
+/// A hold to create.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewHold {
+    pub idempotency_key: String,
+    pub tool: String,
+    pub args: Value,
+    pub reason: String,
+    pub conversation_id: Option<String>,
+}
+
+/// A person's decision on a hold.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Approve: the held write is enqueued in the outbox (in the same transaction) to be sent
+    /// once with its original key; the key's stored result becomes `queued_result`.
+    Approve { queued_result: Value },
+    /// Reject: nothing is sent; the key's stored result becomes `rejected_result` (final).
+    Reject { rejected_result: Value },
+}
+
+/// A cached read result and when it was captured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CachedResult {
+    pub result: Value,
+    pub captured_unix_ms: i64,
+}
+
+/// The durable state of tool calls. All times are unix milliseconds passed in by the caller, so
+/// tests decide the clock. Implementations: [`SqliteToolStore`] and [`PostgresToolStore`].
+#[async_trait]
+pub trait ToolStore: Send + Sync + std::fmt::Debug {
+    // ---- idempotency keys ----
+
+    /// Look up `key`; create it `InFlight` (leased until `now + lease_ms`) when absent or when an
+    /// `InFlight` lease has expired. `args_hash` is a digest of the canonical arguments. The tool
+    /// and arguments are compared first: a key recorded for another call is `Mismatch` whatever
+    /// its state.
+    async fn key_begin(
+        &self,
+        key: &str,
+        tool: &str,
+        args_hash: &str,
+        now_unix_ms: i64,
+        lease_ms: i64,
+    ) -> Result<KeyBegin, StoreError>;
+
+    /// Store the key's final result (state `Done`). A key without a record is left alone.
+    async fn key_finish(
+        &self,
+        key: &str,
+        result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<(), StoreError>;
+
+    /// Forget an `InFlight` key whose request sent nothing that could have executed (busy,
+    /// refused before sending), so a retry with the same key starts fresh. A key in any other
+    /// state is left alone.
+    async fn key_abandon(&self, key: &str) -> Result<(), StoreError>;
+
+    // ---- outbox ----
+
+    /// In one transaction: add a pending item for `key` (due now) and set the key's record to
+    /// `Queued` with `queued_result`. If the key already has an item, return that item instead
+    /// (and change nothing). The key's record is the one `key_begin` made; without one, only the
+    /// item is written.
+    async fn outbox_enqueue(
+        &self,
+        key: &str,
+        tool: &str,
+        args: &Value,
+        queued_result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<OutboxItem, StoreError>;
+
+    /// Claim up to `limit` pending items that are due (`next_attempt <= now`) and not under a
+    /// live lease, oldest first: lease each to `owner` until `now + lease_ms` and count an
+    /// attempt. Postgres uses `FOR UPDATE SKIP LOCKED`, so replicas never claim the same item
+    /// under live leases.
+    async fn outbox_claim(
+        &self,
+        owner: &str,
+        now_unix_ms: i64,
+        lease_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<OutboxItem>, StoreError>;
+
+    /// In one transaction: mark a pending item `Done` with the primary's `result` and store that
+    /// result as the key's final result. Returns false if the item was no longer pending.
+    ///
+    /// The lease owner is not checked (as in `outbox_retry_later` and `outbox_fail`): a worker
+    /// whose lease expired may still report, and the item's state decides who was first.
+    async fn outbox_complete(
+        &self,
+        id: i64,
+        result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<bool, StoreError>;
+
+    /// A send failed transiently: release the lease, record `error`, and make the item due again
+    /// at `next_attempt_unix_ms`. Returns false if the item was no longer pending.
+    async fn outbox_retry_later(
+        &self,
+        id: i64,
+        error: &str,
+        next_attempt_unix_ms: i64,
+    ) -> Result<bool, StoreError>;
+
+    /// The primary refused the item for good: mark it `Failed` with `error`; the key's stored
+    /// result becomes `failed_result` (final). Returns false if the item was no longer pending.
+    async fn outbox_fail(
+        &self,
+        id: i64,
+        error: &str,
+        failed_result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<bool, StoreError>;
+
+    /// Items, newest first, optionally only those in `state`.
+    async fn outbox_list(
+        &self,
+        state: Option<OutboxState>,
+        limit: i64,
+    ) -> Result<Vec<OutboxItem>, StoreError>;
+
+    /// One item by id.
+    async fn outbox_get(&self, id: i64) -> Result<Option<OutboxItem>, StoreError>;
+
+    /// Make a pending or failed item due now (a failed one becomes pending again, keeping its
+    /// key, whose stored result goes back to the `queued` envelope the item was enqueued with).
+    /// A live lease on a pending item is kept: the item is not handed to a second sender. Returns
+    /// false if there is no such item or it is done or dropped.
+    async fn outbox_replay_now(&self, id: i64, now_unix_ms: i64) -> Result<bool, StoreError>;
+
+    /// Drop a pending or failed item: it is never sent; the key's stored result becomes
+    /// `dropped_result`. Returns false if there is no such item or it is done or dropped.
+    async fn outbox_drop(
+        &self,
+        id: i64,
+        dropped_result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<bool, StoreError>;
+
+    /// Queue depth, failed count and the oldest pending item's creation time.
+    async fn outbox_stats(&self) -> Result<OutboxStats, StoreError>;
+
+    // ---- read cache ----
+
+    /// Remember the last good result of `tool` for these arguments.
+    async fn cache_put(
+        &self,
+        tool: &str,
+        args_hash: &str,
+        result: &Value,
+        captured_unix_ms: i64,
+    ) -> Result<(), StoreError>;
+
+    /// The last good result of `tool` for these arguments, if any.
+    async fn cache_get(
+        &self,
+        tool: &str,
+        args_hash: &str,
+    ) -> Result<Option<CachedResult>, StoreError>;
+
+    // ---- gate holds ----
+
+    /// In one transaction: create a pending hold and set the key's record to `Held` with
+    /// `held_result`. If the key already has a hold, return that hold instead.
+    async fn hold_create(
+        &self,
+        hold: &NewHold,
+        held_result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<Hold, StoreError>;
+
+    /// Holds, newest first, optionally only those in `state`.
+    async fn hold_list(
+        &self,
+        state: Option<HoldState>,
+        limit: i64,
+    ) -> Result<Vec<Hold>, StoreError>;
+
+    /// One hold by id.
+    async fn hold_get(&self, id: i64) -> Result<Option<Hold>, StoreError>;
+
+    /// Decide a pending hold, atomically: only the first decision takes effect. Returns the
+    /// decided hold (with `outbox_id` set on approval) if this call made the decision, `None` if
+    /// the hold does not exist or was already decided.
+    async fn hold_decide(
+        &self,
+        id: i64,
+        decision: &Decision,
+        by: &str,
+        note: &str,
+        now_unix_ms: i64,
+    ) -> Result<Option<Hold>, StoreError>;
+}

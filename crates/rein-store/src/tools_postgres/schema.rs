@@ -1,0 +1,100 @@
+//! The Postgres tool store's schema: its own forward-only migrations, recorded in `rein_schema`
+//! of the database, applied by whichever replica connects first while the others wait on an
+//! advisory lock.
+
+use deadpool_postgres::Pool;
+
+use super::failure::Failure;
+use crate::StoreError;
+
+/// The migrations, in order; the schema version is the number applied.
+const MIGRATIONS: &[&str] = &[
+    // 1: idempotency keys, the write outbox, the read cache, gate holds.
+    "CREATE TABLE tool_keys (
+        key TEXT PRIMARY KEY,
+        tool TEXT NOT NULL,
+        args_hash TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('in_flight', 'queued', 'held', 'done')),
+        result TEXT,
+        lease_until_unix_ms BIGINT,
+        created_unix_ms BIGINT NOT NULL,
+        updated_unix_ms BIGINT NOT NULL
+    );
+    CREATE TABLE tool_outbox (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        idempotency_key TEXT NOT NULL UNIQUE,
+        tool TEXT NOT NULL,
+        args TEXT NOT NULL,
+        queued_result TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('pending', 'done', 'failed', 'dropped')),
+        attempts BIGINT NOT NULL DEFAULT 0,
+        last_error TEXT,
+        created_unix_ms BIGINT NOT NULL,
+        next_attempt_unix_ms BIGINT NOT NULL,
+        lease_owner TEXT,
+        lease_until_unix_ms BIGINT,
+        finished_unix_ms BIGINT,
+        result TEXT
+    );
+    CREATE INDEX tool_outbox_pending ON tool_outbox (id) WHERE state = 'pending';
+    CREATE TABLE tool_cache (
+        tool TEXT NOT NULL,
+        args_hash TEXT NOT NULL,
+        result TEXT NOT NULL,
+        captured_unix_ms BIGINT NOT NULL,
+        PRIMARY KEY (tool, args_hash)
+    );
+    CREATE TABLE tool_holds (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        idempotency_key TEXT NOT NULL UNIQUE,
+        tool TEXT NOT NULL,
+        args TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        conversation_id TEXT,
+        state TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'rejected')),
+        created_unix_ms BIGINT NOT NULL,
+        decided_by TEXT,
+        decision_note TEXT,
+        decided_unix_ms BIGINT,
+        outbox_id BIGINT REFERENCES tool_outbox (id)
+    );
+    CREATE INDEX tool_holds_state ON tool_holds (state);",
+];
+
+/// The advisory lock key that serializes migrations ("reinschm" in ASCII).
+const MIGRATION_LOCK: i64 = 0x7265_696e_7363_686d;
+
+/// Apply the missing migrations in one transaction that first takes the migration advisory
+/// lock: a second replica waits, then finds the schema current.
+pub(super) async fn migrate(pool: &Pool) -> Result<(), Failure> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS rein_schema (
+            version BIGINT PRIMARY KEY,
+            applied_unix_ms BIGINT NOT NULL
+        )",
+    )
+    .await?;
+    let current: i64 = tx
+        .query_one("SELECT COALESCE(MAX(version), 0)::BIGINT FROM rein_schema", &[])
+        .await?
+        .try_get(0)?;
+    let known = MIGRATIONS.len() as i64;
+    if current > known {
+        return Err(Failure::Store(StoreError::TooNew { found: current, known }));
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        let version = index as i64 + 1;
+        tx.batch_execute(sql).await?;
+        tx.execute(
+            "INSERT INTO rein_schema (version, applied_unix_ms) VALUES ($1, $2)",
+            &[&version, &(rein_core::clock::unix_ms() as i64)],
+        )
+        .await?;
+        tracing::info!(version, "postgres tool store schema migrated");
+    }
+    tx.commit().await?;
+    Ok(())
+}

@@ -1,0 +1,653 @@
+//! [`ToolStore`] on the embedded SQLite [`Store`] (tables from migration 2): the default for one
+//! gateway. Each call runs on tokio's blocking pool, because a commit under `synchronous = FULL`
+//! waits for an fsync. Every change is one `BEGIN IMMEDIATE` transaction, which takes the file's
+//! write lock up front: two processes on the same file queue behind each other (up to the busy
+//! timeout) instead of both reading an item as free and both claiming it.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use rusqlite::types::{ToSqlOutput, Type};
+use rusqlite::{
+    Connection, OptionalExtension, Row, ToSql, Transaction, TransactionBehavior, params,
+};
+use serde_json::Value;
+
+use crate::tools::{
+    CachedResult, Decision, Hold, HoldState, KeyBegin, KeyState, NewHold, OutboxItem, OutboxState,
+    OutboxStats, ToolStore,
+};
+use crate::{Store, StoreError};
+
+/// The tool store in the embedded SQLite file.
+#[derive(Debug, Clone)]
+pub struct SqliteToolStore {
+    store: Arc<Store>,
+}
+
+impl SqliteToolStore {
+    /// The tool store in `store`'s file (its tables come with the store's migrations).
+    pub fn new(store: Arc<Store>) -> Self {
+        Self { store }
+    }
+
+    /// Run `work` on the connection, off the async runtime.
+    async fn run<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let store = Arc::clone(&self.store);
+        tokio::task::spawn_blocking(move || work(&mut store.conn()))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
+    }
+
+    /// Run `work` in one write transaction, committed when it returns `Ok`.
+    async fn write<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
+    {
+        self.run(move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let value = work(&tx)?;
+            tx.commit()?;
+            Ok(value)
+        })
+        .await
+    }
+}
+
+const OUTBOX_COLUMNS: &str = "id, idempotency_key, tool, args, state, attempts, last_error, \
+     created_unix_ms, next_attempt_unix_ms, lease_owner, lease_until_unix_ms, finished_unix_ms, \
+     result";
+
+const HOLD_COLUMNS: &str = "id, idempotency_key, tool, args, reason, conversation_id, state, \
+     created_unix_ms, decided_by, decision_note, decided_unix_ms, outbox_id";
+
+/// A JSON value bound as its text: every value, `null` included, round-trips exactly (binding
+/// numbers as SQLite numbers would print floats back with 15 digits).
+struct JsonText<'a>(&'a Value);
+
+impl ToSql for JsonText<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.0.to_string()))
+    }
+}
+
+/// A JSON text column (NULL is `None`).
+fn json_opt(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Value>> {
+    let text: Option<String> = row.get(index)?;
+    text.map(|text| {
+        serde_json::from_str(&text)
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(index, Type::Text, e.into()))
+    })
+    .transpose()
+}
+
+/// A JSON text column that must be set.
+fn json(row: &Row<'_>, index: usize) -> rusqlite::Result<Value> {
+    json_opt(row, index)?.ok_or(rusqlite::Error::InvalidColumnType(
+        index,
+        "a JSON column".to_owned(),
+        Type::Null,
+    ))
+}
+
+/// A state column's text as its enum; anything else is a corrupt row.
+fn state<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
+    let name: String = row.get(index)?;
+    parse(&name).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            index,
+            Type::Text,
+            format!("unknown state `{name}`").into(),
+        )
+    })
+}
+
+fn outbox_item(row: &Row<'_>) -> rusqlite::Result<OutboxItem> {
+    Ok(OutboxItem {
+        id: row.get(0)?,
+        idempotency_key: row.get(1)?,
+        tool: row.get(2)?,
+        args: json(row, 3)?,
+        state: state(row, 4, OutboxState::parse)?,
+        attempts: row.get(5)?,
+        last_error: row.get(6)?,
+        created_unix_ms: row.get(7)?,
+        next_attempt_unix_ms: row.get(8)?,
+        lease_owner: row.get(9)?,
+        lease_until_unix_ms: row.get(10)?,
+        finished_unix_ms: row.get(11)?,
+        result: json_opt(row, 12)?,
+    })
+}
+
+fn hold(row: &Row<'_>) -> rusqlite::Result<Hold> {
+    Ok(Hold {
+        id: row.get(0)?,
+        idempotency_key: row.get(1)?,
+        tool: row.get(2)?,
+        args: json(row, 3)?,
+        reason: row.get(4)?,
+        conversation_id: row.get(5)?,
+        state: state(row, 6, HoldState::parse)?,
+        created_unix_ms: row.get(7)?,
+        decided_by: row.get(8)?,
+        decision_note: row.get(9)?,
+        decided_unix_ms: row.get(10)?,
+        outbox_id: row.get(11)?,
+    })
+}
+
+fn get_item(conn: &Connection, id: i64) -> Result<Option<OutboxItem>, StoreError> {
+    let sql = format!("SELECT {OUTBOX_COLUMNS} FROM tool_outbox WHERE id = ?1");
+    Ok(conn.query_row(&sql, [id], outbox_item).optional()?)
+}
+
+fn get_hold(conn: &Connection, id: i64) -> Result<Option<Hold>, StoreError> {
+    let sql = format!("SELECT {HOLD_COLUMNS} FROM tool_holds WHERE id = ?1");
+    Ok(conn.query_row(&sql, [id], hold).optional()?)
+}
+
+/// Set the key's record (if it has one) to `state` with `result`, lease released.
+fn set_key(
+    tx: &Transaction<'_>,
+    key: &str,
+    state: KeyState,
+    result: &Value,
+    now_unix_ms: i64,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "UPDATE tool_keys SET state = ?2, result = ?3, lease_until_unix_ms = NULL,
+             updated_unix_ms = ?4
+         WHERE key = ?1",
+        params![key, state.as_str(), JsonText(result), now_unix_ms],
+    )?;
+    Ok(())
+}
+
+/// Add a pending item for `key` and mark the key `Queued`, or return the key's existing item.
+fn enqueue(
+    tx: &Transaction<'_>,
+    key: &str,
+    tool: &str,
+    args: &Value,
+    queued_result: &Value,
+    now_unix_ms: i64,
+) -> Result<OutboxItem, StoreError> {
+    let sql = format!(
+        "INSERT INTO tool_outbox (idempotency_key, tool, args, queued_result, state, attempts,
+             created_unix_ms, next_attempt_unix_ms)
+         VALUES (?1, ?2, ?3, ?4, 'pending', 0, ?5, ?5)
+         ON CONFLICT (idempotency_key) DO NOTHING
+         RETURNING {OUTBOX_COLUMNS}"
+    );
+    let inserted = tx
+        .query_row(
+            &sql,
+            params![key, tool, JsonText(args), JsonText(queued_result), now_unix_ms],
+            outbox_item,
+        )
+        .optional()?;
+    if let Some(item) = inserted {
+        set_key(tx, key, KeyState::Queued, queued_result, now_unix_ms)?;
+        return Ok(item);
+    }
+    let sql = format!("SELECT {OUTBOX_COLUMNS} FROM tool_outbox WHERE idempotency_key = ?1");
+    Ok(tx.query_row(&sql, [key], outbox_item)?)
+}
+
+/// An item's state and key, for the operator moves that depend on where it stands.
+fn item_state(tx: &Transaction<'_>, id: i64) -> Result<Option<(OutboxState, String)>, StoreError> {
+    Ok(tx
+        .query_row("SELECT state, idempotency_key FROM tool_outbox WHERE id = ?1", [id], |row| {
+            Ok((state(row, 0, OutboxState::parse)?, row.get(1)?))
+        })
+        .optional()?)
+}
+
+#[async_trait]
+impl ToolStore for SqliteToolStore {
+    async fn key_begin(
+        &self,
+        key: &str,
+        tool: &str,
+        args_hash: &str,
+        now_unix_ms: i64,
+        lease_ms: i64,
+    ) -> Result<KeyBegin, StoreError> {
+        let (key, tool, args_hash) = (key.to_owned(), tool.to_owned(), args_hash.to_owned());
+        self.write(move |tx| {
+            let lease_until = now_unix_ms.saturating_add(lease_ms);
+            let found = tx
+                .query_row(
+                    "SELECT tool, args_hash, state, result, lease_until_unix_ms
+                     FROM tool_keys WHERE key = ?1",
+                    [&key],
+                    |row| {
+                        Ok((
+                            row.get::<_, String>(0)?,
+                            row.get::<_, String>(1)?,
+                            state(row, 2, KeyState::parse)?,
+                            json_opt(row, 3)?,
+                            row.get::<_, Option<i64>>(4)?,
+                        ))
+                    },
+                )
+                .optional()?;
+            let Some((found_tool, found_hash, found_state, result, found_lease)) = found else {
+                tx.execute(
+                    "INSERT INTO tool_keys (key, tool, args_hash, state, lease_until_unix_ms,
+                         created_unix_ms, updated_unix_ms)
+                     VALUES (?1, ?2, ?3, 'in_flight', ?4, ?5, ?5)",
+                    params![key, tool, args_hash, lease_until, now_unix_ms],
+                )?;
+                return Ok(KeyBegin::Fresh);
+            };
+            if found_tool != tool || found_hash != args_hash {
+                return Ok(KeyBegin::Mismatch { tool: found_tool });
+            }
+            if found_state == KeyState::InFlight {
+                if found_lease.is_some_and(|until| now_unix_ms < until) {
+                    return Ok(KeyBegin::InFlight);
+                }
+                tx.execute(
+                    "UPDATE tool_keys SET lease_until_unix_ms = ?2, updated_unix_ms = ?3
+                     WHERE key = ?1",
+                    params![key, lease_until, now_unix_ms],
+                )?;
+                return Ok(KeyBegin::TakenOver);
+            }
+            let result = result.ok_or_else(|| {
+                StoreError::Corrupt(format!("key `{key}` is {found_state:?} without a result"))
+            })?;
+            Ok(KeyBegin::Stored { state: found_state, result })
+        })
+        .await
+    }
+
+    async fn key_finish(
+        &self,
+        key: &str,
+        result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<(), StoreError> {
+        let (key, result) = (key.to_owned(), result.clone());
+        self.write(move |tx| set_key(tx, &key, KeyState::Done, &result, now_unix_ms)).await
+    }
+
+    async fn key_abandon(&self, key: &str) -> Result<(), StoreError> {
+        let key = key.to_owned();
+        self.write(move |tx| {
+            tx.execute("DELETE FROM tool_keys WHERE key = ?1 AND state = 'in_flight'", [&key])?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn outbox_enqueue(
+        &self,
+        key: &str,
+        tool: &str,
+        args: &Value,
+        queued_result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<OutboxItem, StoreError> {
+        let (key, tool) = (key.to_owned(), tool.to_owned());
+        let (args, queued_result) = (args.clone(), queued_result.clone());
+        self.write(move |tx| enqueue(tx, &key, &tool, &args, &queued_result, now_unix_ms)).await
+    }
+
+    async fn outbox_claim(
+        &self,
+        owner: &str,
+        now_unix_ms: i64,
+        lease_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<OutboxItem>, StoreError> {
+        if limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let owner = owner.to_owned();
+        self.write(move |tx| {
+            let sql = format!(
+                "UPDATE tool_outbox
+                 SET lease_owner = ?1, lease_until_unix_ms = ?3, attempts = attempts + 1
+                 WHERE id IN (
+                     SELECT id FROM tool_outbox
+                     WHERE state = 'pending' AND next_attempt_unix_ms <= ?2
+                       AND (lease_until_unix_ms IS NULL OR lease_until_unix_ms <= ?2)
+                     ORDER BY id
+                     LIMIT ?4
+                 )
+                 RETURNING {OUTBOX_COLUMNS}"
+            );
+            let lease_until = now_unix_ms.saturating_add(lease_ms);
+            let mut statement = tx.prepare(&sql)?;
+            let mut items = statement
+                .query_map(params![owner, now_unix_ms, lease_until, limit], outbox_item)?
+                .collect::<Result<Vec<_>, _>>()?;
+            items.sort_by_key(|item| item.id);
+            Ok(items)
+        })
+        .await
+    }
+
+    async fn outbox_complete(
+        &self,
+        id: i64,
+        result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let result = result.clone();
+        self.write(move |tx| {
+            let key: Option<String> = tx
+                .query_row(
+                    "UPDATE tool_outbox SET state = 'done', result = ?2, finished_unix_ms = ?3,
+                         lease_until_unix_ms = NULL
+                     WHERE id = ?1 AND state = 'pending'
+                     RETURNING idempotency_key",
+                    params![id, JsonText(&result), now_unix_ms],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            let Some(key) = key else { return Ok(false) };
+            set_key(tx, &key, KeyState::Done, &result, now_unix_ms)?;
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn outbox_retry_later(
+        &self,
+        id: i64,
+        error: &str,
+        next_attempt_unix_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let error = error.to_owned();
+        self.write(move |tx| {
+            let changed = tx.execute(
+                "UPDATE tool_outbox SET last_error = ?2, next_attempt_unix_ms = ?3,
+                     lease_owner = NULL, lease_until_unix_ms = NULL
+                 WHERE id = ?1 AND state = 'pending'",
+                params![id, error, next_attempt_unix_ms],
+            )?;
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn outbox_fail(
+        &self,
+        id: i64,
+        error: &str,
+        failed_result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let (error, failed_result) = (error.to_owned(), failed_result.clone());
+        self.write(move |tx| {
+            let key: Option<String> = tx
+                .query_row(
+                    "UPDATE tool_outbox SET state = 'failed', last_error = ?2,
+                         finished_unix_ms = ?3, lease_until_unix_ms = NULL
+                     WHERE id = ?1 AND state = 'pending'
+                     RETURNING idempotency_key",
+                    params![id, error, now_unix_ms],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            let Some(key) = key else { return Ok(false) };
+            set_key(tx, &key, KeyState::Done, &failed_result, now_unix_ms)?;
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn outbox_list(
+        &self,
+        state: Option<OutboxState>,
+        limit: i64,
+    ) -> Result<Vec<OutboxItem>, StoreError> {
+        self.run(move |conn| {
+            let sql = format!(
+                "SELECT {OUTBOX_COLUMNS} FROM tool_outbox
+                 WHERE ?1 IS NULL OR state = ?1
+                 ORDER BY id DESC LIMIT ?2"
+            );
+            let mut statement = conn.prepare(&sql)?;
+            let items = statement
+                .query_map(params![state.map(OutboxState::as_str), limit.max(0)], outbox_item)?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(items)
+        })
+        .await
+    }
+
+    async fn outbox_get(&self, id: i64) -> Result<Option<OutboxItem>, StoreError> {
+        self.run(move |conn| get_item(conn, id)).await
+    }
+
+    async fn outbox_replay_now(&self, id: i64, now_unix_ms: i64) -> Result<bool, StoreError> {
+        self.write(move |tx| {
+            let Some((found, key)) = item_state(tx, id)? else { return Ok(false) };
+            match found {
+                OutboxState::Pending => {
+                    tx.execute(
+                        "UPDATE tool_outbox SET next_attempt_unix_ms = ?2 WHERE id = ?1",
+                        params![id, now_unix_ms],
+                    )?;
+                }
+                OutboxState::Failed => {
+                    let queued_result: Value = tx.query_row(
+                        "UPDATE tool_outbox SET state = 'pending', next_attempt_unix_ms = ?2,
+                             finished_unix_ms = NULL, lease_owner = NULL,
+                             lease_until_unix_ms = NULL
+                         WHERE id = ?1
+                         RETURNING queued_result",
+                        params![id, now_unix_ms],
+                        |row| json(row, 0),
+                    )?;
+                    set_key(tx, &key, KeyState::Queued, &queued_result, now_unix_ms)?;
+                }
+                OutboxState::Done | OutboxState::Dropped => return Ok(false),
+            }
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn outbox_drop(
+        &self,
+        id: i64,
+        dropped_result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let dropped_result = dropped_result.clone();
+        self.write(move |tx| {
+            let Some((found, key)) = item_state(tx, id)? else { return Ok(false) };
+            match found {
+                OutboxState::Pending | OutboxState::Failed => {}
+                OutboxState::Done | OutboxState::Dropped => return Ok(false),
+            }
+            tx.execute(
+                "UPDATE tool_outbox SET state = 'dropped', finished_unix_ms = ?2,
+                     lease_until_unix_ms = NULL
+                 WHERE id = ?1",
+                params![id, now_unix_ms],
+            )?;
+            set_key(tx, &key, KeyState::Done, &dropped_result, now_unix_ms)?;
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
+        self.run(|conn| {
+            Ok(conn.query_row(
+                "SELECT
+                     COUNT(*) FILTER (WHERE state = 'pending'),
+                     COUNT(*) FILTER (WHERE state = 'failed'),
+                     MIN(created_unix_ms) FILTER (WHERE state = 'pending')
+                 FROM tool_outbox",
+                [],
+                |row| {
+                    Ok(OutboxStats {
+                        pending: row.get(0)?,
+                        failed: row.get(1)?,
+                        oldest_pending_created_unix_ms: row.get(2)?,
+                    })
+                },
+            )?)
+        })
+        .await
+    }
+
+    async fn cache_put(
+        &self,
+        tool: &str,
+        args_hash: &str,
+        result: &Value,
+        captured_unix_ms: i64,
+    ) -> Result<(), StoreError> {
+        let (tool, args_hash, result) = (tool.to_owned(), args_hash.to_owned(), result.clone());
+        self.write(move |tx| {
+            tx.execute(
+                "INSERT INTO tool_cache (tool, args_hash, result, captured_unix_ms)
+                 VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (tool, args_hash) DO UPDATE
+                 SET result = excluded.result, captured_unix_ms = excluded.captured_unix_ms",
+                params![tool, args_hash, JsonText(&result), captured_unix_ms],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn cache_get(
+        &self,
+        tool: &str,
+        args_hash: &str,
+    ) -> Result<Option<CachedResult>, StoreError> {
+        let (tool, args_hash) = (tool.to_owned(), args_hash.to_owned());
+        self.run(move |conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT result, captured_unix_ms FROM tool_cache
+                     WHERE tool = ?1 AND args_hash = ?2",
+                    [&tool, &args_hash],
+                    |row| Ok(CachedResult { result: json(row, 0)?, captured_unix_ms: row.get(1)? }),
+                )
+                .optional()?)
+        })
+        .await
+    }
+
+    async fn hold_create(
+        &self,
+        new: &NewHold,
+        held_result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<Hold, StoreError> {
+        let (new, held_result) = (new.clone(), held_result.clone());
+        self.write(move |tx| {
+            let sql = format!(
+                "INSERT INTO tool_holds (idempotency_key, tool, args, reason, conversation_id,
+                     state, created_unix_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6)
+                 ON CONFLICT (idempotency_key) DO NOTHING
+                 RETURNING {HOLD_COLUMNS}"
+            );
+            let inserted = tx
+                .query_row(
+                    &sql,
+                    params![
+                        new.idempotency_key,
+                        new.tool,
+                        JsonText(&new.args),
+                        new.reason,
+                        new.conversation_id,
+                        now_unix_ms
+                    ],
+                    hold,
+                )
+                .optional()?;
+            if let Some(created) = inserted {
+                set_key(tx, &new.idempotency_key, KeyState::Held, &held_result, now_unix_ms)?;
+                return Ok(created);
+            }
+            let sql = format!("SELECT {HOLD_COLUMNS} FROM tool_holds WHERE idempotency_key = ?1");
+            Ok(tx.query_row(&sql, [&new.idempotency_key], hold)?)
+        })
+        .await
+    }
+
+    async fn hold_list(
+        &self,
+        state: Option<HoldState>,
+        limit: i64,
+    ) -> Result<Vec<Hold>, StoreError> {
+        self.run(move |conn| {
+            let sql = format!(
+                "SELECT {HOLD_COLUMNS} FROM tool_holds
+                 WHERE ?1 IS NULL OR state = ?1
+                 ORDER BY id DESC LIMIT ?2"
+            );
+            let mut statement = conn.prepare(&sql)?;
+            let holds = statement
+                .query_map(params![state.map(HoldState::as_str), limit.max(0)], hold)?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(holds)
+        })
+        .await
+    }
+
+    async fn hold_get(&self, id: i64) -> Result<Option<Hold>, StoreError> {
+        self.run(move |conn| get_hold(conn, id)).await
+    }
+
+    async fn hold_decide(
+        &self,
+        id: i64,
+        decision: &Decision,
+        by: &str,
+        note: &str,
+        now_unix_ms: i64,
+    ) -> Result<Option<Hold>, StoreError> {
+        let (decision, by, note) = (decision.clone(), by.to_owned(), note.to_owned());
+        self.write(move |tx| {
+            let Some(pending) = get_hold(tx, id)? else { return Ok(None) };
+            if pending.state != HoldState::Pending {
+                return Ok(None);
+            }
+            let (state, outbox_id) = match &decision {
+                Decision::Approve { queued_result } => {
+                    let item = enqueue(
+                        tx,
+                        &pending.idempotency_key,
+                        &pending.tool,
+                        &pending.args,
+                        queued_result,
+                        now_unix_ms,
+                    )?;
+                    (HoldState::Approved, Some(item.id))
+                }
+                Decision::Reject { rejected_result } => {
+                    let key = &pending.idempotency_key;
+                    set_key(tx, key, KeyState::Done, rejected_result, now_unix_ms)?;
+                    (HoldState::Rejected, None)
+                }
+            };
+            tx.execute(
+                "UPDATE tool_holds SET state = ?2, decided_by = ?3, decision_note = ?4,
+                     decided_unix_ms = ?5, outbox_id = ?6
+                 WHERE id = ?1",
+                params![id, state.as_str(), by, note, now_unix_ms, outbox_id],
+            )?;
+            get_hold(tx, id)
+        })
+        .await
+    }
+}

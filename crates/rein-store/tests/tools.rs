@@ -1,0 +1,824 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The tool store's contract (`rein_store::tools`), run against both backends: every case in
+//! `on_both_backends!` runs once on SQLite (a temporary file) and once on Postgres (a database of
+//! its own on this binary's throwaway server, `rein_store::testing::TempPostgres`). Times are
+//! passed in, so leases expire by arithmetic, not by waiting. The cases at the end check what
+//! only one backend has: SQLite's file shared by two processes, Postgres's row locks, migrations
+//! and password scrubbing.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rein_store::testing::TempPostgres;
+use rein_store::tools::{
+    Decision, Hold, HoldState, KeyBegin, KeyState, NewHold, OutboxItem, OutboxState, OutboxStats,
+    ToolStore,
+};
+use rein_store::{PostgresToolStore, SqliteToolStore, Store, open_tool_store};
+use serde_json::{Value, json};
+
+/// The cases only one backend has (in a folder, so cargo does not take it for a test binary).
+#[path = "tools/single_backend.rs"]
+mod single_backend;
+
+const T0: i64 = 1_700_000_000_000;
+const LEASE: i64 = 30_000;
+const TOOL: &str = "refund";
+const HASH: &str = "args-a";
+
+/// Each named case, as a `sqlite` and a `postgres` test in a module of the case's name.
+macro_rules! on_both_backends {
+    ($($case:ident),* $(,)?) => {$(
+        mod $case {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$case(super::Backend::sqlite().await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$case(super::Backend::postgres().await).await;
+            }
+        }
+    )*};
+}
+
+on_both_backends!(
+    key_begin_is_fresh_then_in_flight_while_leased,
+    key_begin_takes_over_once_the_lease_expires,
+    key_begin_returns_the_stored_result,
+    key_begin_refuses_another_tool_or_other_arguments,
+    key_abandon_forgets_only_in_flight_keys,
+    enqueue_is_idempotent_per_key_and_marks_the_key_queued,
+    claim_takes_due_items_oldest_first_up_to_the_limit,
+    claim_never_hands_out_an_item_under_a_live_lease,
+    complete_stores_the_result_as_the_keys_final_result,
+    retry_later_releases_the_lease_and_delays_the_item,
+    fail_keeps_the_item_and_finalizes_the_key,
+    replay_now_makes_pending_and_failed_items_due,
+    drop_never_sends_the_item_and_finalizes_the_key,
+    stats_count_the_queue_and_its_oldest_item,
+    list_and_get_show_items_newest_first,
+    cache_keeps_the_last_result_per_tool_and_arguments,
+    hold_create_is_idempotent_per_key_and_marks_the_key_held,
+    approve_enqueues_one_item_and_only_the_first_decision_counts,
+    reject_sends_nothing_and_finalizes_the_key,
+    concurrent_decisions_on_one_hold_make_exactly_one,
+    concurrent_claimers_on_two_instances_drain_every_item_once,
+    concurrent_begins_of_one_key_give_it_to_one_caller,
+    concurrent_enqueues_and_holds_of_one_key_make_one_record,
+    records_survive_a_reopen,
+    json_values_round_trip_exactly,
+);
+
+/// Where a backend's data lives, so more instances can be opened on it.
+enum Place {
+    Sqlite { path: PathBuf, _dir: tempfile::TempDir },
+    Postgres { url: String },
+}
+
+/// A store under test.
+struct Backend {
+    store: Arc<dyn ToolStore>,
+    place: Place,
+}
+
+impl Backend {
+    async fn sqlite() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rein.sqlite");
+        let sqlite = Arc::new(Store::open(&path).unwrap());
+        let store = open_tool_store(path.to_str().unwrap(), Some(sqlite)).await.unwrap();
+        Self { store, place: Place::Sqlite { path, _dir: dir } }
+    }
+
+    async fn postgres() -> Self {
+        let url = fresh_database().await;
+        let store = open_tool_store(&url, None).await.unwrap();
+        Self { store, place: Place::Postgres { url } }
+    }
+
+    /// Another instance on the same data: a second process on the SQLite file, a second
+    /// replica on the Postgres database.
+    async fn another(&self) -> Arc<dyn ToolStore> {
+        self.place.open().await
+    }
+}
+
+impl Place {
+    async fn open(&self) -> Arc<dyn ToolStore> {
+        match self {
+            Place::Sqlite { path, .. } => {
+                Arc::new(SqliteToolStore::new(Arc::new(Store::open(path).unwrap())))
+            }
+            Place::Postgres { url } => Arc::new(PostgresToolStore::connect(url).await.unwrap()),
+        }
+    }
+}
+
+/// A new database on this test binary's Postgres server. Fails (never skips) without one.
+async fn fresh_database() -> String {
+    let server = TempPostgres::shared().unwrap_or_else(|e| panic!("{e}"));
+    server.create_database().await.unwrap()
+}
+
+fn args(key: &str) -> Value {
+    json!({ "order": key, "amount_cents": 1250 })
+}
+
+fn queued(key: &str) -> Value {
+    json!({ "status": "queued", "key": key })
+}
+
+async fn begin(store: &dyn ToolStore, key: &str, now: i64) -> KeyBegin {
+    store.key_begin(key, TOOL, HASH, now, LEASE).await.unwrap()
+}
+
+/// What `key_begin` reports for a key that has a record (late enough that no lease is live).
+async fn stored(store: &dyn ToolStore, key: &str) -> KeyBegin {
+    begin(store, key, T0 + 1_000 * LEASE).await
+}
+
+async fn enqueue(store: &dyn ToolStore, key: &str, now: i64) -> OutboxItem {
+    store.outbox_enqueue(key, TOOL, &args(key), &queued(key), now).await.unwrap()
+}
+
+/// A key begun and its write enqueued at `now`, as the gateway does it.
+async fn begin_and_enqueue(store: &dyn ToolStore, key: &str, now: i64) -> OutboxItem {
+    assert_eq!(begin(store, key, now).await, KeyBegin::Fresh);
+    enqueue(store, key, now).await
+}
+
+async fn claim(store: &dyn ToolStore, owner: &str, now: i64, limit: i64) -> Vec<OutboxItem> {
+    store.outbox_claim(owner, now, LEASE, limit).await.unwrap()
+}
+
+fn ids(items: &[OutboxItem]) -> Vec<i64> {
+    items.iter().map(|item| item.id).collect()
+}
+
+async fn item(store: &dyn ToolStore, id: i64) -> OutboxItem {
+    store.outbox_get(id).await.unwrap().unwrap()
+}
+
+fn new_hold(key: &str) -> NewHold {
+    NewHold {
+        idempotency_key: key.to_owned(),
+        tool: TOOL.to_owned(),
+        args: args(key),
+        reason: "refunds over 10 EUR need a person".to_owned(),
+        conversation_id: Some("conv-1".to_owned()),
+    }
+}
+
+fn held(key: &str) -> Value {
+    json!({ "status": "pending_approval", "key": key })
+}
+
+async fn create_hold(store: &dyn ToolStore, key: &str, now: i64) -> Hold {
+    assert_eq!(begin(store, key, now).await, KeyBegin::Fresh);
+    store.hold_create(&new_hold(key), &held(key), now).await.unwrap()
+}
+
+fn approve(key: &str) -> Decision {
+    Decision::Approve { queued_result: queued(key) }
+}
+
+fn reject() -> Decision {
+    Decision::Reject { rejected_result: json!({ "status": "rejected" }) }
+}
+
+// ---- idempotency keys ----
+
+async fn key_begin_is_fresh_then_in_flight_while_leased(backend: Backend) {
+    let store = &*backend.store;
+    assert_eq!(begin(store, "k", T0).await, KeyBegin::Fresh);
+    assert_eq!(begin(store, "k", T0 + 1).await, KeyBegin::InFlight);
+    assert_eq!(begin(store, "k", T0 + LEASE - 1).await, KeyBegin::InFlight);
+    assert_eq!(begin(store, "other", T0).await, KeyBegin::Fresh);
+}
+
+async fn key_begin_takes_over_once_the_lease_expires(backend: Backend) {
+    let store = &*backend.store;
+    assert_eq!(begin(store, "k", T0).await, KeyBegin::Fresh);
+    assert_eq!(begin(store, "k", T0 + LEASE).await, KeyBegin::TakenOver);
+    // The taker holds a new lease from its own `now`.
+    assert_eq!(begin(store, "k", T0 + 2 * LEASE - 1).await, KeyBegin::InFlight);
+    assert_eq!(begin(store, "k", T0 + 2 * LEASE).await, KeyBegin::TakenOver);
+}
+
+async fn key_begin_returns_the_stored_result(backend: Backend) {
+    let store = &*backend.store;
+    assert_eq!(begin(store, "k", T0).await, KeyBegin::Fresh);
+    let result = json!({ "refund_id": "re_1" });
+    store.key_finish("k", &result, T0 + 5).await.unwrap();
+    let done = KeyBegin::Stored { state: KeyState::Done, result: result.clone() };
+    assert_eq!(begin(store, "k", T0 + 6).await, done);
+    // A stored result has no lease to expire.
+    assert_eq!(stored(store, "k").await, done);
+    // Finishing a key nobody began records nothing.
+    store.key_finish("never-begun", &result, T0).await.unwrap();
+    assert_eq!(begin(store, "never-begun", T0).await, KeyBegin::Fresh);
+}
+
+async fn key_begin_refuses_another_tool_or_other_arguments(backend: Backend) {
+    let store = &*backend.store;
+    assert_eq!(begin(store, "k", T0).await, KeyBegin::Fresh);
+    let mismatch = KeyBegin::Mismatch { tool: TOOL.to_owned() };
+    assert_eq!(store.key_begin("k", TOOL, "args-b", T0 + 1, LEASE).await.unwrap(), mismatch);
+    assert_eq!(store.key_begin("k", "cancel", HASH, T0 + 1, LEASE).await.unwrap(), mismatch);
+    // Not even an expired lease is handed to another call.
+    let late = T0 + 10 * LEASE;
+    assert_eq!(store.key_begin("k", TOOL, "args-b", late, LEASE).await.unwrap(), mismatch);
+    // The refusals changed nothing: the owner's lease still stands.
+    assert_eq!(begin(store, "k", T0 + 2).await, KeyBegin::InFlight);
+    store.key_finish("k", &json!("ok"), T0 + 3).await.unwrap();
+    assert_eq!(store.key_begin("k", "cancel", HASH, late, LEASE).await.unwrap(), mismatch);
+}
+
+async fn key_abandon_forgets_only_in_flight_keys(backend: Backend) {
+    let store = &*backend.store;
+    assert_eq!(begin(store, "in-flight", T0).await, KeyBegin::Fresh);
+    store.key_abandon("in-flight").await.unwrap();
+    assert_eq!(begin(store, "in-flight", T0 + 1).await, KeyBegin::Fresh);
+
+    assert_eq!(begin(store, "done", T0).await, KeyBegin::Fresh);
+    store.key_finish("done", &json!("sent"), T0).await.unwrap();
+    store.key_abandon("done").await.unwrap();
+    assert_eq!(
+        stored(store, "done").await,
+        KeyBegin::Stored { state: KeyState::Done, result: json!("sent") }
+    );
+
+    begin_and_enqueue(store, "queued", T0).await;
+    store.key_abandon("queued").await.unwrap();
+    assert_eq!(
+        stored(store, "queued").await,
+        KeyBegin::Stored { state: KeyState::Queued, result: queued("queued") }
+    );
+
+    store.key_abandon("unknown").await.unwrap();
+}
+
+// ---- outbox ----
+
+async fn enqueue_is_idempotent_per_key_and_marks_the_key_queued(backend: Backend) {
+    let store = &*backend.store;
+    let first = begin_and_enqueue(store, "k", T0).await;
+    assert_eq!(first.idempotency_key, "k");
+    assert_eq!(first.tool, TOOL);
+    assert_eq!(first.args, args("k"));
+    assert_eq!(first.state, OutboxState::Pending);
+    assert_eq!(first.attempts, 0);
+    assert_eq!(first.last_error, None);
+    assert_eq!((first.created_unix_ms, first.next_attempt_unix_ms), (T0, T0));
+    assert_eq!((first.lease_owner.clone(), first.lease_until_unix_ms), (None, None));
+    assert_eq!((first.finished_unix_ms, first.result.clone()), (None, None));
+    assert_eq!(
+        stored(store, "k").await,
+        KeyBegin::Stored { state: KeyState::Queued, result: queued("k") }
+    );
+
+    let again = store
+        .outbox_enqueue("k", TOOL, &json!({ "other": true }), &json!("other"), T0 + 5)
+        .await
+        .unwrap();
+    assert_eq!(again, first);
+    assert_eq!(
+        stored(store, "k").await,
+        KeyBegin::Stored { state: KeyState::Queued, result: queued("k") }
+    );
+    assert_eq!(ids(&store.outbox_list(None, 100).await.unwrap()), vec![first.id]);
+}
+
+async fn claim_takes_due_items_oldest_first_up_to_the_limit(backend: Backend) {
+    let store = &*backend.store;
+    let a = begin_and_enqueue(store, "a", T0).await;
+    let b = begin_and_enqueue(store, "b", T0 + 1).await;
+    let c = begin_and_enqueue(store, "c", T0 + 2).await;
+    let later = begin_and_enqueue(store, "later", T0 + 10).await;
+
+    let first = claim(store, "w1", T0 + 5, 2).await;
+    assert_eq!(ids(&first), vec![a.id, b.id]);
+    for claimed in &first {
+        assert_eq!(claimed.attempts, 1);
+        assert_eq!(claimed.lease_owner.as_deref(), Some("w1"));
+        assert_eq!(claimed.lease_until_unix_ms, Some(T0 + 5 + LEASE));
+        assert_eq!(claimed.state, OutboxState::Pending);
+    }
+    assert_eq!(item(store, a.id).await, first[0]);
+    // `later` is not due yet; a and b are leased.
+    assert_eq!(ids(&claim(store, "w2", T0 + 5, 10).await), vec![c.id]);
+    assert_eq!(ids(&claim(store, "w2", T0 + 9, 10).await), Vec::<i64>::new());
+    assert_eq!(ids(&claim(store, "w2", T0 + 10, 10).await), vec![later.id]);
+    assert!(claim(store, "w2", T0 + 10, 0).await.is_empty());
+}
+
+/// The negative check: without the lease filter (or, on Postgres, the row locks) the second
+/// claim would hand the same items out again.
+async fn claim_never_hands_out_an_item_under_a_live_lease(backend: Backend) {
+    let store = &*backend.store;
+    let replica = backend.another().await;
+    let mut enqueued = Vec::new();
+    for index in 0..5 {
+        enqueued.push(begin_and_enqueue(store, &format!("k{index}"), T0).await.id);
+    }
+    assert_eq!(ids(&claim(store, "w1", T0, 10).await), enqueued);
+    assert!(claim(store, "w2", T0, 10).await.is_empty());
+    assert!(claim(&*replica, "w3", T0 + LEASE - 1, 10).await.is_empty());
+
+    // Once the leases expire (the worker crashed), the items are claimed again.
+    let again = claim(&*replica, "w3", T0 + LEASE, 10).await;
+    assert_eq!(ids(&again), enqueued);
+    for claimed in &again {
+        assert_eq!(claimed.attempts, 2);
+        assert_eq!(claimed.lease_owner.as_deref(), Some("w3"));
+        assert_eq!(claimed.lease_until_unix_ms, Some(T0 + 2 * LEASE));
+    }
+    assert!(claim(store, "w1", T0 + LEASE, 10).await.is_empty());
+}
+
+async fn complete_stores_the_result_as_the_keys_final_result(backend: Backend) {
+    let store = &*backend.store;
+    let queued_item = begin_and_enqueue(store, "k", T0).await;
+    claim(store, "w", T0, 1).await;
+    let result = json!({ "refund_id": "re_9" });
+    assert!(store.outbox_complete(queued_item.id, &result, T0 + 7).await.unwrap());
+
+    let done = item(store, queued_item.id).await;
+    assert_eq!(done.state, OutboxState::Done);
+    assert_eq!(done.result, Some(result.clone()));
+    assert_eq!(done.finished_unix_ms, Some(T0 + 7));
+    assert_eq!(done.attempts, 1);
+    assert_eq!(stored(store, "k").await, KeyBegin::Stored { state: KeyState::Done, result });
+
+    let other = json!("other");
+    assert!(!store.outbox_complete(queued_item.id, &other, T0 + 8).await.unwrap());
+    assert!(!store.outbox_retry_later(queued_item.id, "late", T0 + 8).await.unwrap());
+    assert!(!store.outbox_fail(queued_item.id, "late", &other, T0 + 8).await.unwrap());
+    assert!(!store.outbox_complete(987_654, &other, T0 + 8).await.unwrap());
+    assert_eq!(item(store, queued_item.id).await, done);
+    assert!(claim(store, "w", T0 + 10 * LEASE, 10).await.is_empty());
+}
+
+async fn retry_later_releases_the_lease_and_delays_the_item(backend: Backend) {
+    let store = &*backend.store;
+    let queued_item = begin_and_enqueue(store, "k", T0).await;
+    claim(store, "w1", T0, 1).await;
+    assert!(
+        store.outbox_retry_later(queued_item.id, "503 from the primary", T0 + 1_000).await.unwrap()
+    );
+
+    let waiting = item(store, queued_item.id).await;
+    assert_eq!(waiting.state, OutboxState::Pending);
+    assert_eq!(waiting.last_error.as_deref(), Some("503 from the primary"));
+    assert_eq!(waiting.next_attempt_unix_ms, T0 + 1_000);
+    assert_eq!((waiting.lease_owner, waiting.lease_until_unix_ms), (None, None));
+
+    assert!(claim(store, "w2", T0 + 999, 10).await.is_empty());
+    // Due again well before the old lease would have expired: the lease was released.
+    let again = claim(store, "w2", T0 + 1_000, 10).await;
+    assert_eq!(ids(&again), vec![queued_item.id]);
+    assert_eq!(again[0].attempts, 2);
+    assert_eq!(
+        stored(store, "k").await,
+        KeyBegin::Stored { state: KeyState::Queued, result: queued("k") }
+    );
+    assert!(!store.outbox_retry_later(987_654, "x", T0).await.unwrap());
+}
+
+async fn fail_keeps_the_item_and_finalizes_the_key(backend: Backend) {
+    let store = &*backend.store;
+    let queued_item = begin_and_enqueue(store, "k", T0).await;
+    claim(store, "w", T0, 1).await;
+    let failed_result = json!({ "status": "failed", "error": "422 invalid order" });
+    assert!(
+        store
+            .outbox_fail(queued_item.id, "422 invalid order", &failed_result, T0 + 3)
+            .await
+            .unwrap()
+    );
+
+    let failed = item(store, queued_item.id).await;
+    assert_eq!(failed.state, OutboxState::Failed);
+    assert_eq!(failed.last_error.as_deref(), Some("422 invalid order"));
+    assert_eq!(failed.finished_unix_ms, Some(T0 + 3));
+    assert_eq!(failed.result, None);
+    assert_eq!(
+        stored(store, "k").await,
+        KeyBegin::Stored { state: KeyState::Done, result: failed_result.clone() }
+    );
+    assert!(claim(store, "w", T0 + 10 * LEASE, 10).await.is_empty());
+    assert_eq!(
+        store.outbox_stats().await.unwrap(),
+        OutboxStats { pending: 0, failed: 1, oldest_pending_created_unix_ms: None }
+    );
+    assert!(!store.outbox_fail(queued_item.id, "again", &failed_result, T0 + 4).await.unwrap());
+    assert!(!store.outbox_complete(queued_item.id, &json!("late"), T0 + 4).await.unwrap());
+}
+
+async fn replay_now_makes_pending_and_failed_items_due(backend: Backend) {
+    let store = &*backend.store;
+
+    // A pending item waiting for its next attempt is due at once.
+    let waiting = begin_and_enqueue(store, "waiting", T0).await;
+    claim(store, "w", T0, 1).await;
+    store.outbox_retry_later(waiting.id, "timeout", T0 + 1_000_000).await.unwrap();
+    assert!(store.outbox_replay_now(waiting.id, T0 + 10).await.unwrap());
+    assert_eq!(item(store, waiting.id).await.next_attempt_unix_ms, T0 + 10);
+    assert_eq!(ids(&claim(store, "w", T0 + 10, 10).await), vec![waiting.id]);
+
+    // A replay does not break the live lease of an item being sent.
+    assert!(store.outbox_replay_now(waiting.id, T0 + 11).await.unwrap());
+    assert!(claim(store, "w2", T0 + 11, 10).await.is_empty());
+
+    // A failed item becomes pending again, and its key reads as queued again.
+    let failed = begin_and_enqueue(store, "failed", T0).await;
+    claim(store, "w", T0 + 20, 10).await;
+    store.outbox_fail(failed.id, "422", &json!("failed"), T0 + 20).await.unwrap();
+    assert!(store.outbox_replay_now(failed.id, T0 + 30).await.unwrap());
+    let replayed = item(store, failed.id).await;
+    assert_eq!(replayed.state, OutboxState::Pending);
+    assert_eq!(replayed.next_attempt_unix_ms, T0 + 30);
+    assert_eq!(replayed.finished_unix_ms, None);
+    assert_eq!(replayed.idempotency_key, "failed");
+    assert_eq!(
+        stored(store, "failed").await,
+        KeyBegin::Stored { state: KeyState::Queued, result: queued("failed") }
+    );
+    assert_eq!(ids(&claim(store, "w", T0 + 30, 10).await), vec![failed.id]);
+    assert!(store.outbox_complete(failed.id, &json!("sent"), T0 + 31).await.unwrap());
+
+    // Done, dropped and unknown items are not replayed.
+    assert!(!store.outbox_replay_now(failed.id, T0 + 40).await.unwrap());
+    let dropped = begin_and_enqueue(store, "dropped", T0).await;
+    store.outbox_drop(dropped.id, &json!("dropped"), T0 + 1).await.unwrap();
+    assert!(!store.outbox_replay_now(dropped.id, T0 + 40).await.unwrap());
+    assert!(!store.outbox_replay_now(987_654, T0 + 40).await.unwrap());
+    assert_eq!(item(store, dropped.id).await.state, OutboxState::Dropped);
+}
+
+async fn drop_never_sends_the_item_and_finalizes_the_key(backend: Backend) {
+    let store = &*backend.store;
+    let dropped_result = json!({ "status": "dropped" });
+
+    let pending = begin_and_enqueue(store, "pending", T0).await;
+    assert!(store.outbox_drop(pending.id, &dropped_result, T0 + 5).await.unwrap());
+    let dropped = item(store, pending.id).await;
+    assert_eq!(dropped.state, OutboxState::Dropped);
+    assert_eq!(dropped.finished_unix_ms, Some(T0 + 5));
+    assert_eq!(
+        stored(store, "pending").await,
+        KeyBegin::Stored { state: KeyState::Done, result: dropped_result.clone() }
+    );
+    assert!(claim(store, "w", T0 + 10, 10).await.is_empty());
+    assert!(!store.outbox_drop(pending.id, &dropped_result, T0 + 6).await.unwrap());
+    assert!(!store.outbox_complete(pending.id, &json!("late"), T0 + 6).await.unwrap());
+
+    let failed = begin_and_enqueue(store, "failed", T0).await;
+    claim(store, "w", T0 + 10, 10).await;
+    store.outbox_fail(failed.id, "422", &json!("failed"), T0 + 10).await.unwrap();
+    assert!(store.outbox_drop(failed.id, &dropped_result, T0 + 11).await.unwrap());
+    assert_eq!(item(store, failed.id).await.state, OutboxState::Dropped);
+
+    let done = begin_and_enqueue(store, "done", T0).await;
+    claim(store, "w", T0 + 20, 10).await;
+    store.outbox_complete(done.id, &json!("sent"), T0 + 20).await.unwrap();
+    assert!(!store.outbox_drop(done.id, &dropped_result, T0 + 21).await.unwrap());
+    assert_eq!(
+        stored(store, "done").await,
+        KeyBegin::Stored { state: KeyState::Done, result: json!("sent") }
+    );
+    assert!(!store.outbox_drop(987_654, &dropped_result, T0).await.unwrap());
+}
+
+async fn stats_count_the_queue_and_its_oldest_item(backend: Backend) {
+    let store = &*backend.store;
+    assert_eq!(store.outbox_stats().await.unwrap(), OutboxStats::default());
+    let a = begin_and_enqueue(store, "a", T0).await;
+    let b = begin_and_enqueue(store, "b", T0 + 100).await;
+    begin_and_enqueue(store, "c", T0 + 200).await;
+    assert_eq!(
+        store.outbox_stats().await.unwrap(),
+        OutboxStats { pending: 3, failed: 0, oldest_pending_created_unix_ms: Some(T0) }
+    );
+    // A claimed item is still in the queue.
+    claim(store, "w", T0 + 200, 2).await;
+    assert_eq!(store.outbox_stats().await.unwrap().pending, 3);
+    store.outbox_complete(a.id, &json!("sent"), T0 + 300).await.unwrap();
+    store.outbox_fail(b.id, "422", &json!("failed"), T0 + 300).await.unwrap();
+    begin_and_enqueue(store, "d", T0 + 300).await;
+    assert_eq!(
+        store.outbox_stats().await.unwrap(),
+        OutboxStats { pending: 2, failed: 1, oldest_pending_created_unix_ms: Some(T0 + 200) }
+    );
+}
+
+async fn list_and_get_show_items_newest_first(backend: Backend) {
+    let store = &*backend.store;
+    let a = begin_and_enqueue(store, "a", T0).await;
+    let b = begin_and_enqueue(store, "b", T0 + 1).await;
+    let c = begin_and_enqueue(store, "c", T0 + 2).await;
+    claim(store, "w", T0 + 2, 1).await;
+    store.outbox_complete(a.id, &json!("sent"), T0 + 3).await.unwrap();
+
+    assert_eq!(ids(&store.outbox_list(None, 10).await.unwrap()), vec![c.id, b.id, a.id]);
+    assert_eq!(ids(&store.outbox_list(None, 2).await.unwrap()), vec![c.id, b.id]);
+    let pending = store.outbox_list(Some(OutboxState::Pending), 10).await.unwrap();
+    assert_eq!(ids(&pending), vec![c.id, b.id]);
+    assert_eq!(pending[1], b);
+    let done = store.outbox_list(Some(OutboxState::Done), 10).await.unwrap();
+    assert_eq!(ids(&done), vec![a.id]);
+    assert_eq!(item(store, a.id).await, done[0]);
+    assert!(store.outbox_list(Some(OutboxState::Failed), 10).await.unwrap().is_empty());
+    assert!(store.outbox_list(None, 0).await.unwrap().is_empty());
+    assert_eq!(store.outbox_get(987_654).await.unwrap(), None);
+}
+
+// ---- read cache ----
+
+async fn cache_keeps_the_last_result_per_tool_and_arguments(backend: Backend) {
+    let store = &*backend.store;
+    assert_eq!(store.cache_get("order_status", "h1").await.unwrap(), None);
+    store.cache_put("order_status", "h1", &json!({ "status": "shipped" }), T0).await.unwrap();
+    let cached = store.cache_get("order_status", "h1").await.unwrap().unwrap();
+    assert_eq!((cached.result, cached.captured_unix_ms), (json!({ "status": "shipped" }), T0));
+
+    store.cache_put("order_status", "h1", &json!({ "status": "delivered" }), T0 + 5).await.unwrap();
+    let cached = store.cache_get("order_status", "h1").await.unwrap().unwrap();
+    assert_eq!(
+        (cached.result, cached.captured_unix_ms),
+        (json!({ "status": "delivered" }), T0 + 5)
+    );
+
+    assert_eq!(store.cache_get("order_status", "h2").await.unwrap(), None);
+    assert_eq!(store.cache_get("invoice", "h1").await.unwrap(), None);
+}
+
+// ---- gate holds ----
+
+async fn hold_create_is_idempotent_per_key_and_marks_the_key_held(backend: Backend) {
+    let store = &*backend.store;
+    let hold = create_hold(store, "k", T0).await;
+    assert_eq!(hold.idempotency_key, "k");
+    assert_eq!(hold.tool, TOOL);
+    assert_eq!(hold.args, args("k"));
+    assert_eq!(hold.reason, new_hold("k").reason);
+    assert_eq!(hold.conversation_id.as_deref(), Some("conv-1"));
+    assert_eq!(hold.state, HoldState::Pending);
+    assert_eq!(hold.created_unix_ms, T0);
+    assert_eq!((hold.decided_by.clone(), hold.decision_note.clone()), (None, None));
+    assert_eq!((hold.decided_unix_ms, hold.outbox_id), (None, None));
+    assert_eq!(
+        stored(store, "k").await,
+        KeyBegin::Stored { state: KeyState::Held, result: held("k") }
+    );
+
+    let other =
+        NewHold { reason: "another rule".to_owned(), conversation_id: None, ..new_hold("k") };
+    assert_eq!(store.hold_create(&other, &json!("other"), T0 + 5).await.unwrap(), hold);
+    assert_eq!(
+        stored(store, "k").await,
+        KeyBegin::Stored { state: KeyState::Held, result: held("k") }
+    );
+
+    let second = create_hold(store, "k2", T0 + 1).await;
+    assert_eq!(store.hold_list(None, 10).await.unwrap(), vec![second.clone(), hold.clone()]);
+    assert_eq!(store.hold_list(None, 1).await.unwrap(), vec![second]);
+    assert_eq!(store.hold_list(Some(HoldState::Pending), 10).await.unwrap().len(), 2);
+    assert!(store.hold_list(Some(HoldState::Approved), 10).await.unwrap().is_empty());
+    assert_eq!(store.hold_get(hold.id).await.unwrap(), Some(hold));
+    assert_eq!(store.hold_get(987_654).await.unwrap(), None);
+    assert!(store.outbox_list(None, 10).await.unwrap().is_empty());
+}
+
+async fn approve_enqueues_one_item_and_only_the_first_decision_counts(backend: Backend) {
+    let store = &*backend.store;
+    let hold = create_hold(store, "k", T0).await;
+    let decided = store
+        .hold_decide(hold.id, &approve("k"), "ana", "customer verified", T0 + 10)
+        .await
+        .unwrap();
+    let decided = decided.expect("the first decision takes effect");
+    assert_eq!(decided.state, HoldState::Approved);
+    assert_eq!(decided.decided_by.as_deref(), Some("ana"));
+    assert_eq!(decided.decision_note.as_deref(), Some("customer verified"));
+    assert_eq!(decided.decided_unix_ms, Some(T0 + 10));
+    assert_eq!(store.hold_get(hold.id).await.unwrap().as_ref(), Some(&decided));
+
+    let outbox_id = decided.outbox_id.expect("an approval enqueues the write");
+    let enqueued = item(store, outbox_id).await;
+    assert_eq!((enqueued.idempotency_key.as_str(), enqueued.tool.as_str()), ("k", TOOL));
+    assert_eq!(enqueued.args, args("k"));
+    assert_eq!((enqueued.state, enqueued.next_attempt_unix_ms), (OutboxState::Pending, T0 + 10));
+    assert_eq!(
+        stored(store, "k").await,
+        KeyBegin::Stored { state: KeyState::Queued, result: queued("k") }
+    );
+
+    assert_eq!(store.hold_decide(hold.id, &approve("k"), "bo", "", T0 + 11).await.unwrap(), None);
+    assert_eq!(store.hold_decide(hold.id, &reject(), "bo", "", T0 + 12).await.unwrap(), None);
+    assert_eq!(store.hold_decide(987_654, &approve("x"), "bo", "", T0 + 12).await.unwrap(), None);
+    assert_eq!(store.hold_get(hold.id).await.unwrap(), Some(decided));
+    assert_eq!(ids(&store.outbox_list(None, 10).await.unwrap()), vec![outbox_id]);
+    assert_eq!(store.hold_list(Some(HoldState::Approved), 10).await.unwrap().len(), 1);
+
+    // The enqueued write is sent once, with its original key.
+    assert_eq!(ids(&claim(store, "w", T0 + 10, 10).await), vec![outbox_id]);
+    store.outbox_complete(outbox_id, &json!("refunded"), T0 + 13).await.unwrap();
+    assert_eq!(
+        stored(store, "k").await,
+        KeyBegin::Stored { state: KeyState::Done, result: json!("refunded") }
+    );
+}
+
+async fn reject_sends_nothing_and_finalizes_the_key(backend: Backend) {
+    let store = &*backend.store;
+    let hold = create_hold(store, "k", T0).await;
+    let decided =
+        store.hold_decide(hold.id, &reject(), "ana", "not eligible", T0 + 5).await.unwrap();
+    let decided = decided.expect("the first decision takes effect");
+    assert_eq!(decided.state, HoldState::Rejected);
+    assert_eq!(decided.outbox_id, None);
+    assert_eq!(decided.decision_note.as_deref(), Some("not eligible"));
+    assert_eq!(
+        stored(store, "k").await,
+        KeyBegin::Stored { state: KeyState::Done, result: json!({ "status": "rejected" }) }
+    );
+    assert_eq!(store.hold_decide(hold.id, &approve("k"), "bo", "", T0 + 6).await.unwrap(), None);
+    assert!(store.outbox_list(None, 10).await.unwrap().is_empty());
+    assert_eq!(store.hold_list(Some(HoldState::Rejected), 10).await.unwrap(), vec![decided]);
+}
+
+// ---- concurrency ----
+
+async fn concurrent_decisions_on_one_hold_make_exactly_one(backend: Backend) {
+    let replica = backend.another().await;
+    let hold = create_hold(&*backend.store, "k", T0).await;
+    let mut tasks = Vec::new();
+    for index in 0..8 {
+        let store = if index % 2 == 0 { Arc::clone(&backend.store) } else { Arc::clone(&replica) };
+        let decision = if index % 3 == 0 { reject() } else { approve("k") };
+        tasks.push(tokio::spawn(async move {
+            store.hold_decide(hold.id, &decision, &format!("person-{index}"), "", T0 + 1).await
+        }));
+    }
+    let mut decisions = Vec::new();
+    for task in tasks {
+        decisions.extend(task.await.unwrap().unwrap());
+    }
+    assert_eq!(decisions.len(), 1, "exactly one decision takes effect: {decisions:?}");
+    let outbox = backend.store.outbox_list(None, 10).await.unwrap();
+    match decisions[0].state {
+        HoldState::Approved => assert_eq!(ids(&outbox), vec![decisions[0].outbox_id.unwrap()]),
+        HoldState::Rejected => assert!(outbox.is_empty()),
+        HoldState::Pending => panic!("a decided hold is pending"),
+    }
+}
+
+/// Six workers on two instances (two gateway processes or replicas) claim and complete until
+/// the queue is empty. All at one `now`, so no lease expires: each item must be handed out
+/// exactly once, though every worker tries to claim while others hold leases.
+async fn concurrent_claimers_on_two_instances_drain_every_item_once(backend: Backend) {
+    const ITEMS: usize = 60;
+    let replica = backend.another().await;
+    let mut enqueued = BTreeSet::new();
+    for index in 0..ITEMS {
+        enqueued.insert(begin_and_enqueue(&*backend.store, &format!("k{index}"), T0).await.id);
+    }
+    let mut workers = Vec::new();
+    for worker in 0..6 {
+        let store = if worker % 2 == 0 { Arc::clone(&backend.store) } else { Arc::clone(&replica) };
+        workers.push(tokio::spawn(async move {
+            let owner = format!("worker-{worker}");
+            let mut claimed = Vec::new();
+            loop {
+                let batch = store.outbox_claim(&owner, T0, LEASE, 4).await.unwrap();
+                if batch.is_empty() {
+                    return claimed;
+                }
+                // Let the others claim while these leases are live.
+                tokio::task::yield_now().await;
+                for item in batch {
+                    assert_eq!(item.attempts, 1, "item {} was claimed before", item.id);
+                    assert!(store.outbox_complete(item.id, &json!("sent"), T0).await.unwrap());
+                    claimed.push(item.id);
+                }
+            }
+        }));
+    }
+    let mut claimed = Vec::new();
+    for worker in workers {
+        claimed.extend(worker.await.unwrap());
+    }
+    let distinct: BTreeSet<i64> = claimed.iter().copied().collect();
+    assert_eq!(claimed.len(), distinct.len(), "an item was handed out twice");
+    assert_eq!(distinct, enqueued, "every item is drained");
+    assert_eq!(backend.store.outbox_stats().await.unwrap(), OutboxStats::default());
+}
+
+async fn concurrent_begins_of_one_key_give_it_to_one_caller(backend: Backend) {
+    let replica = backend.another().await;
+    let mut tasks = Vec::new();
+    for index in 0..10 {
+        let store = if index % 2 == 0 { Arc::clone(&backend.store) } else { Arc::clone(&replica) };
+        tasks.push(tokio::spawn(async move { begin(&*store, "k", T0).await }));
+    }
+    let mut fresh = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            KeyBegin::Fresh => fresh += 1,
+            KeyBegin::InFlight => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(fresh, 1);
+}
+
+async fn concurrent_enqueues_and_holds_of_one_key_make_one_record(backend: Backend) {
+    let replica = backend.another().await;
+    assert_eq!(begin(&*backend.store, "write", T0).await, KeyBegin::Fresh);
+    assert_eq!(begin(&*backend.store, "held", T0).await, KeyBegin::Fresh);
+    let mut items = Vec::new();
+    let mut holds = Vec::new();
+    for index in 0..8 {
+        let store = if index % 2 == 0 { Arc::clone(&backend.store) } else { Arc::clone(&replica) };
+        let other = Arc::clone(&store);
+        items.push(tokio::spawn(async move { enqueue(&*store, "write", T0 + index).await.id }));
+        holds.push(tokio::spawn(async move {
+            other.hold_create(&new_hold("held"), &held("held"), T0 + index).await.unwrap().id
+        }));
+    }
+    let mut item_ids = BTreeSet::new();
+    for task in items {
+        item_ids.insert(task.await.unwrap());
+    }
+    let mut hold_ids = BTreeSet::new();
+    for task in holds {
+        hold_ids.insert(task.await.unwrap());
+    }
+    assert_eq!((item_ids.len(), hold_ids.len()), (1, 1));
+    assert_eq!(backend.store.outbox_list(None, 10).await.unwrap().len(), 1);
+    assert_eq!(backend.store.hold_list(None, 10).await.unwrap().len(), 1);
+}
+
+// ---- durability and values ----
+
+async fn records_survive_a_reopen(backend: Backend) {
+    let Backend { store, place } = backend;
+    assert_eq!(begin(&*store, "done", T0).await, KeyBegin::Fresh);
+    store.key_finish("done", &json!("sent"), T0).await.unwrap();
+    let queued_item = begin_and_enqueue(&*store, "queued", T0).await;
+    let hold = create_hold(&*store, "held", T0).await;
+    store.cache_put("order_status", "h1", &json!("shipped"), T0).await.unwrap();
+    drop(store);
+
+    let reopened = place.open().await;
+    let store = &*reopened;
+    assert_eq!(
+        stored(store, "done").await,
+        KeyBegin::Stored { state: KeyState::Done, result: json!("sent") }
+    );
+    assert_eq!(item(store, queued_item.id).await, queued_item);
+    assert_eq!(store.hold_get(hold.id).await.unwrap(), Some(hold));
+    assert_eq!(
+        store.cache_get("order_status", "h1").await.unwrap().unwrap().result,
+        json!("shipped")
+    );
+    // Ids keep counting after a reopen.
+    assert!(begin_and_enqueue(store, "next", T0).await.id > queued_item.id);
+}
+
+/// Results go back exactly as given: a NUL character (which Postgres `jsonb` refuses), floats
+/// that need 17 digits, integers beyond `i64`, JSON `null`.
+async fn json_values_round_trip_exactly(backend: Backend) {
+    let store = &*backend.store;
+    let odd = json!({
+        "nul": "a\u{0}b",
+        "text": "ünïcødé ✓ \"quoted\" \\ back",
+        "float": 0.1 + 0.2,
+        "big": u64::MAX,
+        "small": i64::MIN,
+        "nested": [null, true, { "empty": {} }, []],
+    });
+    for (key, value) in [("odd", odd.clone()), ("null", Value::Null), ("number", json!(7))] {
+        assert_eq!(begin(store, key, T0).await, KeyBegin::Fresh);
+        store.key_finish(key, &value, T0).await.unwrap();
+        assert_eq!(
+            stored(store, key).await,
+            KeyBegin::Stored { state: KeyState::Done, result: value }
+        );
+    }
+    assert_eq!(begin(store, "write", T0).await, KeyBegin::Fresh);
+    let enqueued = store.outbox_enqueue("write", TOOL, &odd, &Value::Null, T0).await.unwrap();
+    assert_eq!(enqueued.args, odd);
+    assert_eq!(
+        stored(store, "write").await,
+        KeyBegin::Stored { state: KeyState::Queued, result: Value::Null }
+    );
+    store.outbox_complete(enqueued.id, &odd, T0).await.unwrap();
+    assert_eq!(item(store, enqueued.id).await.result, Some(odd.clone()));
+    store.cache_put("t", "h", &odd, T0).await.unwrap();
+    assert_eq!(store.cache_get("t", "h").await.unwrap().unwrap().result, odd);
+}
