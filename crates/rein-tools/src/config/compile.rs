@@ -1,0 +1,509 @@
+//! Validation: `ToolsConfig` → the ladders the dispatcher walks, collecting every problem with
+//! the key it is at and the fix. The rules that keep a ladder honest live here: writes never
+//! substitute (no cache or static rung), reads never defer (no queue rung), a queue rung is last
+//! and after the primary it defers, every http rung has its own budget, every cache rung its
+//! staleness budget.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rein_core::breaker::{Cooldown, CooldownPolicy};
+use reqwest::Method;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+
+use super::{
+    BodyMode, ConfigError, ConfigProblem, Fidelity, RungConfig, RungKind, ToolConfig, ToolKind,
+    ToolsConfig,
+};
+use crate::gate::Gate;
+use crate::http::{IDEMPOTENCY_KEY_HEADER, UrlTemplate};
+use crate::ladder::{Bulkhead, HttpRung, OutboxSettings, Rung, RungAction, Tool, Tools};
+use crate::wording::Wording;
+
+/// Looks up an environment variable (injected, so tests need no process environment).
+pub(crate) type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+const DEFAULT_BREAKER: CooldownPolicy =
+    CooldownPolicy { allowed_fails: 5, cooldown: Duration::from_secs(30) };
+const DEFAULT_CACHE_TIMEOUT_MS: u64 = 100;
+const DEFAULT_QUEUE_TIMEOUT_MS: u64 = 1_000;
+/// Added to a write ladder's budgets for its key's lease, so a live request is never taken over.
+const KEY_LEASE_MARGIN: Duration = Duration::from_secs(5);
+
+/// Problems found so far.
+#[derive(Debug, Default)]
+pub(crate) struct Problems(Vec<ConfigProblem>);
+
+impl Problems {
+    pub fn add(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.0.push(ConfigProblem { key: key.into(), message: message.into() });
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    #[cfg(test)]
+    pub fn keys(&self) -> Vec<String> {
+        self.0.iter().map(|p| p.key.clone()).collect()
+    }
+
+    #[cfg(test)]
+    pub fn messages(&self) -> Vec<String> {
+        self.0.iter().map(|p| p.message.clone()).collect()
+    }
+}
+
+/// The compiled config.
+#[derive(Debug)]
+pub(crate) struct Compiled {
+    pub tools: Tools,
+    pub outbox: OutboxSettings,
+}
+
+/// Validate `config` and build its ladders. `env` resolves `headers_env`; `None` checks
+/// everything but whether the variables are set.
+pub(crate) fn compile(
+    config: &ToolsConfig,
+    env: Option<EnvLookup<'_>>,
+) -> Result<Compiled, ConfigError> {
+    let mut problems = Problems::default();
+
+    let mut bulkheads: BTreeMap<String, Arc<Bulkhead>> = BTreeMap::new();
+    for (name, bulkhead) in &config.bulkheads {
+        if bulkhead.max_concurrent == 0 {
+            problems.add(
+                format!("bulkheads.{name}.max_concurrent"),
+                "must be at least 1 (a partition that admits nothing is a dead tool)",
+            );
+        }
+        bulkheads.insert(
+            name.clone(),
+            Arc::new(Bulkhead::new(name, bulkhead.max_concurrent, bulkhead.retry_after_ms)),
+        );
+    }
+    let declared: BTreeSet<String> = bulkheads.keys().cloned().collect();
+
+    let outbox = &config.outbox;
+    if outbox.lease_ms == 0 {
+        problems.add("outbox.lease_ms", "must be greater than 0");
+    }
+    if outbox.backoff_base_ms == 0 {
+        problems.add("outbox.backoff_base_ms", "must be greater than 0");
+    }
+    if outbox.backoff_cap_ms < outbox.backoff_base_ms {
+        problems.add(
+            "outbox.backoff_cap_ms",
+            format!(
+                "({}) is less than `outbox.backoff_base_ms` ({})",
+                outbox.backoff_cap_ms, outbox.backoff_base_ms
+            ),
+        );
+    }
+    if outbox.batch == 0 {
+        problems.add("outbox.batch", "must be at least 1");
+    }
+
+    let mut tools = Tools::new();
+    for (name, tool) in &config.tools {
+        let mut ctx = ToolCtx {
+            problems: &mut problems,
+            bulkheads: &mut bulkheads,
+            declared: &declared,
+            env,
+        };
+        if let Some(compiled) = compile_tool(name, tool, &mut ctx) {
+            tools.insert(name.clone(), compiled);
+        }
+    }
+
+    if !problems.is_empty() {
+        return Err(ConfigError { problems: problems.0 });
+    }
+    Ok(Compiled {
+        tools,
+        outbox: OutboxSettings {
+            lease: Duration::from_millis(outbox.lease_ms),
+            backoff_base: Duration::from_millis(outbox.backoff_base_ms),
+            backoff_cap: Duration::from_millis(outbox.backoff_cap_ms),
+            batch: outbox.batch,
+        },
+    })
+}
+
+struct ToolCtx<'a, 'e> {
+    problems: &'a mut Problems,
+    /// Declared partitions, plus the ones made for rungs without `bulkhead` (one per source).
+    bulkheads: &'a mut BTreeMap<String, Arc<Bulkhead>>,
+    declared: &'a BTreeSet<String>,
+    env: Option<EnvLookup<'e>>,
+}
+
+fn compile_tool(name: &str, raw: &ToolConfig, ctx: &mut ToolCtx<'_, '_>) -> Option<Tool> {
+    let key = format!("tools.{name}");
+    let before = ctx.problems.0.len();
+    if name.is_empty()
+        || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    {
+        ctx.problems.add(
+            &key,
+            "a tool name may use letters, digits, `_`, `-` and `.` only (it appears in URLs and metrics)",
+        );
+    }
+    if raw.rungs.is_empty() {
+        ctx.problems.add(
+            format!("{key}.rungs"),
+            "a tool needs at least one rung: add `[[tools.<name>.rungs]]` with `kind = \"http\"`",
+        );
+    }
+    if raw.kind == ToolKind::Read {
+        if raw.key_from.is_some() {
+            ctx.problems.add(
+                format!("{key}.key_from"),
+                "only applies to write tools: reads are safe to repeat and carry no key",
+            );
+        }
+        if !raw.gate.is_empty() {
+            ctx.problems.add(format!("{key}.gate"), "only applies to write tools");
+        }
+    }
+    let gates: Vec<Gate> = raw
+        .gate
+        .iter()
+        .enumerate()
+        .filter_map(|(i, rule)| Gate::compile(rule, &format!("{key}.gate[{i}]"), ctx.problems))
+        .collect();
+    let wording = Wording::compile(&raw.detail, &format!("{key}.detail"), ctx.problems);
+
+    let mut rungs = Vec::new();
+    let mut sources = BTreeSet::new();
+    let mut seen_http = false;
+    for (index, rung) in raw.rungs.iter().enumerate() {
+        let rung_key = format!("{key}.rungs[{index}]");
+        if rung.source.trim().is_empty() {
+            ctx.problems.add(
+                format!("{rung_key}.source"),
+                "must name the rung (metrics and provenance show it)",
+            );
+        } else if !sources.insert(rung.source.clone()) {
+            ctx.problems.add(
+                format!("{rung_key}.source"),
+                format!("`{}` is already the source of an earlier rung of this tool", rung.source),
+            );
+        }
+        check_kind(raw.kind, rung.kind, index, raw.rungs.len(), seen_http, &rung_key, ctx.problems);
+        if let Some(compiled) = compile_rung(rung, index, !seen_http, &rung_key, ctx) {
+            rungs.push(compiled);
+        }
+        seen_http |= rung.kind == RungKind::Http;
+    }
+
+    if ctx.problems.0.len() > before {
+        return None;
+    }
+    let budgets: Duration = rungs.iter().map(|rung| rung.timeout).sum();
+    Some(Tool {
+        name: name.to_string(),
+        kind: raw.kind,
+        rungs,
+        gates,
+        key_from: raw.key_from,
+        wording,
+        key_lease: budgets + KEY_LEASE_MARGIN,
+    })
+}
+
+fn check_kind(
+    tool: ToolKind,
+    rung: RungKind,
+    index: usize,
+    count: usize,
+    seen_http: bool,
+    key: &str,
+    problems: &mut Problems,
+) {
+    let kind_key = format!("{key}.kind");
+    match (tool, rung) {
+        (ToolKind::Write, RungKind::Cache | RungKind::Static) => problems.add(
+            kind_key,
+            format!(
+                "a write tool cannot have a `{}` rung: writes never substitute; defer with a final `queue` rung instead",
+                if rung == RungKind::Cache { "cache" } else { "static" }
+            ),
+        ),
+        (ToolKind::Read, RungKind::Queue) => problems.add(
+            kind_key,
+            "a read tool cannot have a `queue` rung: reads degrade (cache, static) or refuse; only writes defer",
+        ),
+        (ToolKind::Write, RungKind::Queue) if !seen_http => problems.add(
+            kind_key,
+            "a `queue` rung must come after at least one `http` rung (the primary it defers to)",
+        ),
+        (ToolKind::Write, RungKind::Queue) if index + 1 != count => problems.add(
+            kind_key,
+            "a `queue` rung must be the last rung: nothing can follow a deferral",
+        ),
+        _ => {}
+    }
+}
+
+fn compile_rung(
+    raw: &RungConfig,
+    index: usize,
+    first_http: bool,
+    key: &str,
+    ctx: &mut ToolCtx<'_, '_>,
+) -> Option<Rung> {
+    let before = ctx.problems.0.len();
+    let kind_name = match raw.kind {
+        RungKind::Http => "http",
+        RungKind::Cache => "cache",
+        RungKind::Static => "static",
+        RungKind::Queue => "queue",
+    };
+    let is_http = raw.kind == RungKind::Http;
+    let only = |field: &str, present: bool, allowed: bool, kinds: &str, problems: &mut Problems| {
+        if present && !allowed {
+            problems.add(
+                format!("{key}.{field}"),
+                format!("only applies to {kinds} rungs, not `{kind_name}`"),
+            );
+        }
+    };
+    only("method", raw.method.is_some(), is_http, "`http`", ctx.problems);
+    only("url", raw.url.is_some(), is_http, "`http`", ctx.problems);
+    only("headers", !raw.headers.is_empty(), is_http, "`http`", ctx.problems);
+    only("headers_env", !raw.headers_env.is_empty(), is_http, "`http`", ctx.problems);
+    only("body", raw.body.is_some(), is_http, "`http`", ctx.problems);
+    only("bulkhead", raw.bulkhead.is_some(), is_http, "`http`", ctx.problems);
+    let breakable = matches!(raw.kind, RungKind::Http | RungKind::Cache);
+    only("breaker", raw.breaker.is_some(), breakable, "`http` and `cache`", ctx.problems);
+    only(
+        "max_age_ms",
+        raw.max_age_ms.is_some(),
+        raw.kind == RungKind::Cache,
+        "`cache`",
+        ctx.problems,
+    );
+    only("result", raw.result.is_some(), raw.kind == RungKind::Static, "`static`", ctx.problems);
+    only(
+        "timeout_ms",
+        raw.timeout_ms.is_some(),
+        raw.kind != RungKind::Static,
+        "`http`, `cache` and `queue`",
+        ctx.problems,
+    );
+
+    let fidelity = match (raw.kind, raw.fidelity) {
+        (RungKind::Queue, None | Some(Fidelity::Deferred)) => Fidelity::Deferred,
+        (RungKind::Queue, Some(_)) => {
+            ctx.problems.add(format!("{key}.fidelity"), "a `queue` rung's fidelity is `deferred`");
+            Fidelity::Deferred
+        }
+        (_, Some(Fidelity::Deferred)) => {
+            ctx.problems.add(
+                format!("{key}.fidelity"),
+                "`deferred` is the fidelity of a `queue` rung only: an answer that came back is not deferred",
+            );
+            Fidelity::Deferred
+        }
+        (_, Some(fidelity)) => fidelity,
+        (RungKind::Http, None) if first_http => Fidelity::Exact,
+        (RungKind::Http, None) => Fidelity::Fresh,
+        (RungKind::Cache, None) => Fidelity::Stale,
+        (RungKind::Static, None) => Fidelity::Partial,
+    };
+
+    let timeout_ms = match (raw.kind, raw.timeout_ms) {
+        (RungKind::Http, None) => {
+            ctx.problems.add(
+                format!("{key}.timeout_ms"),
+                "is required for `http` rungs: size the rung's own budget (a fallback must not inherit the primary's)",
+            );
+            0
+        }
+        (_, Some(0)) => {
+            ctx.problems.add(format!("{key}.timeout_ms"), "must be greater than 0");
+            0
+        }
+        (_, Some(ms)) => ms,
+        (RungKind::Cache, None) => DEFAULT_CACHE_TIMEOUT_MS,
+        (RungKind::Queue, None) => DEFAULT_QUEUE_TIMEOUT_MS,
+        (RungKind::Static, None) => 0,
+    };
+
+    let breaker = if breakable {
+        let policy = match raw.breaker {
+            Some(breaker) => {
+                if breaker.failures == 0 {
+                    ctx.problems.add(format!("{key}.breaker.failures"), "must be at least 1");
+                }
+                if breaker.cooldown_ms == 0 {
+                    ctx.problems
+                        .add(format!("{key}.breaker.cooldown_ms"), "must be greater than 0");
+                }
+                CooldownPolicy {
+                    allowed_fails: breaker.failures,
+                    cooldown: Duration::from_millis(breaker.cooldown_ms),
+                }
+            }
+            None => DEFAULT_BREAKER,
+        };
+        Some(Cooldown::new(policy))
+    } else {
+        None
+    };
+
+    let action = match raw.kind {
+        RungKind::Http => compile_http(raw, key, ctx).map(RungAction::Http),
+        RungKind::Cache => match raw.max_age_ms {
+            Some(0) => {
+                ctx.problems.add(format!("{key}.max_age_ms"), "must be greater than 0");
+                None
+            }
+            Some(ms) => {
+                Some(RungAction::Cache { max_age_ms: i64::try_from(ms).unwrap_or(i64::MAX) })
+            }
+            None => {
+                ctx.problems.add(
+                    format!("{key}.max_age_ms"),
+                    "is required for `cache` rungs: the staleness budget past which the rung declines",
+                );
+                None
+            }
+        },
+        RungKind::Static => match &raw.result {
+            Some(result) => Some(RungAction::Static { result: result.clone() }),
+            None => {
+                ctx.problems.add(
+                    format!("{key}.result"),
+                    "is required for `static` rungs: the canned result, in the primary's shape",
+                );
+                None
+            }
+        },
+        RungKind::Queue => Some(RungAction::Queue),
+    };
+
+    if ctx.problems.0.len() > before {
+        return None;
+    }
+    Some(Rung {
+        index,
+        source: raw.source.clone(),
+        fidelity,
+        timeout: Duration::from_millis(timeout_ms),
+        breaker,
+        action: action?,
+    })
+}
+
+fn compile_http(raw: &RungConfig, key: &str, ctx: &mut ToolCtx<'_, '_>) -> Option<HttpRung> {
+    let before = ctx.problems.0.len();
+    let method = match raw.method.as_deref().map(str::to_ascii_uppercase).as_deref() {
+        None | Some("POST") => Method::POST,
+        Some("GET") => Method::GET,
+        Some("PUT") => Method::PUT,
+        Some("PATCH") => Method::PATCH,
+        Some("DELETE") => Method::DELETE,
+        Some(other) => {
+            ctx.problems.add(
+                format!("{key}.method"),
+                format!("`{other}` is not supported: use GET, POST, PUT, PATCH or DELETE"),
+            );
+            Method::POST
+        }
+    };
+    let url = match &raw.url {
+        Some(url) => UrlTemplate::parse(url, &format!("{key}.url"), ctx.problems),
+        None => {
+            ctx.problems.add(
+                format!("{key}.url"),
+                "is required for `http` rungs (e.g. \"http://127.0.0.1:9000/search/{q}\")",
+            );
+            None
+        }
+    };
+
+    let mut headers = HeaderMap::new();
+    for (name, value) in &raw.headers {
+        let header_key = format!("{key}.headers.{name}");
+        let Some(name) = header_name(name, &header_key, ctx.problems) else { continue };
+        match HeaderValue::from_str(value) {
+            Ok(value) => {
+                headers.insert(name, value);
+            }
+            Err(_) => ctx.problems.add(header_key, "is not a valid header value"),
+        }
+    }
+    for (name, var) in &raw.headers_env {
+        let header_key = format!("{key}.headers_env.{name}");
+        let Some(name) = header_name(name, &header_key, ctx.problems) else { continue };
+        if var.trim().is_empty() {
+            ctx.problems.add(header_key, "must name an environment variable");
+            continue;
+        }
+        let Some(env) = ctx.env else { continue };
+        match env(var).filter(|value| !value.is_empty()) {
+            None => {
+                ctx.problems.add(header_key, format!("environment variable `{var}` is not set"))
+            }
+            Some(secret) => match HeaderValue::from_str(&secret) {
+                Ok(mut value) => {
+                    value.set_sensitive(true);
+                    headers.insert(name, value);
+                }
+                // Never echo the value: it is a secret.
+                Err(_) => ctx.problems.add(
+                    header_key,
+                    format!("environment variable `{var}` does not hold a valid header value"),
+                ),
+            },
+        }
+    }
+
+    let bulkhead_name = raw.bulkhead.clone().unwrap_or_else(|| raw.source.clone());
+    if raw.bulkhead.is_some() && !ctx.declared.contains(&bulkhead_name) {
+        ctx.problems.add(
+            format!("{key}.bulkhead"),
+            format!("`{bulkhead_name}` is not a bulkhead: declare `[bulkheads.{bulkhead_name}]` or leave it out to get one named after the source"),
+        );
+    }
+    let bulkhead = ctx
+        .bulkheads
+        .entry(bulkhead_name.clone())
+        .or_insert_with(|| {
+            let defaults = super::BulkheadConfig::default();
+            Arc::new(Bulkhead::new(
+                &bulkhead_name,
+                defaults.max_concurrent,
+                defaults.retry_after_ms,
+            ))
+        })
+        .clone();
+
+    let body_args = match raw.body {
+        Some(BodyMode::Args) => true,
+        Some(BodyMode::None) => false,
+        None => method != Method::GET,
+    };
+    if ctx.problems.0.len() > before {
+        return None;
+    }
+    Some(HttpRung { method, url: url?, headers, body_args, bulkhead })
+}
+
+fn header_name(name: &str, key: &str, problems: &mut Problems) -> Option<HeaderName> {
+    if name.eq_ignore_ascii_case(IDEMPOTENCY_KEY_HEADER) {
+        problems.add(key, "rein sets `Idempotency-Key` itself on writes: remove it here");
+        return None;
+    }
+    match HeaderName::from_bytes(name.as_bytes()) {
+        Ok(name) => Some(name),
+        Err(_) => {
+            problems.add(key, format!("`{name}` is not a valid header name"));
+            None
+        }
+    }
+}

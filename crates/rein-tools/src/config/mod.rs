@@ -1,0 +1,365 @@
+//! The tools' config: `[bulkheads.*]`, `[tools.*]` with their ladders of rungs, gates and wording,
+//! and `[outbox]` (the replay worker's lease and backoff), as serde structs that deny unknown
+//! keys and keep durations in milliseconds. [`ToolsConfig::check`] validates them with errors that
+//! name the key; [`crate::Dispatcher`] compiles them (the same validation) into ladders.
+//!
+//! The gateway embeds these tables in its own file; `from_toml` reads them from a file of their
+//! own (tests, `rein check`).
+
+pub(crate) mod compile;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub(crate) use compile::compile;
+
+/// Every tool, its ladder and the concurrency partitions they share.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsConfig {
+    /// Concurrency partitions, one per dependency. A rung without `bulkhead` gets a partition
+    /// named after its `source` (declared here or, if not, with the defaults).
+    #[serde(default)]
+    pub bulkheads: BTreeMap<String, BulkheadConfig>,
+    #[serde(default)]
+    pub tools: BTreeMap<String, ToolConfig>,
+    #[serde(default)]
+    pub outbox: OutboxConfig,
+}
+
+/// One concurrency partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkheadConfig {
+    /// Calls in flight at once; the next one gets `busy` at once.
+    #[serde(default = "default_max_concurrent")]
+    pub max_concurrent: u32,
+    /// What `busy` tells the caller to wait before retrying.
+    #[serde(default = "default_retry_after_ms")]
+    pub retry_after_ms: u64,
+}
+
+impl Default for BulkheadConfig {
+    fn default() -> Self {
+        Self { max_concurrent: default_max_concurrent(), retry_after_ms: default_retry_after_ms() }
+    }
+}
+
+fn default_max_concurrent() -> u32 {
+    32
+}
+
+fn default_retry_after_ms() -> u64 {
+    250
+}
+
+/// Whether a tool reads (its ladder may degrade) or writes (its ladder may only defer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolKind {
+    Read,
+    Write,
+}
+
+/// Where a write's idempotency key comes from when the caller sends none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyFrom {
+    /// `"{tool}:{conversation_id}"`: one conversation performs the write at most once.
+    Conversation,
+}
+
+/// One tool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolConfig {
+    pub kind: ToolKind,
+    /// The ladder, best fidelity first. The terminal structured refusal is implicit.
+    #[serde(default)]
+    pub rungs: Vec<RungConfig>,
+    /// Rules that hold a write for a person's approval (writes only). Checked in code on the
+    /// arguments; nothing the model says lifts them.
+    #[serde(default)]
+    pub gate: Vec<GateRule>,
+    /// Derive the idempotency key when the caller sends none (writes only).
+    #[serde(default)]
+    pub key_from: Option<KeyFrom>,
+    /// Wording overrides for the `detail` sentence.
+    #[serde(default)]
+    pub detail: DetailConfig,
+}
+
+/// What a rung calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RungKind {
+    /// A backend over HTTP.
+    Http,
+    /// The last good result of this tool for the same arguments (reads only).
+    Cache,
+    /// A fixed result from the config (reads only).
+    Static,
+    /// The durable outbox (writes only, last).
+    Queue,
+}
+
+/// What a rung's answer may claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fidelity {
+    /// The authoritative answer.
+    Exact,
+    /// Live, from a replica that may lag.
+    Fresh,
+    /// Captured earlier (a cache).
+    Stale,
+    /// Narrower than the primary's (a canned answer, a local index).
+    Partial,
+    /// Not executed yet: queued to run later.
+    Deferred,
+}
+
+impl Fidelity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fidelity::Exact => "exact",
+            Fidelity::Fresh => "fresh",
+            Fidelity::Stale => "stale",
+            Fidelity::Partial => "partial",
+            Fidelity::Deferred => "deferred",
+        }
+    }
+}
+
+/// What an http rung sends as its body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BodyMode {
+    /// The arguments as JSON.
+    Args,
+    /// No body.
+    None,
+}
+
+/// One rung. Which fields apply depends on `kind`; the others are rejected by key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RungConfig {
+    pub kind: RungKind,
+    /// The name reported in provenance and metrics; unique within the tool.
+    pub source: String,
+    /// Defaults: the first http rung `exact`, later http rungs `fresh`, cache `stale`, static
+    /// `partial`, queue `deferred`.
+    #[serde(default)]
+    pub fidelity: Option<Fidelity>,
+    /// http: `GET`, `POST`, `PUT`, `PATCH` or `DELETE` (default `POST`).
+    #[serde(default)]
+    pub method: Option<String>,
+    /// http: the URL, with `{name}` filled from the top-level argument `name` (URL-encoded).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// http: fixed headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// http: header name → environment variable holding its value (a secret; never logged).
+    #[serde(default)]
+    pub headers_env: BTreeMap<String, String>,
+    /// http: the body (default `args`, or `none` for `GET`).
+    #[serde(default)]
+    pub body: Option<BodyMode>,
+    /// http: the concurrency partition (default: one named after `source`).
+    #[serde(default)]
+    pub bulkhead: Option<String>,
+    /// The rung's own budget (required for http; default 100 for cache, 1000 for queue).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// http and cache: the rung's own breaker (default 5 failures, 30 s cooldown).
+    #[serde(default)]
+    pub breaker: Option<BreakerConfig>,
+    /// cache: the staleness budget; an older entry is declined (required).
+    #[serde(default)]
+    pub max_age_ms: Option<u64>,
+    /// static: the result (required).
+    #[serde(default)]
+    pub result: Option<Value>,
+}
+
+/// A rung's breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerConfig {
+    /// Failed calls in a row that open it.
+    pub failures: u32,
+    /// How long it stays open before one probe goes through.
+    pub cooldown_ms: u64,
+}
+
+/// A gate rule: hold the write when `args.<field> <op> <value>`, or when the field is missing or
+/// not comparable (a gate fails closed).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GateRule {
+    /// A dot path into the arguments (`amount`, `refund.amount`, `items.0.price`).
+    pub field: String,
+    /// `>`, `>=`, `<`, `<=`, `==` or `!=` (the ordering ones need a numeric `value`).
+    pub op: String,
+    pub value: Value,
+    /// Why a person must look, in words (shown to the model and the approver).
+    pub reason: String,
+}
+
+/// Wording overrides for the `detail` sentence, one per situation. Placeholders: `{tool}`,
+/// `{age}`, `{source}`, `{key}`, `{retry_after_ms}`, `{reason}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DetailConfig {
+    /// Served by a non-primary rung of fidelity `exact`.
+    pub exact: Option<String>,
+    /// Served by a `fresh` rung (a replica).
+    pub fresh: Option<String>,
+    /// Served by a `stale` rung (the cache).
+    pub stale: Option<String>,
+    /// Served by a `partial` rung (canned answer, local index).
+    pub partial: Option<String>,
+    /// A write queued in the outbox.
+    pub queued: Option<String>,
+    /// The read ladder ran out.
+    pub refused: Option<String>,
+    /// The write ladder ran out and nothing was sent that could have executed.
+    pub refused_write: Option<String>,
+    /// The write ladder ran out after a send whose outcome is unknown.
+    pub unknown_outcome: Option<String>,
+    /// The backend rejected the arguments (a 4xx); `{reason}` is its message.
+    pub rejected_args: Option<String>,
+    /// A full bulkhead.
+    pub busy: Option<String>,
+    /// A write held by a gate; `{reason}` is the rule's.
+    pub pending_approval: Option<String>,
+    /// A held write approved and queued.
+    pub approved: Option<String>,
+    /// A held write rejected by a person.
+    pub rejected: Option<String>,
+    /// A queued write the backend refused for good on replay.
+    pub failed: Option<String>,
+    /// A queued write executed by the replay worker.
+    pub replayed: Option<String>,
+}
+
+/// The replay worker's settings (`[outbox]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboxConfig {
+    /// How long a claimed item is leased to one worker; an expired lease is claimed again.
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
+    /// Full-jitter exponential backoff between replays of one item: the first wait's bound.
+    #[serde(default = "default_backoff_base_ms")]
+    pub backoff_base_ms: u64,
+    /// The largest backoff bound.
+    #[serde(default = "default_backoff_cap_ms")]
+    pub backoff_cap_ms: u64,
+    /// Items claimed per pass.
+    #[serde(default = "default_batch")]
+    pub batch: u32,
+    /// How often the replay worker looks for due items.
+    #[serde(default = "default_poll_ms")]
+    pub poll_ms: u64,
+}
+
+impl Default for OutboxConfig {
+    fn default() -> Self {
+        Self {
+            lease_ms: default_lease_ms(),
+            backoff_base_ms: default_backoff_base_ms(),
+            backoff_cap_ms: default_backoff_cap_ms(),
+            batch: default_batch(),
+            poll_ms: default_poll_ms(),
+        }
+    }
+}
+
+fn default_lease_ms() -> u64 {
+    30_000
+}
+
+fn default_backoff_base_ms() -> u64 {
+    1_000
+}
+
+fn default_backoff_cap_ms() -> u64 {
+    300_000
+}
+
+fn default_batch() -> u32 {
+    32
+}
+
+fn default_poll_ms() -> u64 {
+    500
+}
+
+/// One problem in a config, at one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigProblem {
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}`: {}", self.key, self.message)
+    }
+}
+
+/// Every problem found in a config, not just the first.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    pub problems: Vec<ConfigProblem>,
+}
+
+impl ConfigError {
+    pub(crate) fn single(key: &str, message: impl Into<String>) -> Self {
+        Self { problems: vec![ConfigProblem { key: key.to_string(), message: message.into() }] }
+    }
+
+    /// Whether some problem is at `key`.
+    pub fn names(&self, key: &str) -> bool {
+        self.problems.iter().any(|p| p.key == key)
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let count = self.problems.len();
+        write!(f, "the tools config has {count} problem{}:", if count == 1 { "" } else { "s" })?;
+        for problem in &self.problems {
+            write!(f, "\n  - {problem}")?;
+        }
+        Ok(())
+    }
+}
+
+impl ToolsConfig {
+    /// Parse a TOML file holding `[bulkheads.*]`, `[tools.*]` and `[outbox]`, and validate it
+    /// (environment variables aside: [`ToolsConfig::check`] looks them up).
+    pub fn from_toml(text: &str) -> Result<ToolsConfig, ConfigError> {
+        let deserializer = toml::Deserializer::parse(text)
+            .map_err(|error| ConfigError::single("(file)", error.to_string()))?;
+        let config: ToolsConfig =
+            serde_path_to_error::deserialize(deserializer).map_err(|error| {
+                let key = error.path().to_string();
+                let key = if key == "." || key.is_empty() { "(file)".to_string() } else { key };
+                ConfigError::single(&key, error.into_inner().message().to_string())
+            })?;
+        compile(&config, None)?;
+        Ok(config)
+    }
+
+    /// Validate everything, including that every `headers_env` variable is set in `env`.
+    pub fn check(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        compile(self, Some(env)).map(drop)
+    }
+}

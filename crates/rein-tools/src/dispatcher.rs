@@ -1,0 +1,459 @@
+//! The dispatcher: one tool call walks its tool's ladder. For a read, each rung gets its own
+//! budget (never past the call's deadline) and its own breaker; an open breaker, a fired budget
+//! or a hard failure (connection error, 5xx, unparseable body), and a cache rung that declines
+//! (miss, or older than its `max_age_ms`) step down to the next rung; a full bulkhead answers
+//! `busy` at once and steps nowhere; a 4xx is the tool's own answer and ends as `refused`; the
+//! ladder ends in a structured refusal, never an error or an empty success. Writes take the
+//! same walk with idempotency keys, gates and the outbox (`write.rs`); queued writes replay in
+//! `replay.rs`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rein_core::breaker::{Admission, BreakerState, Permit};
+use rein_core::retry::{Jitter, SeededJitter};
+use rein_store::tools::ToolStore;
+use serde::Serialize;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::clock::{SystemClock, WallClock};
+use crate::config::{ConfigError, ToolKind, ToolsConfig, compile};
+use crate::envelope::{self, Envelope, ToolStatus};
+use crate::error::ToolError;
+use crate::http::{self, HttpOutcome};
+use crate::keys::args_hash;
+use crate::ladder::{HttpRung, OutboxSettings, Rung, RungAction, Tool, Tools};
+use crate::observer::{LADDER_EXHAUSTED, NoopObserver, ToolObserver};
+use crate::wording::Situation;
+
+/// Per-call context (from the gateway's headers, or set by a Rust agent).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallContext {
+    /// The caller's idempotency key (writes); ignored by reads, which are safe to repeat.
+    pub idempotency_key: Option<String>,
+    /// The conversation, for `key_from = "conversation"` tools and hold records.
+    pub conversation_id: Option<String>,
+    /// The whole call's budget; no rung runs past it.
+    pub deadline: Option<Duration>,
+}
+
+/// How a call ended: the envelope the model sees, and the facts the caller's headers and logs
+/// need without parsing it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutcome {
+    pub envelope: Value,
+    pub status: ToolStatus,
+    /// The source of the rung that served (or refused) the call; `None` when none did.
+    pub served_by: Option<String>,
+    /// True when the envelope is a stored result returned for a repeated idempotency key:
+    /// nothing ran this time.
+    pub replayed: bool,
+}
+
+/// One rung's breaker, for operators.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RungBreaker {
+    pub tool: String,
+    pub rung: usize,
+    pub source: String,
+    pub state: BreakerState,
+}
+
+/// The tool dispatcher. Cheap to share behind an `Arc`; breakers and bulkheads live as long as
+/// it does.
+#[derive(Debug)]
+pub struct Dispatcher {
+    pub(crate) tools: Tools,
+    pub(crate) outbox: OutboxSettings,
+    pub(crate) store: Arc<dyn ToolStore>,
+    pub(crate) http: reqwest::Client,
+    pub(crate) observer: Arc<dyn ToolObserver>,
+    pub(crate) jitter: Arc<dyn Jitter>,
+    pub(crate) clock: Arc<dyn WallClock>,
+}
+
+impl Dispatcher {
+    /// Compile `config` into ladders over `store`, sending http rungs through `http`.
+    /// `headers_env` values are read from the process environment.
+    pub fn new(
+        config: &ToolsConfig,
+        store: Arc<dyn ToolStore>,
+        http: reqwest::Client,
+    ) -> Result<Dispatcher, ConfigError> {
+        Self::with_env(config, store, http, &|name| std::env::var(name).ok())
+    }
+
+    /// As [`Dispatcher::new`], with `headers_env` values looked up in `env`.
+    pub fn with_env(
+        config: &ToolsConfig,
+        store: Arc<dyn ToolStore>,
+        http: reqwest::Client,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Dispatcher, ConfigError> {
+        let compiled = compile(config, Some(env))?;
+        let seed = rein_core::clock::unix_ms();
+        Ok(Dispatcher {
+            tools: compiled.tools,
+            outbox: compiled.outbox,
+            store,
+            http,
+            observer: Arc::new(NoopObserver),
+            jitter: Arc::new(SeededJitter::new(seed)),
+            clock: Arc::new(SystemClock),
+        })
+    }
+
+    /// Report to `observer` (metrics).
+    pub fn with_observer(mut self, observer: Arc<dyn ToolObserver>) -> Self {
+        self.observer = observer;
+        self
+    }
+
+    /// Draw the replay backoff's jitter from `jitter` (tests fix it).
+    pub fn with_jitter(mut self, jitter: Arc<dyn Jitter>) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// Read stored times from `clock` (tests move it).
+    pub fn with_wall_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The configured tools and their kinds.
+    pub fn tools(&self) -> Vec<(String, ToolKind)> {
+        self.tools.values().map(|tool| (tool.name.clone(), tool.kind)).collect()
+    }
+
+    /// Each tool's primary: the source of its first rung (anything else that serves is a
+    /// fallback, for `fallback_served`).
+    pub fn primaries(&self) -> Vec<(String, String)> {
+        self.tools
+            .values()
+            .filter_map(|tool| tool.rungs.first().map(|r| (tool.name.clone(), r.source.clone())))
+            .collect()
+    }
+
+    /// Every rung breaker's state.
+    pub fn breakers(&self) -> Vec<RungBreaker> {
+        self.tools
+            .values()
+            .flat_map(|tool| {
+                tool.rungs.iter().filter_map(|rung| {
+                    rung.breaker.as_ref().map(|breaker| RungBreaker {
+                        tool: tool.name.clone(),
+                        rung: rung.index,
+                        source: rung.source.clone(),
+                        state: breaker.state(),
+                    })
+                })
+            })
+            .collect()
+    }
+
+    /// Dispatch one call of `tool` with `args` (a JSON object) through its ladder.
+    pub async fn call(
+        &self,
+        tool: &str,
+        args: Value,
+        ctx: CallContext,
+    ) -> Result<ToolOutcome, ToolError> {
+        let timing = Timing::start(ctx.deadline);
+        let Some(tool) = self.tools.get(tool) else {
+            return Err(ToolError::UnknownTool(tool.to_string()));
+        };
+        if !args.is_object() {
+            return Err(ToolError::BadArgs(format!(
+                "the arguments of `{}` must be a JSON object, not {}",
+                tool.name,
+                json_kind(&args)
+            )));
+        }
+        match tool.kind {
+            ToolKind::Read => Ok(self.call_read(tool, &args, &timing).await),
+            ToolKind::Write => self.call_write(tool, args, ctx, &timing).await,
+        }
+    }
+
+    async fn call_read(&self, tool: &Tool, args: &Value, timing: &Timing) -> ToolOutcome {
+        let hash = args_hash(args);
+        for rung in &tool.rungs {
+            let budget = timing.budget(rung.timeout, Duration::ZERO);
+            let needs_time = !matches!(rung.action, RungAction::Static { .. });
+            if needs_time && budget.is_zero() {
+                tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: no time left before the deadline");
+                continue;
+            }
+            let Some(permit) = admit(rung) else {
+                tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: breaker open");
+                continue;
+            };
+            match &rung.action {
+                RungAction::Http(http) => {
+                    let url = match http.url.fill(args) {
+                        Ok(url) => url,
+                        Err(problem) => {
+                            resolve(permit, Resolution::Unused);
+                            let envelope = envelope::refused(
+                                tool,
+                                Situation::RejectedArgs,
+                                Some(rung),
+                                Some(&problem),
+                                None,
+                                timing.elapsed_ms(),
+                            );
+                            return self.finish(tool, envelope, Some(rung));
+                        }
+                    };
+                    let Some(_slot) = http.bulkhead.try_enter() else {
+                        resolve(permit, Resolution::Unused);
+                        return self.busy(tool, rung, http, None, timing);
+                    };
+                    match http::send(&self.http, http, &url, args, None, budget).await {
+                        HttpOutcome::Answered(result) => {
+                            resolve(permit, Resolution::Succeeded);
+                            self.remember(tool, &hash, &result).await;
+                            let envelope = envelope::served(
+                                tool,
+                                rung,
+                                result,
+                                None,
+                                None,
+                                timing.elapsed_ms(),
+                            );
+                            return self.finish(tool, envelope, Some(rung));
+                        }
+                        HttpOutcome::Rejected { status, message } => {
+                            resolve(permit, Resolution::Succeeded);
+                            tracing::debug!(tool = %tool.name, rung = %rung.source, status, "backend rejected the arguments");
+                            let envelope = envelope::refused(
+                                tool,
+                                Situation::RejectedArgs,
+                                Some(rung),
+                                Some(&message),
+                                None,
+                                timing.elapsed_ms(),
+                            );
+                            return self.finish(tool, envelope, Some(rung));
+                        }
+                        HttpOutcome::Unparseable { .. } => {
+                            resolve(permit, Resolution::Failed);
+                            tracing::warn!(tool = %tool.name, rung = %rung.source, "stepping down: unparseable body");
+                        }
+                        HttpOutcome::Failed { reason, .. } => {
+                            resolve(permit, Resolution::Failed);
+                            tracing::warn!(tool = %tool.name, rung = %rung.source, %reason, "stepping down");
+                        }
+                        HttpOutcome::TimedOut => {
+                            resolve(permit, Resolution::Failed);
+                            tracing::warn!(tool = %tool.name, rung = %rung.source, budget_ms = budget.as_millis() as u64, "stepping down: timed out");
+                        }
+                    }
+                }
+                RungAction::Cache { max_age_ms } => {
+                    match tokio::time::timeout(budget, self.store.cache_get(&tool.name, &hash))
+                        .await
+                    {
+                        Ok(Ok(Some(cached))) => {
+                            resolve(permit, Resolution::Succeeded);
+                            let age_ms =
+                                (self.clock.now_unix_ms() - cached.captured_unix_ms).max(0);
+                            if age_ms > *max_age_ms {
+                                tracing::debug!(tool = %tool.name, rung = %rung.source, age_ms, "declined: older than max_age_ms");
+                                continue;
+                            }
+                            let envelope = envelope::served(
+                                tool,
+                                rung,
+                                cached.result,
+                                Some(age_ms),
+                                None,
+                                timing.elapsed_ms(),
+                            );
+                            return self.finish(tool, envelope, Some(rung));
+                        }
+                        Ok(Ok(None)) => {
+                            resolve(permit, Resolution::Succeeded);
+                            tracing::debug!(tool = %tool.name, rung = %rung.source, "declined: nothing cached");
+                        }
+                        Ok(Err(error)) => {
+                            resolve(permit, Resolution::Failed);
+                            tracing::warn!(tool = %tool.name, rung = %rung.source, %error, "stepping down: cache failed");
+                        }
+                        Err(_) => {
+                            resolve(permit, Resolution::Failed);
+                            tracing::warn!(tool = %tool.name, rung = %rung.source, "stepping down: cache timed out");
+                        }
+                    }
+                }
+                RungAction::Static { result } => {
+                    resolve(permit, Resolution::Succeeded);
+                    let envelope = envelope::served(
+                        tool,
+                        rung,
+                        result.clone(),
+                        None,
+                        None,
+                        timing.elapsed_ms(),
+                    );
+                    return self.finish(tool, envelope, Some(rung));
+                }
+                // Validation keeps queue rungs out of read ladders.
+                RungAction::Queue => resolve(permit, Resolution::Unused),
+            }
+        }
+        let envelope =
+            envelope::refused(tool, Situation::Refused, None, None, None, timing.elapsed_ms());
+        self.finish(tool, envelope, None)
+    }
+
+    /// Keep a read's good answer for the tool's cache rung, within that rung's budget; a failure
+    /// here costs only a later cache miss.
+    async fn remember(&self, tool: &Tool, hash: &str, result: &Value) {
+        let Some(cache) = tool.rungs.iter().find(|r| matches!(r.action, RungAction::Cache { .. }))
+        else {
+            return;
+        };
+        let now = self.clock.now_unix_ms();
+        let put = self.store.cache_put(&tool.name, hash, result, now);
+        match tokio::time::timeout(cache.timeout, put).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(tool = %tool.name, %error, "could not cache the result")
+            }
+            Err(_) => tracing::warn!(tool = %tool.name, "caching the result timed out"),
+        }
+    }
+
+    /// A full bulkhead: `busy`, with nothing run and no step down the ladder.
+    pub(crate) fn busy(
+        &self,
+        tool: &Tool,
+        rung: &Rung,
+        http: &HttpRung,
+        key: Option<&str>,
+        timing: &Timing,
+    ) -> ToolOutcome {
+        let bulkhead = &http.bulkhead;
+        self.observer.busy(&tool.name, &bulkhead.name);
+        let envelope =
+            envelope::busy(tool, rung, bulkhead.retry_after_ms, key, timing.elapsed_ms());
+        outcome(envelope, Some(rung), false)
+    }
+
+    /// Report a served, queued or refused call, and hand back its outcome.
+    pub(crate) fn finish(
+        &self,
+        tool: &Tool,
+        envelope: Envelope,
+        rung: Option<&Rung>,
+    ) -> ToolOutcome {
+        let source = rung.map_or(LADDER_EXHAUSTED, |rung| rung.source.as_str());
+        self.observer.served(&tool.name, source, envelope.status);
+        outcome(envelope, rung, false)
+    }
+}
+
+pub(crate) fn outcome(envelope: Envelope, rung: Option<&Rung>, replayed: bool) -> ToolOutcome {
+    ToolOutcome {
+        status: envelope.status,
+        served_by: rung.map(|rung| rung.source.clone()),
+        envelope: envelope.to_json(),
+        replayed,
+    }
+}
+
+/// How a breaker permit ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resolution {
+    /// The dependency answered (even with a 4xx, or a cache miss: it is healthy).
+    Succeeded,
+    /// The dependency failed this call.
+    Failed,
+    /// The rung was not used after all (busy, bad arguments): hand a probe slot back.
+    Unused,
+}
+
+/// `Some(permit)` when the rung may run: a rung without a breaker always may.
+pub(crate) fn admit(rung: &Rung) -> Option<Option<Permit>> {
+    match rung.breaker.as_ref().map(|breaker| breaker.admit()) {
+        None => Some(None),
+        Some(Admission::Allowed(permit)) => Some(Some(permit)),
+        Some(Admission::Skip { .. }) => None,
+    }
+}
+
+pub(crate) fn resolve(permit: Option<Permit>, resolution: Resolution) {
+    let Some(permit) = permit else { return };
+    match resolution {
+        Resolution::Succeeded => permit.succeeded(),
+        Resolution::Failed => permit.failed(),
+        Resolution::Unused => permit.unused(),
+    }
+}
+
+/// A call's clock: when it started and its deadline, on tokio's clock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    started: Instant,
+    deadline: Option<Instant>,
+}
+
+impl Timing {
+    pub fn start(deadline: Option<Duration>) -> Self {
+        let started = Instant::now();
+        Self { started, deadline: deadline.map(|d| started + d) }
+    }
+
+    /// A rung's budget: its own timeout, cut to what is left before the deadline after
+    /// `reserve` (kept for a later rung that must still run, like a write's queue).
+    pub fn budget(&self, timeout: Duration, reserve: Duration) -> Duration {
+        match self.deadline {
+            Some(deadline) => {
+                let left =
+                    deadline.saturating_duration_since(Instant::now()).saturating_sub(reserve);
+                timeout.min(left)
+            }
+            None => timeout,
+        }
+    }
+
+    pub fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn budgets_never_pass_the_deadline_and_keep_the_reserve() {
+        let ms = Duration::from_millis;
+        let timing = Timing::start(Some(ms(1000)));
+        assert_eq!(timing.budget(ms(400), Duration::ZERO), ms(400));
+        tokio::time::sleep(ms(800)).await;
+        assert_eq!(timing.budget(ms(400), Duration::ZERO), ms(200));
+        assert_eq!(timing.budget(ms(400), ms(100)), ms(100));
+        assert_eq!(timing.budget(ms(400), ms(300)), Duration::ZERO);
+        assert_eq!(timing.elapsed_ms(), 800);
+        tokio::time::sleep(ms(500)).await;
+        assert_eq!(timing.budget(ms(400), Duration::ZERO), Duration::ZERO);
+
+        let no_deadline = Timing::start(None);
+        assert_eq!(no_deadline.budget(ms(400), ms(100)), ms(400));
+    }
+}

@@ -1,0 +1,241 @@
+//! The replay worker: sends queued writes to their tool's primary (the first http rung) with the
+//! ORIGINAL `Idempotency-Key`, so a write that partly executed before the outage, or one whose
+//! worker crashed mid-send (its lease expires and another worker claims it), still executes
+//! once. A 2xx completes the item and makes the final `ok` envelope the key's result; a
+//! transient failure (408, 409, 425, 429, 5xx, connection error, timeout) makes it due again
+//! after full-jitter exponential backoff; any other 4xx fails it for good, for an operator.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use rein_core::retry::RetryPolicy;
+use rein_store::StoreError;
+use rein_store::tools::OutboxItem;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::dispatcher::{Dispatcher, Resolution, admit, resolve};
+use crate::envelope;
+use crate::http::{self, HttpOutcome};
+use crate::ladder::{Rung, Tool};
+use crate::observer::ReplayResult;
+
+/// What one replay pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplayReport {
+    /// Items claimed (leased to this worker).
+    pub claimed: usize,
+    /// Executed by the primary; their keys' results are final.
+    pub done: usize,
+    /// Due again after a backoff.
+    pub retried: usize,
+    /// Refused for good by the primary.
+    pub failed: usize,
+    /// Store operations that failed (the item's lease expires and it is claimed again).
+    pub store_errors: usize,
+}
+
+impl Dispatcher {
+    /// One pass: claim up to `limit` due items under a lease for `owner` and send each once.
+    pub async fn replay_due(&self, owner: &str, limit: i64) -> ReplayReport {
+        let mut report = ReplayReport::default();
+        let now = self.clock.now_unix_ms();
+        let lease_ms = i64::try_from(self.outbox.lease.as_millis()).unwrap_or(i64::MAX);
+        let items = match self.store.outbox_claim(owner, now, lease_ms, limit).await {
+            Ok(items) => items,
+            Err(error) => {
+                tracing::error!(%error, "could not claim queued writes");
+                report.store_errors += 1;
+                return report;
+            }
+        };
+        report.claimed = items.len();
+        // Concurrently, so a batch finishes well within its lease; bulkheads still bound each
+        // dependency.
+        let results = join_all(items.into_iter().map(|item| self.replay_one(item))).await;
+        for result in results {
+            match result {
+                Ok(Some(ReplayResult::Done)) => report.done += 1,
+                Ok(Some(ReplayResult::Retry)) => report.retried += 1,
+                Ok(Some(ReplayResult::Failed)) => report.failed += 1,
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::error!(%error, "could not record a replay");
+                    report.store_errors += 1;
+                }
+            }
+        }
+        report
+    }
+
+    /// Run [`Dispatcher::replay_due`] forever: at once again while passes come back full,
+    /// otherwise every `poll`. Abort the handle to stop it.
+    pub fn spawn_replay_worker(
+        self: Arc<Self>,
+        owner: String,
+        poll: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let batch = self.outbox.batch;
+            loop {
+                let report = self.replay_due(&owner, i64::from(batch)).await;
+                if report.claimed < batch as usize || report.store_errors > 0 {
+                    tokio::time::sleep(poll).await;
+                }
+            }
+        })
+    }
+
+    /// Send one claimed item. `None` when the item was no longer pending when its result came
+    /// back (an operator dropped it, or another worker finished it after this lease expired).
+    async fn replay_one(&self, item: OutboxItem) -> Result<Option<ReplayResult>, StoreError> {
+        let Some((tool, rung, http)) = self
+            .tools
+            .get(&item.tool)
+            .and_then(|tool| tool.primary_http().map(|(rung, http)| (tool, rung, http)))
+        else {
+            let error = format!("tool `{}` has no http rung in the config", item.tool);
+            return self.retry_later(&item, &error, None).await;
+        };
+        let Some(permit) = admit(rung) else {
+            let error = format!("breaker of `{}` is open", rung.source);
+            return self.retry_later(&item, &error, None).await;
+        };
+        let url = match http.url.fill(&item.args) {
+            Ok(url) => url,
+            Err(problem) => {
+                resolve(permit, Resolution::Unused);
+                let envelope =
+                    envelope::replay_final(tool, rung, &item.idempotency_key, Err(&problem), 0);
+                return self.fail(&item, &problem, &envelope.to_json()).await;
+            }
+        };
+        let Some(_slot) = http.bulkhead.try_enter() else {
+            resolve(permit, Resolution::Unused);
+            let error = format!("bulkhead `{}` is full", http.bulkhead.name);
+            let wait = Duration::from_millis(http.bulkhead.retry_after_ms);
+            return self.retry_later(&item, &error, Some(wait)).await;
+        };
+        let started = Instant::now();
+        let key = item.idempotency_key.as_str();
+        let sent = http::send(&self.http, http, &url, &item.args, Some(key), rung.timeout).await;
+        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        match sent {
+            HttpOutcome::Answered(result) => {
+                resolve(permit, Resolution::Succeeded);
+                self.complete(&item, tool, rung, result, elapsed_ms).await
+            }
+            HttpOutcome::Unparseable { body } => {
+                // A 2xx executed the write; its body is reported as it came.
+                resolve(permit, Resolution::Succeeded);
+                self.complete(&item, tool, rung, Value::String(body), elapsed_ms).await
+            }
+            HttpOutcome::Rejected { status, message } => {
+                resolve(permit, Resolution::Succeeded);
+                let envelope = envelope::replay_final(tool, rung, key, Err(&message), elapsed_ms);
+                let error = format!("status {status}: {message}");
+                self.fail(&item, &error, &envelope.to_json()).await
+            }
+            HttpOutcome::Failed { reason, .. } => {
+                resolve(permit, Resolution::Failed);
+                self.retry_later(&item, &reason, None).await
+            }
+            HttpOutcome::TimedOut => {
+                resolve(permit, Resolution::Failed);
+                let error = format!("timed out after {} ms", rung.timeout.as_millis());
+                self.retry_later(&item, &error, None).await
+            }
+        }
+    }
+
+    /// The primary executed the item: its final `ok` envelope becomes the key's result.
+    async fn complete(
+        &self,
+        item: &OutboxItem,
+        tool: &Tool,
+        rung: &Rung,
+        result: Value,
+        elapsed_ms: u64,
+    ) -> Result<Option<ReplayResult>, StoreError> {
+        let key = item.idempotency_key.as_str();
+        let envelope = envelope::replay_final(tool, rung, key, Ok(result), elapsed_ms);
+        let now = self.clock.now_unix_ms();
+        let completed = self.store.outbox_complete(item.id, &envelope.to_json(), now).await?;
+        self.observer.replayed(&tool.name, ReplayResult::Done);
+        Ok(completed.then_some(ReplayResult::Done))
+    }
+
+    /// Make the item due again: after `wait`, or after the backoff for its attempt count.
+    async fn retry_later(
+        &self,
+        item: &OutboxItem,
+        error: &str,
+        wait: Option<Duration>,
+    ) -> Result<Option<ReplayResult>, StoreError> {
+        let wait = wait.unwrap_or_else(|| self.backoff(item.attempts));
+        let due = self.clock.now_unix_ms() + i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
+        tracing::warn!(tool = %item.tool, id = item.id, attempts = item.attempts, %error, "replay failed; due again later");
+        let pending = self.store.outbox_retry_later(item.id, error, due).await?;
+        self.observer.replayed(&item.tool, ReplayResult::Retry);
+        Ok(pending.then_some(ReplayResult::Retry))
+    }
+
+    async fn fail(
+        &self,
+        item: &OutboxItem,
+        error: &str,
+        failed_result: &Value,
+    ) -> Result<Option<ReplayResult>, StoreError> {
+        tracing::error!(tool = %item.tool, id = item.id, %error, "queued write refused for good");
+        let now = self.clock.now_unix_ms();
+        let failed = self.store.outbox_fail(item.id, error, failed_result, now).await?;
+        self.observer.replayed(&item.tool, ReplayResult::Failed);
+        Ok(failed.then_some(ReplayResult::Failed))
+    }
+
+    /// Full-jitter exponential backoff: uniform in `[0, min(cap, base · 2^(attempts-1))]`.
+    pub(crate) fn backoff(&self, attempts: i64) -> Duration {
+        let policy = RetryPolicy {
+            attempts: 1,
+            base: self.outbox.backoff_base,
+            cap: self.outbox.backoff_cap,
+            floor: Duration::ZERO,
+        };
+        let retry = u32::try_from(attempts.saturating_sub(1).max(0)).unwrap_or(u32::MAX);
+        policy.backoff(retry, self.jitter.as_ref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rein_core::retry::FixedJitter;
+    use rein_store::{SqliteToolStore, Store};
+
+    use super::*;
+    use crate::config::ToolsConfig;
+
+    fn dispatcher(jitter: f64) -> Dispatcher {
+        let config =
+            ToolsConfig::from_toml("[outbox]\nbackoff_base_ms = 1000\nbackoff_cap_ms = 5000\n")
+                .unwrap();
+        let store = Arc::new(SqliteToolStore::new(Arc::new(Store::open_in_memory().unwrap())));
+        Dispatcher::with_env(&config, store, reqwest::Client::new(), &|_| None)
+            .unwrap()
+            .with_jitter(Arc::new(FixedJitter(jitter)))
+    }
+
+    #[tokio::test]
+    async fn replay_backoff_is_full_jitter_doubling_to_the_cap() {
+        let top = dispatcher(1.0);
+        let secs = Duration::from_secs;
+        assert_eq!(top.backoff(1), secs(1));
+        assert_eq!(top.backoff(2), secs(2));
+        assert_eq!(top.backoff(3), secs(4));
+        assert_eq!(top.backoff(4), secs(5));
+        assert_eq!(top.backoff(60), secs(5));
+        assert_eq!(top.backoff(0), secs(1), "an unclaimed item backs off like a first attempt");
+        assert_eq!(dispatcher(0.0).backoff(3), Duration::ZERO, "full jitter reaches zero");
+        assert_eq!(dispatcher(0.5).backoff(2), secs(1));
+    }
+}

@@ -1,0 +1,348 @@
+//! The test harness: a dispatcher built from a TOML ladder, over the SQLite tool store wrapped
+//! to count cache reads (and to fail them on demand), with a wall clock the test moves, an
+//! observer that records every callback, and the provenance assertion both the positive and
+//! the negative provenance tests use.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use rein_core::FixedJitter;
+use rein_store::tools::{
+    CachedResult, Decision, Hold, HoldState, KeyBegin, NewHold, OutboxItem, OutboxState,
+    OutboxStats, ToolStore,
+};
+use rein_store::{SqliteToolStore, Store, StoreError};
+use rein_tools::{
+    CallContext, Dispatcher, PROVENANCE_FIELDS, ReplayResult, SystemClock, ToolError, ToolObserver,
+    ToolOutcome, ToolStatus, ToolsConfig, WallClock,
+};
+use serde_json::Value;
+
+/// The SQLite tool store, counting cache reads and failing them on demand.
+#[derive(Debug)]
+pub struct TestStore {
+    inner: SqliteToolStore,
+    pub cache_gets: AtomicUsize,
+    pub fail_cache: AtomicBool,
+}
+
+impl TestStore {
+    pub fn new() -> Self {
+        let store = Store::open_in_memory().unwrap();
+        Self {
+            inner: SqliteToolStore::new(Arc::new(store)),
+            cache_gets: AtomicUsize::new(0),
+            fail_cache: AtomicBool::new(false),
+        }
+    }
+
+    pub fn cache_gets(&self) -> usize {
+        self.cache_gets.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl ToolStore for TestStore {
+    async fn key_begin(
+        &self,
+        key: &str,
+        tool: &str,
+        args_hash: &str,
+        now_unix_ms: i64,
+        lease_ms: i64,
+    ) -> Result<KeyBegin, StoreError> {
+        self.inner.key_begin(key, tool, args_hash, now_unix_ms, lease_ms).await
+    }
+
+    async fn key_finish(
+        &self,
+        key: &str,
+        result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.inner.key_finish(key, result, now_unix_ms).await
+    }
+
+    async fn key_abandon(&self, key: &str) -> Result<(), StoreError> {
+        self.inner.key_abandon(key).await
+    }
+
+    async fn outbox_enqueue(
+        &self,
+        key: &str,
+        tool: &str,
+        args: &Value,
+        queued_result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<OutboxItem, StoreError> {
+        self.inner.outbox_enqueue(key, tool, args, queued_result, now_unix_ms).await
+    }
+
+    async fn outbox_claim(
+        &self,
+        owner: &str,
+        now_unix_ms: i64,
+        lease_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<OutboxItem>, StoreError> {
+        self.inner.outbox_claim(owner, now_unix_ms, lease_ms, limit).await
+    }
+
+    async fn outbox_complete(
+        &self,
+        id: i64,
+        result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.inner.outbox_complete(id, result, now_unix_ms).await
+    }
+
+    async fn outbox_retry_later(
+        &self,
+        id: i64,
+        error: &str,
+        next_attempt_unix_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.inner.outbox_retry_later(id, error, next_attempt_unix_ms).await
+    }
+
+    async fn outbox_fail(
+        &self,
+        id: i64,
+        error: &str,
+        failed_result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.inner.outbox_fail(id, error, failed_result, now_unix_ms).await
+    }
+
+    async fn outbox_list(
+        &self,
+        state: Option<OutboxState>,
+        limit: i64,
+    ) -> Result<Vec<OutboxItem>, StoreError> {
+        self.inner.outbox_list(state, limit).await
+    }
+
+    async fn outbox_get(&self, id: i64) -> Result<Option<OutboxItem>, StoreError> {
+        self.inner.outbox_get(id).await
+    }
+
+    async fn outbox_replay_now(&self, id: i64, now_unix_ms: i64) -> Result<bool, StoreError> {
+        self.inner.outbox_replay_now(id, now_unix_ms).await
+    }
+
+    async fn outbox_drop(
+        &self,
+        id: i64,
+        dropped_result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.inner.outbox_drop(id, dropped_result, now_unix_ms).await
+    }
+
+    async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
+        self.inner.outbox_stats().await
+    }
+
+    async fn cache_put(
+        &self,
+        tool: &str,
+        args_hash: &str,
+        result: &Value,
+        captured_unix_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.inner.cache_put(tool, args_hash, result, captured_unix_ms).await
+    }
+
+    async fn cache_get(
+        &self,
+        tool: &str,
+        args_hash: &str,
+    ) -> Result<Option<CachedResult>, StoreError> {
+        self.cache_gets.fetch_add(1, Ordering::SeqCst);
+        if self.fail_cache.load(Ordering::SeqCst) {
+            return Err(StoreError::Corrupt("the cache is down (test switch)".into()));
+        }
+        self.inner.cache_get(tool, args_hash).await
+    }
+
+    async fn hold_create(
+        &self,
+        hold: &NewHold,
+        held_result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<Hold, StoreError> {
+        self.inner.hold_create(hold, held_result, now_unix_ms).await
+    }
+
+    async fn hold_list(
+        &self,
+        state: Option<HoldState>,
+        limit: i64,
+    ) -> Result<Vec<Hold>, StoreError> {
+        self.inner.hold_list(state, limit).await
+    }
+
+    async fn hold_get(&self, id: i64) -> Result<Option<Hold>, StoreError> {
+        self.inner.hold_get(id).await
+    }
+
+    async fn hold_decide(
+        &self,
+        id: i64,
+        decision: &Decision,
+        by: &str,
+        note: &str,
+        now_unix_ms: i64,
+    ) -> Result<Option<Hold>, StoreError> {
+        self.inner.hold_decide(id, decision, by, note, now_unix_ms).await
+    }
+}
+
+/// The system clock plus an offset the test moves forward.
+#[derive(Debug, Default)]
+pub struct ManualClock {
+    offset_ms: AtomicI64,
+}
+
+impl ManualClock {
+    pub fn advance_ms(&self, ms: i64) {
+        self.offset_ms.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl WallClock for ManualClock {
+    fn now_unix_ms(&self) -> i64 {
+        SystemClock.now_unix_ms() + self.offset_ms.load(Ordering::SeqCst)
+    }
+}
+
+/// Every observer callback, as a line of text.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    events: Mutex<Vec<String>>,
+}
+
+impl Recorder {
+    pub fn events(&self) -> Vec<String> {
+        self.events.lock().unwrap().clone()
+    }
+
+    fn push(&self, event: String) {
+        self.events.lock().unwrap().push(event);
+    }
+}
+
+impl ToolObserver for Recorder {
+    fn served(&self, tool: &str, source: &str, status: ToolStatus) {
+        self.push(format!("served {tool} {source} {}", status.as_str()));
+    }
+
+    fn gate_held(&self, tool: &str) {
+        self.push(format!("gate_held {tool}"));
+    }
+
+    fn replayed(&self, tool: &str, result: ReplayResult) {
+        self.push(format!("replayed {tool} {}", result.as_str()));
+    }
+
+    fn busy(&self, tool: &str, bulkhead: &str) {
+        self.push(format!("busy {tool} {bulkhead}"));
+    }
+}
+
+/// A dispatcher over a fresh store, built from a TOML ladder.
+#[derive(Debug)]
+pub struct Harness {
+    pub dispatcher: Arc<Dispatcher>,
+    pub store: Arc<TestStore>,
+    pub clock: Arc<ManualClock>,
+    pub observer: Arc<Recorder>,
+}
+
+impl Harness {
+    pub fn new(toml: &str) -> Harness {
+        let config = ToolsConfig::from_toml(toml).unwrap_or_else(|e| panic!("{e}"));
+        let store = Arc::new(TestStore::new());
+        let clock = Arc::new(ManualClock::default());
+        let observer = Arc::new(Recorder::default());
+        let env = |name: &str| (name == "TEST_TOOL_TOKEN").then(|| "Bearer s3cret".to_string());
+        let dispatcher = Dispatcher::with_env(&config, store.clone(), http_client(), &env)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .with_observer(observer.clone())
+            .with_wall_clock(clock.clone())
+            .with_jitter(Arc::new(FixedJitter(1.0)));
+        Harness { dispatcher: Arc::new(dispatcher), store, clock, observer }
+    }
+
+    pub async fn call(&self, tool: &str, args: Value) -> ToolOutcome {
+        self.call_with(tool, args, CallContext::default()).await.unwrap()
+    }
+
+    pub async fn call_with(
+        &self,
+        tool: &str,
+        args: Value,
+        ctx: CallContext,
+    ) -> Result<ToolOutcome, ToolError> {
+        self.dispatcher.call(tool, args, ctx).await
+    }
+}
+
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+pub fn with_key(key: &str) -> CallContext {
+    CallContext { idempotency_key: Some(key.to_string()), ..CallContext::default() }
+}
+
+/// The provenance contract of a stale answer (the spec's test): ok, degraded, fidelity stale,
+/// within the staleness budget, steering wording intact, answered fast.
+pub fn assert_provenance(envelope: &Value, max_age_minutes: i64) -> Result<(), String> {
+    let field = |name: &str| envelope.get(name).ok_or_else(|| format!("no `{name}` in {envelope}"));
+    if field("status")? != "ok" {
+        return Err(format!("status is not ok: {envelope}"));
+    }
+    if field("degraded")? != true {
+        return Err(format!("not marked degraded: {envelope}"));
+    }
+    if field("fidelity")? != "stale" {
+        return Err(format!("fidelity is not stale: {envelope}"));
+    }
+    let age = field("age_minutes")?.as_i64().ok_or("age_minutes is not a number")?;
+    if age > max_age_minutes {
+        return Err(format!("age {age} min is over the budget of {max_age_minutes}"));
+    }
+    let detail = field("detail")?.as_str().ok_or("detail is not text")?;
+    if !detail.to_lowercase().contains("do not claim") {
+        return Err(format!("detail lost its steering wording: {detail}"));
+    }
+    let elapsed = field("elapsed_ms")?.as_u64().ok_or("elapsed_ms is not a number")?;
+    if elapsed >= 500 {
+        return Err(format!("answered in {elapsed} ms, not under 500"));
+    }
+    Ok(())
+}
+
+/// The envelope without its provenance annotation.
+pub fn strip_provenance(envelope: &Value) -> Value {
+    let mut stripped = envelope.clone();
+    if let Some(map) = stripped.as_object_mut() {
+        for field in PROVENANCE_FIELDS {
+            map.remove(*field);
+        }
+    }
+    stripped
+}
+
+/// The outbox item of `key`.
+pub async fn outbox_item(store: &TestStore, key: &str) -> OutboxItem {
+    let items = store.outbox_list(None, 100).await.unwrap();
+    items
+        .into_iter()
+        .find(|item| item.idempotency_key == key)
+        .unwrap_or_else(|| panic!("no outbox item for {key}"))
+}
