@@ -1,6 +1,8 @@
-//! Prometheus metrics: what the engine did, counted by route, tier and outcome, and rendered as
-//! Prometheus text at `/metrics`. The engine reports through the [`Observer`] trait; breaker
-//! states are read from the engine at scrape time so they are never stale.
+//! Prometheus metrics: what the engine did, counted by route, tier and outcome, and what the tool
+//! dispatcher did, counted by tool and rung, rendered as Prometheus text at `/metrics`. The
+//! engine reports through the [`Observer`] trait and the dispatcher through [`ToolObserver`];
+//! breaker states and the outbox's depth and oldest item are read at scrape time so they are
+//! never stale. `deploy/prometheus/rein-alerts.yml` alerts on these names.
 
 use std::sync::Arc;
 
@@ -11,6 +13,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use rein_core::{Alert, AttemptRecord, BreakerState, CallReport, Engine, Observer};
+use rein_store::tools::OutboxStats;
+use rein_tools::{ReplayResult, ToolObserver, ToolStatus};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteOutcome {
@@ -45,6 +49,36 @@ struct TierLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolCallLabels {
+    tool: String,
+    rung: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolRungLabels {
+    tool: String,
+    rung: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolLabel {
+    tool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolResultLabels {
+    tool: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolBulkheadLabels {
+    tool: String,
+    bulkhead: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HttpLabels {
     api: String,
     status: String,
@@ -67,6 +101,16 @@ pub struct Metrics {
     budget_exhausted: Family<ProviderLabel, Counter>,
     breaker: Family<TierLabels, Gauge>,
     http_errors: Family<HttpLabels, Counter>,
+    tool_calls: Family<ToolCallLabels, Counter>,
+    fallback_served: Family<ToolRungLabels, Counter>,
+    gate_holds: Family<ToolLabel, Counter>,
+    replays: Family<ToolResultLabels, Counter>,
+    tool_busy: Family<ToolBulkheadLabels, Counter>,
+    outbox_depth: Gauge,
+    outbox_failed: Gauge,
+    outbox_oldest_age: Gauge,
+    /// The first rung's source per tool: a call served by any other rung is a fallback.
+    primaries: std::sync::RwLock<std::collections::HashMap<String, String>>,
 }
 
 impl Default for Metrics {
@@ -115,6 +159,51 @@ impl Metrics {
             "Requests refused by the gateway before reaching the engine, by API and status",
             http_errors.clone(),
         );
+        let tool_calls = Family::<ToolCallLabels, Counter>::default();
+        registry.register(
+            "tool_calls",
+            "Tool calls by tool, the rung that served or refused them (its source), and status",
+            tool_calls.clone(),
+        );
+        let fallback_served = Family::<ToolRungLabels, Counter>::default();
+        registry.register(
+            "fallback_served",
+            "Tool calls answered by a rung other than the tool's primary, by tool and rung",
+            fallback_served.clone(),
+        );
+        let gate_holds = Family::<ToolLabel, Counter>::default();
+        registry.register(
+            "tool_gate_holds",
+            "Writes a gate held for approval, by tool",
+            gate_holds.clone(),
+        );
+        let replays = Family::<ToolResultLabels, Counter>::default();
+        registry.register(
+            "outbox_replays",
+            "Replays of queued writes by tool and result (done, retry, failed)",
+            replays.clone(),
+        );
+        let tool_busy = Family::<ToolBulkheadLabels, Counter>::default();
+        registry.register(
+            "tool_busy",
+            "Tool calls answered busy because their bulkhead was full",
+            tool_busy.clone(),
+        );
+        let outbox_depth = Gauge::default();
+        registry.register("outbox_depth", "Queued writes waiting to replay", outbox_depth.clone());
+        let outbox_failed = Gauge::default();
+        registry.register(
+            "outbox_failed",
+            "Queued writes the primary refused for good, waiting for an operator",
+            outbox_failed.clone(),
+        );
+        let outbox_oldest_age = Gauge::default();
+        registry.register_with_unit(
+            "outbox_oldest_age",
+            "Age of the oldest queued write (0 when the queue is empty)",
+            prometheus_client::registry::Unit::Seconds,
+            outbox_oldest_age.clone(),
+        );
         Self {
             registry,
             requests,
@@ -124,7 +213,36 @@ impl Metrics {
             budget_exhausted,
             breaker,
             http_errors,
+            tool_calls,
+            fallback_served,
+            gate_holds,
+            replays,
+            tool_busy,
+            outbox_depth,
+            outbox_failed,
+            outbox_oldest_age,
+            primaries: Default::default(),
         }
+    }
+
+    /// Remember each tool's primary rung (its first rung's source), for `fallback_served`.
+    pub fn set_tool_primaries(&self, primaries: impl IntoIterator<Item = (String, String)>) {
+        let mut map = match self.primaries.write() {
+            Ok(map) => map,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        map.clear();
+        map.extend(primaries);
+    }
+
+    /// Set the outbox gauges from the store's numbers, read now.
+    pub fn set_outbox(&self, stats: &OutboxStats, now_unix_ms: i64) {
+        self.outbox_depth.set(stats.pending);
+        self.outbox_failed.set(stats.failed);
+        let age_s = stats
+            .oldest_pending_created_unix_ms
+            .map_or(0, |created| (now_unix_ms - created).max(0) / 1000);
+        self.outbox_oldest_age.set(age_s);
     }
 
     /// Count a request the gateway refused (auth, bad input) by API and status.
@@ -196,6 +314,61 @@ impl Observer for MetricsObserver {
         self.0
             .budget_exhausted
             .get_or_create(&ProviderLabel { provider: provider.to_string() })
+            .inc();
+    }
+}
+
+/// The tool dispatcher's observer, feeding [`Metrics`].
+#[derive(Debug, Clone)]
+pub struct ToolMetricsObserver(pub Arc<Metrics>);
+
+impl ToolObserver for ToolMetricsObserver {
+    fn served(&self, tool: &str, source: &str, status: ToolStatus) {
+        let metrics = &self.0;
+        metrics
+            .tool_calls
+            .get_or_create(&ToolCallLabels {
+                tool: tool.to_string(),
+                rung: source.to_string(),
+                status: status.as_str().to_string(),
+            })
+            .inc();
+        let primary = {
+            let map = match metrics.primaries.read() {
+                Ok(map) => map,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            map.get(tool).is_some_and(|primary| primary == source)
+        };
+        if !primary && source != rein_tools::LADDER_EXHAUSTED {
+            metrics
+                .fallback_served
+                .get_or_create(&ToolRungLabels { tool: tool.to_string(), rung: source.to_string() })
+                .inc();
+        }
+    }
+
+    fn gate_held(&self, tool: &str) {
+        self.0.gate_holds.get_or_create(&ToolLabel { tool: tool.to_string() }).inc();
+    }
+
+    fn replayed(&self, tool: &str, result: ReplayResult) {
+        self.0
+            .replays
+            .get_or_create(&ToolResultLabels {
+                tool: tool.to_string(),
+                result: result.as_str().to_string(),
+            })
+            .inc();
+    }
+
+    fn busy(&self, tool: &str, bulkhead: &str) {
+        self.0
+            .tool_busy
+            .get_or_create(&ToolBulkheadLabels {
+                tool: tool.to_string(),
+                bulkhead: bulkhead.to_string(),
+            })
             .inc();
     }
 }

@@ -327,7 +327,8 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
     async fn outbox_replay_now(&self, id: i64, now_unix_ms: i64) -> Result<bool, StoreError>;
 
     /// Drop a pending or failed item: it is never sent; the key's stored result becomes
-    /// `dropped_result`. Returns false if there is no such item or it is done or dropped.
+    /// `dropped_result`. Returns false if there is no such item, it is done or dropped, or a
+    /// worker holds it under a live lease (it may be executing right now).
     async fn outbox_drop(
         &self,
         id: i64,

@@ -582,14 +582,19 @@ impl ToolStore for PostgresToolStore {
                 OutboxState::Pending | OutboxState::Failed => {}
                 OutboxState::Done | OutboxState::Dropped => return Ok(false),
             }
-            execute(
+            // An item a worker is sending under a live lease may be executing right now:
+            // dropping it would record "not executed" for a write that may have run.
+            let dropped = execute(
                 &tx,
                 "UPDATE tool_outbox SET state = 'dropped', finished_unix_ms = $2,
                      lease_until_unix_ms = NULL
-                 WHERE id = $1",
+                 WHERE id = $1 AND COALESCE(lease_until_unix_ms, 0) <= $2",
                 &[&id, &now_unix_ms],
             )
             .await?;
+            if dropped == 0 {
+                return Ok(false);
+            }
             set_key(&tx, &key, KeyState::Done, dropped_result, now_unix_ms).await?;
             tx.commit().await?;
             Ok(true)

@@ -472,6 +472,16 @@ impl ToolStore for SqliteToolStore {
                 OutboxState::Pending | OutboxState::Failed => {}
                 OutboxState::Done | OutboxState::Dropped => return Ok(false),
             }
+            // An item a worker is sending under a live lease may be executing right now:
+            // dropping it would record "not executed" for a write that may have run.
+            let leased: bool = tx.query_row(
+                "SELECT COALESCE(lease_until_unix_ms, 0) > ?2 FROM tool_outbox WHERE id = ?1",
+                params![id, now_unix_ms],
+                |row| row.get(0),
+            )?;
+            if leased {
+                return Ok(false);
+            }
             tx.execute(
                 "UPDATE tool_outbox SET state = 'dropped', finished_unix_ms = ?2,
                      lease_until_unix_ms = NULL

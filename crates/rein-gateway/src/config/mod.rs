@@ -100,6 +100,8 @@ pub struct Config {
     pub upstream: UpstreamConfig,
     pub providers: BTreeMap<String, ProviderConfig>,
     pub routes: BTreeMap<String, RouteConfig>,
+    /// `[bulkheads.*]`, `[tools.*]` and `[outbox]`, checked by `rein_tools`.
+    pub tools: rein_tools::ToolsConfig,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -137,6 +139,8 @@ pub struct UpstreamConfig {
 #[derive(Debug, Clone, Serialize)]
 pub struct StoreConfig {
     pub sqlite_path: String,
+    /// Tool state in Postgres (from `store.postgres_url_env`); `None`: in the SQLite file.
+    pub postgres_url: Option<Secret>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -231,6 +235,38 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
             ),
         }
     }
+    let postgres_url = match &raw.store.postgres_url_env {
+        Some(name) => match env(name).filter(|v| !v.is_empty()) {
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Some(Secret::new(url))
+            }
+            Some(_) => {
+                problems.add(
+                    "store.postgres_url_env",
+                    format!("environment variable `{name}` must hold a postgres:// URL"),
+                );
+                None
+            }
+            None => {
+                problems.add(
+                    "store.postgres_url_env",
+                    format!("environment variable `{name}` is not set"),
+                );
+                None
+            }
+        },
+        None => None,
+    };
+    let tools = rein_tools::ToolsConfig {
+        bulkheads: raw.bulkheads.clone(),
+        tools: raw.tools.clone(),
+        outbox: raw.outbox,
+    };
+    if let Err(error) = tools.check(env) {
+        for problem in error.problems {
+            problems.add(problem.key, problem.message);
+        }
+    }
     let admin_key = match &raw.server.admin_key_env {
         Some(name) => match env(name).filter(|v| !v.is_empty()) {
             Some(value) => Some(Secret::new(value)),
@@ -319,7 +355,7 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
             drain_timeout: ms(raw.server.drain_timeout_ms),
             workers: raw.server.workers,
         },
-        store: StoreConfig { sqlite_path: raw.store.sqlite_path },
+        store: StoreConfig { sqlite_path: raw.store.sqlite_path, postgres_url },
         retry_budget: RetryBudgetPolicy {
             ratio: budget.ratio,
             min_retries_per_s: budget.min_retries_per_s,
@@ -331,6 +367,7 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
         },
         providers,
         routes,
+        tools,
     })
 }
 

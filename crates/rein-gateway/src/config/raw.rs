@@ -23,6 +23,14 @@ pub struct RawConfig {
     pub providers: BTreeMap<String, RawProvider>,
     #[serde(default)]
     pub routes: BTreeMap<String, RawRoute>,
+    /// Tool calls (`POST /v1/tools/{tool}`): concurrency partitions, tools with their ladders,
+    /// and the outbox's replay settings, as `rein_tools` reads them.
+    #[serde(default)]
+    pub bulkheads: BTreeMap<String, rein_tools::config::BulkheadConfig>,
+    #[serde(default)]
+    pub tools: BTreeMap<String, rein_tools::config::ToolConfig>,
+    #[serde(default)]
+    pub outbox: rein_tools::config::OutboxConfig,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -78,11 +86,15 @@ pub struct RawStore {
     /// The embedded SQLite database (WAL), relative to the working directory.
     #[serde(default = "default_sqlite_path")]
     pub sqlite_path: String,
+    /// Environment variable holding a `postgres://` URL: tool state (outbox, idempotency keys,
+    /// holds, cache) then lives in Postgres, shared by every replica that names the same one.
+    #[serde(default)]
+    pub postgres_url_env: Option<String>,
 }
 
 impl Default for RawStore {
     fn default() -> Self {
-        Self { sqlite_path: default_sqlite_path() }
+        Self { sqlite_path: default_sqlite_path(), postgres_url_env: None }
     }
 }
 

@@ -1,5 +1,6 @@
 //! The admin API, behind its own key: the kill switch (read, flip, audit), tier cooldown states,
-//! config reload and the effective config with secrets masked. Answers are JSON; errors are
+//! config reload and the effective config with secrets masked (the outbox, approvals and tool
+//! breakers are in `admin_tools`). Answers are JSON; errors are
 //! `{"error": {"message": ...}}`.
 
 use std::sync::Arc;
@@ -25,18 +26,22 @@ pub fn router() -> Router<Arc<Gateway>> {
         .route("/routes/{route}/versions", get(versions).post(new_version))
         .route("/routes/{route}/diff", get(diff))
         .route("/routes/{route}/revert", post(revert))
+        .merge(super::admin_tools::router())
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
+pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({ "error": { "message": message.into() } }))).into_response()
 }
 
 /// Parse a JSON body; the error says the shape it must have and what was wrong.
-fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8], shape: &str) -> Result<T, String> {
+pub(super) fn parse_body<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    shape: &str,
+) -> Result<T, String> {
     serde_json::from_slice(body).map_err(|e| format!("body must be {shape}: {e}"))
 }
 
-fn denied(gateway: &Gateway, headers: &HeaderMap) -> Option<Response> {
+pub(super) fn denied(gateway: &Gateway, headers: &HeaderMap) -> Option<Response> {
     let runtime = gateway.runtime();
     if runtime.config.server.admin_key.is_none() {
         return Some(error(

@@ -5,13 +5,16 @@
 //! reload so requests in flight finish on the config they started with.
 
 mod admin;
+mod admin_tools;
 mod chat;
 mod error;
+mod tools;
 
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use axum::Router;
@@ -33,11 +36,13 @@ use crate::wire::ErrorKind;
 pub use chat::{CONVERSATION_HEADER, DEADLINE_HEADER, IDEMPOTENCY_HEADER, RUN_HEADER};
 pub use error::{Api, ApiError};
 
-/// The config in force, with its version number (1 at start, +1 per successful reload).
+/// The config in force, with its version number (1 at start, +1 per successful reload), and
+/// the tool dispatcher built from it.
 #[derive(Debug)]
 pub struct Runtime {
     pub config: Config,
     pub version: u64,
+    pub tools: Arc<rein_tools::Dispatcher>,
 }
 
 impl Runtime {
@@ -83,6 +88,11 @@ pub struct Gateway {
     pub metrics: Arc<Metrics>,
     /// The embedded store (route settings versions).
     pub store: Arc<rein_store::Store>,
+    /// Tool state: outbox, idempotency keys, holds, read cache (SQLite, or Postgres when
+    /// `store.postgres_url_env` is set). Opened once; a reload keeps it.
+    pub tool_store: Arc<dyn rein_store::tools::ToolStore>,
+    /// The client behind tools' http rungs (no redirects, rustls).
+    tool_http: reqwest::Client,
     upstreams: Upstreams,
     config_path: Option<PathBuf>,
     /// Replaces the config file when there is none (the embedded default).
@@ -91,6 +101,8 @@ pub struct Gateway {
     env: EnvSource,
     draining: AtomicBool,
     reloads: AtomicU64,
+    /// Wakes the outbox replay worker (an approval or an operator's replay made an item due).
+    pub replay_kick: tokio::sync::Notify,
 }
 
 /// A source of environment variables.
@@ -151,17 +163,34 @@ impl Gateway {
         crate::runtime::record_config_settings(&config, &store).map_err(BuildError::Store)?;
         let routes = upstreams.routes(&config, Some(&engine), &store).await?;
         engine.replace_routes(routes);
+        let tool_store = match &config.store.postgres_url {
+            Some(url) => rein_store::tools::open_tool_store(url.expose(), None).await,
+            None => {
+                rein_store::tools::open_tool_store(&config.store.sqlite_path, Some(store.clone()))
+                    .await
+            }
+        }
+        .map_err(BuildError::Store)?;
+        let tool_http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|error| BuildError::Client(error.to_string()))?;
+        let tools = build_tools(&config, &tool_store, &tool_http, &env, &metrics)?;
         Ok(Arc::new(Self {
-            runtime: ArcSwap::from_pointee(Runtime { config, version: 1 }),
+            runtime: ArcSwap::from_pointee(Runtime { config, version: 1, tools }),
             engine,
             metrics,
             store,
+            tool_store,
+            tool_http,
             upstreams,
             config_path,
             default_config,
             env,
             draining: AtomicBool::new(false),
             reloads: AtomicU64::new(0),
+            replay_kick: tokio::sync::Notify::new(),
         }))
     }
 
@@ -184,12 +213,45 @@ impl Gateway {
     pub async fn apply(&self, config: Config) -> Result<u64, StartError> {
         crate::runtime::record_config_settings(&config, &self.store).map_err(BuildError::Store)?;
         let routes = self.upstreams.routes(&config, Some(&self.engine), &self.store).await?;
+        let tools =
+            build_tools(&config, &self.tool_store, &self.tool_http, &self.env, &self.metrics)?;
         let version = self.runtime().version + 1;
         self.engine.replace_routes(routes);
-        self.runtime.store(Arc::new(Runtime { config, version }));
+        self.runtime.store(Arc::new(Runtime { config, version, tools }));
         self.reloads.fetch_add(1, Ordering::Relaxed);
         tracing::info!(version, "config reloaded");
         Ok(version)
+    }
+
+    /// The outbox replay worker: every `outbox.poll_ms` (or at once when kicked), claim due
+    /// queued writes under a lease and send each with its original idempotency key, until
+    /// `stop`. Replicas sharing a Postgres store each run one; leases keep them apart.
+    async fn replay_outbox(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let owner = format!("{}-{}", std::process::id(), new_id(""));
+        loop {
+            let tools = self.runtime().tools.clone();
+            let batch = i64::from(self.runtime().config.tools.outbox.batch.max(1));
+            let report = tools.replay_due(&owner, batch).await;
+            if report.claimed > 0 {
+                tracing::info!(
+                    claimed = report.claimed,
+                    done = report.done,
+                    retried = report.retried,
+                    failed = report.failed,
+                    "outbox replay pass"
+                );
+            }
+            // A full batch may have more behind it: go again at once.
+            if report.claimed >= batch as usize && report.store_errors == 0 {
+                continue;
+            }
+            let poll = Duration::from_millis(self.runtime().config.tools.outbox.poll_ms.max(1));
+            tokio::select! {
+                _ = tokio::time::sleep(poll) => {}
+                _ = self.replay_kick.notified() => {}
+                _ = stop.wait_for(|stop| *stop) => return,
+            }
+        }
     }
 
     /// Rebuild the routes from the current config and the store's active versions (after a
@@ -224,6 +286,7 @@ impl Gateway {
             stop_tx.send_replace(true);
         });
 
+        tokio::spawn(self.clone().replay_outbox(stop_rx.clone()));
         let workers = self.runtime().config.server.worker_threads();
         let listener = listener.into_std()?;
         let mut finished = Vec::with_capacity(workers);
@@ -297,6 +360,22 @@ async fn serve_connections(
         .await
 }
 
+/// The tool dispatcher for `config`, reporting to `metrics`.
+fn build_tools(
+    config: &Config,
+    store: &Arc<dyn rein_store::tools::ToolStore>,
+    http: &reqwest::Client,
+    env: &EnvSource,
+    metrics: &Arc<Metrics>,
+) -> Result<Arc<rein_tools::Dispatcher>, BuildError> {
+    let dispatcher =
+        rein_tools::Dispatcher::with_env(&config.tools, store.clone(), http.clone(), &**env)
+            .map_err(|error| BuildError::Tools(error.to_string()))?
+            .with_observer(Arc::new(crate::metrics::ToolMetricsObserver(metrics.clone())));
+    metrics.set_tool_primaries(dispatcher.primaries());
+    Ok(Arc::new(dispatcher))
+}
+
 async fn read_config(path: Option<&PathBuf>, default: Option<&str>) -> Result<String, StartError> {
     match (path, default) {
         (Some(path), _) => tokio::fs::read_to_string(path)
@@ -329,6 +408,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::openai_chat))
         .route("/v1/messages", post(chat::anthropic_messages))
+        .route("/v1/tools/{tool}", post(tools::call))
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(model))
         .route("/healthz", get(healthz))
@@ -424,6 +504,11 @@ async fn readyz(State(gateway): State<Arc<Gateway>>) -> Response {
 }
 
 async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
+    let tools = gateway.runtime().tools.clone();
+    match tools.outbox_stats().await {
+        Ok(stats) => gateway.metrics.set_outbox(&stats, tools.now_unix_ms()),
+        Err(error) => tracing::warn!("metrics: cannot read the outbox's numbers: {error}"),
+    }
     let body = gateway.metrics.render(&gateway.engine);
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body)
         .into_response()

@@ -5,3 +5,4 @@
 mod config;
 mod gateway;
 mod ladder;
+mod tools;

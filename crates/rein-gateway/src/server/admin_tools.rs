@@ -1,0 +1,285 @@
+//! The admin API's tool half, behind the admin key: the outbox (list, show, replay now, drop),
+//! gate holds waiting for a person (list, approve, reject) and the tools' rung breakers. An
+//! approval puts the held write in the outbox and wakes the replay worker, which sends it once
+//! with its original idempotency key; only the first decision on a hold counts (a second one
+//! gets 409).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use rein_store::tools::{HoldState, OutboxItem, OutboxState};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::Gateway;
+use super::admin::{denied, error, parse_body};
+
+pub fn router() -> Router<Arc<Gateway>> {
+    Router::new()
+        .route("/outbox", get(outbox_list))
+        .route("/outbox/{id}", get(outbox_show))
+        .route("/outbox/{id}/replay", post(outbox_replay))
+        .route("/outbox/{id}/drop", post(outbox_drop))
+        .route("/approvals", get(approvals))
+        .route("/approvals/{id}/approve", post(approve))
+        .route("/approvals/{id}/reject", post(reject))
+        .route("/tools", get(tools))
+}
+
+fn tool_error(failure: rein_tools::ToolError) -> Response {
+    tracing::error!("admin: tool store failed: {failure}");
+    error(StatusCode::SERVICE_UNAVAILABLE, format!("{failure}"))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    limit: Option<i64>,
+}
+
+fn outbox_state(text: &str) -> Option<OutboxState> {
+    serde_json::from_value(Value::String(text.to_string())).ok()
+}
+
+/// An item as operators read it: its age and attempts up front.
+fn item_json(item: &OutboxItem, now_unix_ms: i64) -> Value {
+    let mut value = serde_json::to_value(item).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut value {
+        map.insert("age_ms".into(), json!((now_unix_ms - item.created_unix_ms).max(0)));
+    }
+    value
+}
+
+async fn outbox_list(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Query(query): Query<ListQuery>,
+) -> Response {
+    if let Some(response) = denied(&gateway, &headers) {
+        return response;
+    }
+    let state = match query.state.as_deref() {
+        None | Some("all") => None,
+        Some(text) => match outbox_state(text) {
+            Some(state) => Some(state),
+            None => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("`state` must be pending, done, failed, dropped or all (got `{text}`)"),
+                );
+            }
+        },
+    };
+    let limit = query.limit.unwrap_or(100).clamp(1, 10_000);
+    let tools = gateway.runtime().tools.clone();
+    let now = tools.now_unix_ms();
+    match (tools.outbox_list(state, limit).await, tools.outbox_stats().await) {
+        (Ok(items), Ok(stats)) => axum::Json(json!({
+            "items": items.iter().map(|item| item_json(item, now)).collect::<Vec<_>>(),
+            "stats": stats,
+        }))
+        .into_response(),
+        (Err(failure), _) | (_, Err(failure)) => tool_error(failure),
+    }
+}
+
+async fn outbox_show(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+) -> Response {
+    if let Some(response) = denied(&gateway, &headers) {
+        return response;
+    }
+    let tools = gateway.runtime().tools.clone();
+    match tools.outbox_get(id).await {
+        Ok(Some(item)) => axum::Json(item_json(&item, tools.now_unix_ms())).into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, format!("no outbox item {id}")),
+        Err(failure) => tool_error(failure),
+    }
+}
+
+async fn outbox_replay(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+) -> Response {
+    if let Some(response) = denied(&gateway, &headers) {
+        return response;
+    }
+    let tools = gateway.runtime().tools.clone();
+    match tools.outbox_replay_now(id).await {
+        Ok(true) => {
+            gateway.replay_kick.notify_one();
+            axum::Json(json!({ "id": id, "due": "now" })).into_response()
+        }
+        Ok(false) => error(
+            StatusCode::CONFLICT,
+            format!("outbox item {id} does not exist or is already done or dropped"),
+        ),
+        Err(failure) => tool_error(failure),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Reasoned {
+    #[serde(default)]
+    by: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    note: Option<String>,
+}
+
+fn reasoned(body: &[u8]) -> Result<Reasoned, String> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Reasoned { by: None, reason: None, note: None });
+    }
+    parse_body(body, "{\"by\"?: string, \"reason\"?: string, \"note\"?: string}")
+}
+
+async fn outbox_drop(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+    body: Bytes,
+) -> Response {
+    if let Some(response) = denied(&gateway, &headers) {
+        return response;
+    }
+    let request = match reasoned(&body) {
+        Ok(request) => request,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let Some(reason) = request.reason.filter(|r| !r.trim().is_empty()) else {
+        return error(StatusCode::BAD_REQUEST, "`reason` must say why the write is dropped");
+    };
+    let by = request.by.unwrap_or_else(|| "admin".to_string());
+    let tools = gateway.runtime().tools.clone();
+    // An item under a live lease is being sent right now and may execute: dropping it would
+    // store "it has NOT executed" as its key's answer about a write that then runs. Refuse
+    // until the send is over. (The store's drop checks the lease again in its transaction, so
+    // a claim between this read and the drop still wins.)
+    match tools.outbox_get(id).await {
+        Ok(Some(item))
+            if item.state == OutboxState::Pending
+                && item.lease_until_unix_ms.is_some_and(|until| until > tools.now_unix_ms()) =>
+        {
+            return error(
+                StatusCode::CONFLICT,
+                format!(
+                    "outbox item {id} is being sent right now and may execute; nothing changed. Retry the drop once the send is over."
+                ),
+            );
+        }
+        Ok(_) => {}
+        Err(failure) => return tool_error(failure),
+    }
+    match tools.outbox_drop(id, &by, &reason).await {
+        Ok(true) => axum::Json(json!({ "id": id, "state": "dropped" })).into_response(),
+        Ok(false) => error(
+            StatusCode::CONFLICT,
+            format!(
+                "outbox item {id} does not exist, is already done or dropped, or is being sent right now"
+            ),
+        ),
+        Err(failure) => tool_error(failure),
+    }
+}
+
+async fn approvals(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Query(query): Query<ListQuery>,
+) -> Response {
+    if let Some(response) = denied(&gateway, &headers) {
+        return response;
+    }
+    let state = match query.state.as_deref() {
+        None | Some("all") => None,
+        Some(text) => match serde_json::from_value::<HoldState>(Value::String(text.to_string())) {
+            Ok(state) => Some(state),
+            Err(_) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    format!("`state` must be pending, approved, rejected or all (got `{text}`)"),
+                );
+            }
+        },
+    };
+    let limit = query.limit.unwrap_or(100).clamp(1, 10_000);
+    match gateway.runtime().tools.holds(state, limit).await {
+        Ok(holds) => axum::Json(json!({ "holds": holds })).into_response(),
+        Err(failure) => tool_error(failure),
+    }
+}
+
+async fn decide(
+    gateway: Arc<Gateway>,
+    headers: HeaderMap,
+    id: i64,
+    body: Bytes,
+    approve: bool,
+) -> Response {
+    if let Some(response) = denied(&gateway, &headers) {
+        return response;
+    }
+    let request = match reasoned(&body) {
+        Ok(request) => request,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let Some(by) = request.by.filter(|b| !b.trim().is_empty()) else {
+        return error(StatusCode::BAD_REQUEST, "`by` must name the person deciding");
+    };
+    let note = request.note.or(request.reason).unwrap_or_default();
+    match gateway.runtime().tools.decide(id, approve, &by, &note).await {
+        Ok(Some(hold)) => {
+            if approve {
+                gateway.replay_kick.notify_one();
+            }
+            axum::Json(json!({ "hold": hold })).into_response()
+        }
+        Ok(None) => error(
+            StatusCode::CONFLICT,
+            format!("hold {id} does not exist or was already decided; nothing changed"),
+        ),
+        Err(failure) => tool_error(failure),
+    }
+}
+
+async fn approve(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+    body: Bytes,
+) -> Response {
+    decide(gateway, headers, id, body, true).await
+}
+
+async fn reject(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+    body: Bytes,
+) -> Response {
+    decide(gateway, headers, id, body, false).await
+}
+
+async fn tools(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    if let Some(response) = denied(&gateway, &headers) {
+        return response;
+    }
+    let tools = gateway.runtime().tools.clone();
+    let list: Vec<_> =
+        tools.tools().into_iter().map(|(name, kind)| json!({"tool": name, "kind": kind})).collect();
+    axum::Json(json!({ "tools": list, "breakers": tools.breakers() })).into_response()
+}
