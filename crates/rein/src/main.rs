@@ -7,6 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
+mod outbox;
+
 /// A proxy allocates and frees many small buffers per request; mimalloc does that with far less
 /// CPU than glibc's allocator (the benchmark's profile showed ~12% of rein's time in malloc/free).
 #[global_allocator]
@@ -33,6 +35,9 @@ enum Command {
     /// List, diff, change and revert a route's prompt and model-settings versions on a running
     /// gateway (through its admin API).
     Versions(VersionsArgs),
+    /// Inspect and manage a running gateway's durable write queue (through its admin API):
+    /// list, show, replay now, drop.
+    Outbox(outbox::OutboxArgs),
     /// Run the fault-injecting OpenAI/Anthropic simulator, for tests and drills.
     ///
     /// Pick a fault per request with the `x-sim-fault: <spec>` header or `"model": "sim:<spec>"`,
@@ -149,6 +154,7 @@ fn main() -> std::process::ExitCode {
             Command::Serve(args) => serve(args).await,
             Command::Check(args) => check(args).await,
             Command::Versions(args) => versions(args).await,
+            Command::Outbox(args) => outbox::run(args).await,
             Command::Sim(args) => sim(args).await,
         }
     });

@@ -1,0 +1,127 @@
+//! `rein outbox`: the durable write queue of a running gateway, through its admin API. `list`
+//! prints one line per queued write with its key, tool, state, age, attempts and last error;
+//! `show` prints one item whole; `replay` makes an item due now; `drop` removes it for good (its
+//! key's result then says it was not done). `--json` prints the admin API's answer as is.
+
+use std::io::Write;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+#[derive(Debug, Args)]
+pub struct OutboxArgs {
+    /// The gateway's address.
+    #[arg(long, default_value = "http://127.0.0.1:8787")]
+    url: String,
+    /// Environment variable holding the admin key.
+    #[arg(long, default_value = "REIN_ADMIN_KEY")]
+    admin_key_env: String,
+    /// Print the admin API's JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    action: OutboxAction,
+}
+
+#[derive(Debug, Subcommand)]
+enum OutboxAction {
+    /// Queued writes, newest first: key, tool, state, age, attempts, last error.
+    List {
+        /// pending, done, failed, dropped or all.
+        #[arg(long, default_value = "all")]
+        state: String,
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+    },
+    /// One queued write, whole (arguments, lease, result).
+    Show { id: i64 },
+    /// Make a pending or failed write due now; the gateway's worker sends it with its key.
+    Replay { id: i64 },
+    /// Drop a pending or failed write: it is never sent.
+    Drop {
+        id: i64,
+        #[arg(long)]
+        reason: String,
+        #[arg(long, default_value = "cli")]
+        by: String,
+    },
+}
+
+pub async fn run(args: OutboxArgs) -> anyhow::Result<std::process::ExitCode> {
+    let key = std::env::var(&args.admin_key_env)
+        .with_context(|| format!("set {} to the gateway's admin key", args.admin_key_env))?;
+    let client = reqwest::Client::new();
+    let base = args.url.trim_end_matches('/');
+    let request = match &args.action {
+        OutboxAction::List { state, limit } => {
+            client.get(format!("{base}/admin/outbox?state={state}&limit={limit}"))
+        }
+        OutboxAction::Show { id } => client.get(format!("{base}/admin/outbox/{id}")),
+        OutboxAction::Replay { id } => client.post(format!("{base}/admin/outbox/{id}/replay")),
+        OutboxAction::Drop { id, reason, by } => client
+            .post(format!("{base}/admin/outbox/{id}/drop"))
+            .json(&serde_json::json!({"reason": reason, "by": by})),
+    };
+    let response =
+        request.bearer_auth(key).send().await.with_context(|| format!("cannot reach {base}"))?;
+    let status = response.status();
+    let body: Value =
+        response.json().await.context("the gateway answered with something other than JSON")?;
+    let mut stdout = std::io::stdout().lock();
+    if !status.is_success() {
+        let message = body.pointer("/error/message").and_then(Value::as_str).unwrap_or("");
+        writeln!(stdout, "error ({status}): {message}")?;
+        return Ok(std::process::ExitCode::FAILURE);
+    }
+    match (&args.action, args.json) {
+        (OutboxAction::List { .. }, false) => write_table(&mut stdout, &body)?,
+        _ => writeln!(stdout, "{}", serde_json::to_string_pretty(&body)?)?,
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `list` as a table, then the queue's numbers.
+fn write_table(out: &mut impl Write, body: &Value) -> std::io::Result<()> {
+    let items = body.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
+    writeln!(
+        out,
+        "{:>6}  {:<36}  {:<16}  {:<8}  {:>9}  {:>8}  LAST ERROR",
+        "ID", "IDEMPOTENCY KEY", "TOOL", "STATE", "AGE", "ATTEMPTS"
+    )?;
+    for item in &items {
+        let text = |field: &str| item.get(field).and_then(Value::as_str).unwrap_or("-").to_string();
+        let number = |field: &str| item.get(field).and_then(Value::as_i64).unwrap_or(0);
+        writeln!(
+            out,
+            "{:>6}  {:<36}  {:<16}  {:<8}  {:>9}  {:>8}  {}",
+            number("id"),
+            text("idempotency_key"),
+            text("tool"),
+            text("state"),
+            age(number("age_ms")),
+            number("attempts"),
+            text("last_error"),
+        )?;
+    }
+    let stats = body.get("stats").cloned().unwrap_or(Value::Null);
+    let pending = stats.get("pending").and_then(Value::as_i64).unwrap_or(0);
+    let failed = stats.get("failed").and_then(Value::as_i64).unwrap_or(0);
+    writeln!(out, "{} shown; {pending} pending, {failed} failed", items.len())
+}
+
+/// `950ms`, `12.5s`, `4.2m`, `3.6h`, `2.1d`.
+fn age(ms: i64) -> String {
+    let ms = ms.max(0) as f64;
+    if ms < 1_000.0 {
+        format!("{ms}ms")
+    } else if ms < 60_000.0 {
+        format!("{:.1}s", ms / 1_000.0)
+    } else if ms < 3_600_000.0 {
+        format!("{:.1}m", ms / 60_000.0)
+    } else if ms < 86_400_000.0 {
+        format!("{:.1}h", ms / 3_600_000.0)
+    } else {
+        format!("{:.1}d", ms / 86_400_000.0)
+    }
+}
