@@ -99,8 +99,12 @@ impl Dispatcher {
             return self.retry_later(&item, &error, None).await;
         };
         let Some(permit) = admit(rung) else {
+            // Not sent: due again when the breaker lets a probe through (or after the backoff,
+            // if that is sooner), not after a backoff grown by outage-long attempts.
             let error = format!("breaker of `{}` is open", rung.source);
-            return self.retry_later(&item, &error, None).await;
+            let backoff = self.backoff(item.attempts);
+            let wait = rung.breaker.as_ref().map_or(backoff, |b| b.policy().cooldown.min(backoff));
+            return self.retry_later(&item, &error, Some(wait)).await;
         };
         let url = match http.url.fill(&item.args) {
             Ok(url) => url,

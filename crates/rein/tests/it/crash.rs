@@ -467,3 +467,128 @@ async fn two_replicas_on_one_postgres_drain_one_queue_once() {
     eprintln!("replays done per replica: {done:?}");
     assert_eq!(done.iter().sum::<f64>(), 40.0);
 }
+
+fn outbox_cli(url: &str, args: &[&str]) -> (bool, String) {
+    let output = Command::new(BIN)
+        .args(["outbox", "--url", url, "--admin-key-env", ADMIN_ENV])
+        .args(args)
+        .env(ADMIN_ENV, ADMIN_KEY)
+        .output()
+        .unwrap();
+    (output.status.success(), String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rein_outbox_lists_shows_drops_and_replays_queued_writes() {
+    let (backend, port) = start_backend().await;
+    ledger(&backend).mode = Some(Mode::Down);
+    let dir = tempfile::tempdir().unwrap();
+    // Retries wait up to 10 minutes here, so only `rein outbox replay` sends an item again.
+    let path = config(dir.path(), port, None);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text = text.replace(
+        "backoff_base_ms = 20\nbackoff_cap_ms = 200",
+        "backoff_base_ms = 600000\nbackoff_cap_ms = 600000",
+    );
+    assert!(text.contains("backoff_base_ms = 600000"));
+    std::fs::write(&path, text).unwrap();
+    let gateway = Gateway::start(&path, &[]);
+    let client = reqwest::Client::new();
+    for key in ["cli-refund-1", "cli-refund-2"] {
+        assert_eq!(send(&client, &gateway.url, key, 12).await, Known::Queued);
+    }
+    // Let the worker try (and fail) at least once, so attempts and the last error show.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let (ok, table) = outbox_cli(&gateway.url, &["list", "--state", "pending"]);
+    assert!(ok, "{table}");
+    for needle in ["IDEMPOTENCY KEY", "cli-refund-1", "cli-refund-2", "refund", "pending", "503"] {
+        assert!(table.contains(needle), "`{needle}` missing from:\n{table}");
+    }
+    assert!(table.contains("2 shown; 2 pending, 0 failed"), "{table}");
+
+    let (ok, json) = outbox_cli(&gateway.url, &["list", "--json"]);
+    assert!(ok);
+    let listed: Value = serde_json::from_str(&json).unwrap();
+    let items = listed["items"].as_array().unwrap();
+    let id_of = |key: &str| {
+        items.iter().find(|i| i["idempotency_key"] == key).unwrap()["id"].as_i64().unwrap()
+    };
+    let (first, second) = (id_of("cli-refund-1"), id_of("cli-refund-2"));
+    assert!(items.iter().all(|i| i["attempts"].as_i64().unwrap() >= 1), "{json}");
+
+    let (ok, shown) = outbox_cli(&gateway.url, &["show", &first.to_string()]);
+    assert!(ok);
+    let shown: Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown["args"]["amount"], 12);
+    assert_eq!(shown["state"], "pending");
+
+    // Dropping needs a reason; a dropped write is never sent and its key says so.
+    let (ok, _) = outbox_cli(&gateway.url, &["drop", &first.to_string(), "--reason", " "]);
+    assert!(!ok, "a drop without a reason is refused");
+    let mut dropped = false;
+    for _ in 0..50 {
+        // A drop while the worker holds the item is refused (it may be executing): try again.
+        let (ok, _) = outbox_cli(
+            &gateway.url,
+            &["drop", &first.to_string(), "--reason", "customer cancelled"],
+        );
+        if ok {
+            dropped = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(dropped, "the drop never went through");
+    let (_, table) = outbox_cli(&gateway.url, &["list", "--state", "dropped"]);
+    assert!(table.contains("cli-refund-1") && !table.contains("cli-refund-2"), "{table}");
+    let repeat: Value = client
+        .post(format!("{}/v1/tools/refund", gateway.url))
+        .header("idempotency-key", "cli-refund-1")
+        .json(&json!({"amount": 12, "order": "cli-refund-1"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(repeat["status"], "refused", "{repeat}");
+    assert!(repeat["detail"].as_str().unwrap().contains("NOT executed"), "{repeat}");
+
+    // `replay` makes an item due now: the worker sends it at once (still down: one more attempt).
+    let deliveries =
+        |key: &str| ledger(&backend).deliveries.iter().filter(|(k, _)| k == key).count();
+    let before = deliveries("cli-refund-2");
+    let (ok, out) = outbox_cli(&gateway.url, &["replay", &second.to_string()]);
+    assert!(ok, "{out}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while deliveries("cli-refund-2") == before {
+        assert!(tokio::time::Instant::now() < deadline, "the replay was not sent");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Wait until that send is over (its lease released), else this replay would race it.
+    loop {
+        let (_, shown) = outbox_cli(&gateway.url, &["show", &second.to_string()]);
+        let shown: Value = serde_json::from_str(&shown).unwrap();
+        if shown["lease_until_unix_ms"].is_null() {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the send never finished: {shown}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The processor is back: replay it again instead of waiting out its backoff.
+    ledger(&backend).mode = Some(Mode::Up);
+    let (ok, out) = outbox_cli(&gateway.url, &["replay", &second.to_string()]);
+    assert!(ok, "{out}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while outbox_pending(&client, &gateway.url).await.0 > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the replay did not happen");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ledger = ledger(&backend);
+    assert!(ledger.executions.contains_key("cli-refund-2"));
+    assert!(!ledger.executions.contains_key("cli-refund-1"), "a dropped write executed");
+    drop(ledger);
+    let (ok, out) = outbox_cli(&gateway.url, &["replay", &second.to_string()]);
+    assert!(!ok && out.contains("409"), "replaying a done item is refused: {out}");
+}
