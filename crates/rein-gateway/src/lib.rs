@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod metrics;
+pub mod runs;
 pub mod runtime;
 pub mod server;
 pub mod webhook;

@@ -30,6 +30,8 @@ pub(crate) struct Tool {
     /// How long a write's key stays `InFlight` before another request may take it over: the
     /// whole ladder's budgets plus a margin, so a live request is never taken over.
     pub key_lease: Duration,
+    /// Where evidence items are in this tool's results, if they are evidence.
+    pub evidence: Option<crate::config::EvidenceConfig>,
 }
 
 impl Tool {

@@ -14,6 +14,7 @@ pub mod config;
 mod dispatcher;
 pub mod envelope;
 mod error;
+mod evidence;
 mod gate;
 mod http;
 pub mod keys;

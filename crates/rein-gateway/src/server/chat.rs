@@ -127,8 +127,16 @@ async fn prepare(
     }
     .map_err(|error| ApiError::wire(api, &error, request_id))?;
 
-    let mut options =
-        CallOptions { evidence: std::mem::take(&mut parsed.evidence), ..CallOptions::default() };
+    let mut evidence = std::mem::take(&mut parsed.evidence);
+    // What the run's tool calls returned through rein comes first, then what the caller sent.
+    if let Some(run) = headers.get(RUN_HEADER).and_then(|v| v.to_str().ok()) {
+        let mut items = gateway.runs.items(run);
+        if !items.is_empty() {
+            items.extend(evidence.items().iter().cloned());
+            evidence = Evidence::from_items(items);
+        }
+    }
+    let mut options = CallOptions { evidence, ..CallOptions::default() };
     if let Some(value) = headers.get(DEADLINE_HEADER) {
         let deadline =
             value.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()).filter(|ms| *ms > 0);

@@ -101,6 +101,8 @@ pub struct Gateway {
     env: EnvSource,
     draining: AtomicBool,
     reloads: AtomicU64,
+    /// Evidence from tool calls, by run id, for the checks of later model calls in the run.
+    pub runs: crate::runs::RunEvidence,
     /// Wakes the outbox replay worker (an approval or an operator's replay made an item due).
     pub replay_kick: tokio::sync::Notify,
 }
@@ -190,6 +192,7 @@ impl Gateway {
             env,
             draining: AtomicBool::new(false),
             reloads: AtomicU64::new(0),
+            runs: crate::runs::RunEvidence::default(),
             replay_kick: tokio::sync::Notify::new(),
         }))
     }

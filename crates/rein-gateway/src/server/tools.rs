@@ -1,6 +1,8 @@
 //! `POST /v1/tools/{tool}`: an agent's tool call, dispatched through the tool's ladder by
 //! `rein_tools`. The body is the call's arguments (a JSON object); per-call context comes in
-//! headers (`Idempotency-Key`, `x-rein-conversation-id`, `x-rein-deadline-ms`). The answer is
+//! headers (`Idempotency-Key`, `x-rein-conversation-id`, `x-rein-deadline-ms`, and
+//! `x-rein-run-id`, under which an `ok` result becomes evidence for the run's model calls, per
+//! the tool's `evidence` config). The answer is
 //! the envelope the model should see: `200` when the call is settled (`ok`, `refused`, `busy`),
 //! `202` when it is accepted but has not executed (`queued`, `pending_approval`). The caller's
 //! mistakes get an error body in the OpenAI error shape that names the problem: 400, 404, 409
@@ -18,7 +20,7 @@ use rein_tools::{CallContext, ToolError, ToolStatus};
 use serde_json::{Value, json};
 
 use super::Gateway;
-use super::chat::{CONVERSATION_HEADER, DEADLINE_HEADER, IDEMPOTENCY_HEADER};
+use super::chat::{CONVERSATION_HEADER, DEADLINE_HEADER, IDEMPOTENCY_HEADER, RUN_HEADER};
 
 /// An error answer for a tool call that was not dispatched.
 fn error(status: StatusCode, kind: &str, param: Option<&str>, message: &str, id: &str) -> Response {
@@ -93,10 +95,10 @@ pub async fn call(
         None => Ok(None),
         Some(value) => value.to_str().map(|v| Some(v.to_string())).map_err(|_| name),
     };
-    let (idempotency_key, conversation_id) =
-        match (text(IDEMPOTENCY_HEADER), text(CONVERSATION_HEADER)) {
-            (Ok(key), Ok(conversation)) => (key, conversation),
-            (Err(name), _) | (_, Err(name)) => {
+    let (idempotency_key, conversation_id, run) =
+        match (text(IDEMPOTENCY_HEADER), text(CONVERSATION_HEADER), text(RUN_HEADER)) {
+            (Ok(key), Ok(conversation), Ok(run)) => (key, conversation, run),
+            (Err(name), _, _) | (_, Err(name), _) | (_, _, Err(name)) => {
                 return invalid(
                     Some(name),
                     &format!("Header `{name}` must be printable ASCII text."),
@@ -120,6 +122,9 @@ pub async fn call(
 
     match runtime.tools.call(&tool, args, ctx).await {
         Ok(outcome) => {
+            if let Some(run) = &run {
+                gateway.runs.record(run, runtime.tools.evidence_of(&tool, &outcome.envelope));
+            }
             let status = match outcome.status {
                 ToolStatus::Queued | ToolStatus::PendingApproval => StatusCode::ACCEPTED,
                 ToolStatus::Ok | ToolStatus::Refused | ToolStatus::Busy => StatusCode::OK,

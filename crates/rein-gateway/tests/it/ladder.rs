@@ -705,3 +705,73 @@ fn the_support_example_has_a_checked_output_that_rein_check_prints() {
     assert_eq!(shown["schema"]["type"], "object");
     assert!(!printed.to_string().contains("sk-test-openai"));
 }
+
+/// A search tool whose results become the run's evidence, in front of a real search backend.
+async fn search_tool() -> String {
+    let app = Router::new().route(
+        "/search",
+        post(|| async {
+            Json(json!({"results": [
+                {"id": "140", "text": "Changes close 48 hours before delivery."},
+                {"id": "118", "text": "Deliveries to hospitals go to the front desk."}
+            ]}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    format!(
+        r#"
+[tools.search_docs]
+kind = "read"
+
+[tools.search_docs.evidence]
+source = "search"
+items_at = "/results"
+id_at = "/id"
+text_at = "/text"
+
+[[tools.search_docs.rungs]]
+kind = "http"
+source = "search_primary"
+url = "http://{addr}/search"
+timeout_ms = 2000
+"#
+    )
+}
+
+#[tokio::test]
+async fn what_the_runs_tool_calls_returned_is_the_evidence_for_its_citations() {
+    let tools = search_tool().await;
+    let routes = route(
+        "support",
+        &[tier("primary", "sim-openai", &says(&[GOOD, GOOD]), "")],
+        Some(SUPPORT_OUTPUT),
+    );
+    let gw = start_with(&format!("{HEAD}{tools}{routes}"), None).await;
+    let call = |path: &str, run: &str, body: Value| {
+        gw.client
+            .post(gw.url(path))
+            .bearer_auth(KEY.unwrap())
+            .header("x-rein-run-id", run)
+            .json(&body)
+            .send()
+    };
+
+    // The agent searched through rein in run-7: article 140 was returned in this run.
+    let searched =
+        call("/v1/tools/search_docs", "run-7", json!({"q": "change order"})).await.unwrap();
+    assert_eq!(searched.status(), 200);
+    let response = call("/v1/chat/completions", "run-7", openai("support", None)).await.unwrap();
+    assert_eq!(
+        said(&response),
+        expect("answered", 1, 0, 0),
+        "the citation is backed by the search"
+    );
+
+    // The same answer in a run where nothing was searched cites an article nobody returned:
+    // re-asked, and with no evidence to fix it, the safe reply.
+    let response = call("/v1/chat/completions", "run-8", openai("support", None)).await.unwrap();
+    assert_eq!(said(&response), expect("degraded", 2, 1, 0));
+    gw.stop().await.unwrap();
+}

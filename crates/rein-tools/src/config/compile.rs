@@ -175,6 +175,28 @@ fn compile_tool(name: &str, raw: &ToolConfig, ctx: &mut ToolCtx<'_, '_>) -> Opti
         .filter_map(|(i, rule)| Gate::compile(rule, &format!("{key}.gate[{i}]"), ctx.problems))
         .collect();
     let wording = Wording::compile(&raw.detail, &format!("{key}.detail"), ctx.problems);
+    if let Some(evidence) = &raw.evidence {
+        let pointers = [
+            ("items_at", Some(evidence.items_at.as_str())),
+            ("id_at", Some(evidence.id_at.as_str())),
+            ("text_at", evidence.text_at.as_deref()),
+        ];
+        for (field, pointer) in pointers {
+            if let Some(pointer) = pointer
+                && !pointer.is_empty()
+                && !pointer.starts_with('/')
+            {
+                ctx.problems.add(
+                    format!("{key}.evidence.{field}"),
+                    format!("must be a JSON Pointer starting with `/` (got `{pointer}`)"),
+                );
+            }
+        }
+        if evidence.id_at.is_empty() {
+            ctx.problems
+                .add(format!("{key}.evidence.id_at"), "must point at each item's id, e.g. `/id`");
+        }
+    }
 
     let mut rungs = Vec::new();
     let mut sources = BTreeSet::new();
@@ -211,6 +233,7 @@ fn compile_tool(name: &str, raw: &ToolConfig, ctx: &mut ToolCtx<'_, '_>) -> Opti
         key_from: raw.key_from,
         wording,
         key_lease: budgets + KEY_LEASE_MARGIN,
+        evidence: raw.evidence.clone(),
     })
 }
 

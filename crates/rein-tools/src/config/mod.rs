@@ -90,6 +90,28 @@ pub struct ToolConfig {
     /// Wording overrides for the `detail` sentence.
     #[serde(default)]
     pub detail: DetailConfig,
+    /// How this tool's results become evidence for the business rules of model calls in the
+    /// same run (e.g. "every cited article was returned by search in this run").
+    #[serde(default)]
+    pub evidence: Option<EvidenceConfig>,
+}
+
+/// Where the evidence items are in a tool's result. Pointers are JSON Pointers (RFC 6901).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceConfig {
+    /// The evidence source name rules refer to (`source = "search"` in a rule); default: the
+    /// tool's name.
+    #[serde(default)]
+    pub source: Option<String>,
+    /// An array of items in the result; empty (the default): the result is one item.
+    #[serde(default)]
+    pub items_at: String,
+    /// Each item's id (a string or a number).
+    pub id_at: String,
+    /// Each item's text, for rules that search it; absent: no text.
+    #[serde(default)]
+    pub text_at: Option<String>,
 }
 
 /// What a rung calls.
