@@ -8,6 +8,7 @@
 //! answer for a complete one.
 
 use bytes::Bytes;
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use rein_core::{CallError, Completion, Released, StreamEvent};
@@ -82,7 +83,12 @@ impl OpenAiStream {
                 self.ensure_started(&mut frames);
                 return frames;
             }
-            StreamEvent::TextDelta { text } if !text.is_empty() => json!({"content": text}),
+            StreamEvent::TextDelta { text } if !text.is_empty() => {
+                // The hot path of a streamed answer: one typed frame, no JSON tree.
+                self.ensure_started(&mut frames);
+                frames.push(self.text_frame(text));
+                return frames;
+            }
             StreamEvent::RefusalDelta { text } if !text.is_empty() => json!({"refusal": text}),
             StreamEvent::ToolCallStart { index, id, name } => {
                 let index = self.start_tool(*index);
@@ -196,6 +202,59 @@ impl OpenAiStream {
         chunk
     }
 
+    /// `data: {chunk with delta.content = text}`, serialized from borrowed typed fields; the
+    /// same bytes as [`Self::chunk`] renders (keys in the same sorted order).
+    fn text_frame(&self, text: &str) -> Bytes {
+        #[derive(Serialize)]
+        struct Delta<'a> {
+            content: &'a str,
+        }
+        #[derive(Serialize)]
+        struct Choice<'a> {
+            delta: Delta<'a>,
+            finish_reason: Option<()>,
+            index: u32,
+            logprobs: Option<()>,
+        }
+        #[derive(Serialize)]
+        struct Chunk<'a> {
+            choices: [Choice<'a>; 1],
+            created: u64,
+            id: &'a str,
+            model: &'a str,
+            object: &'static str,
+            system_fingerprint: Option<()>,
+            /// `null` when the caller asked for usage (it comes in a chunk of its own).
+            #[serde(skip_serializing_if = "Option::is_none")]
+            usage: Option<Option<()>>,
+        }
+        let chunk = Chunk {
+            choices: [Choice {
+                delta: Delta { content: text },
+                finish_reason: None,
+                index: 0,
+                logprobs: None,
+            }],
+            created: self.meta.created,
+            id: &self.meta.id,
+            model: self.model.as_deref().unwrap_or_default(),
+            object: "chat.completion.chunk",
+            system_fingerprint: None,
+            usage: self.include_usage.then_some(None),
+        };
+        let mut out = Vec::with_capacity(200 + self.meta.id.len() + text.len());
+        out.extend_from_slice(b"data: ");
+        match serde_json::to_writer(&mut out, &chunk) {
+            Ok(()) => {
+                out.extend_from_slice(b"\n\n");
+                Bytes::from(out)
+            }
+            Err(_) => {
+                sse_frame(None, &self.chunk(json!({"content": text}), Value::Null, Value::Null))
+            }
+        }
+    }
+
     fn chunk(&self, delta: Value, finish: Value, logprobs: Value) -> Value {
         let mut chunk = self.base();
         if let Value::Object(map) = &mut chunk {
@@ -226,6 +285,22 @@ fn interrupted_frame(message: &str, summary: Option<Value>) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_typed_text_frame_is_byte_for_byte_the_json_tree_frame() {
+        for include_usage in [false, true] {
+            let mut stream =
+                OpenAiStream::new(ResponseMeta::new("chatcmpl-abc", 1_700_000_000), include_usage);
+            stream.model = Some("gpt-4o-mini".into());
+            for text in ["Hello", "say \"hi\"\n\ttab \\ and ünïcödé 🚀", "</script>\u{1}"] {
+                let tree = sse_frame(
+                    None,
+                    &stream.chunk(json!({"content": text}), Value::Null, Value::Null),
+                );
+                assert_eq!(stream.text_frame(text), tree, "include_usage={include_usage} {text:?}");
+            }
+        }
+    }
     use crate::wire::fixtures::{self, frames_json};
 
     fn encode_all(stream: &mut OpenAiStream, items: &[Released]) -> Vec<Bytes> {
