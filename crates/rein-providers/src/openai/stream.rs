@@ -26,6 +26,9 @@ struct Chunk {
     choices: Option<Vec<Choice>>,
     #[serde(default)]
     usage: Option<WireUsage>,
+    /// Present (non-null) on a mid-stream error object: read by the slow path.
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -83,6 +86,15 @@ impl Decoder for OpenAiDecoder {
         if data.is_empty() {
             return Ok(Vec::new());
         }
+        // The common case: a well-formed chunk with no error, read straight into its struct.
+        // Anything else (an error object, a malformed line) takes the path below, which reads
+        // the error or says what is wrong exactly as before.
+        if record.event.as_deref() != Some("error")
+            && let Ok(chunk) = serde_json::from_str::<Chunk>(data)
+            && chunk.error.is_none()
+        {
+            return Ok(self.events(chunk));
+        }
         let json: Value =
             serde_json::from_str(data).map_err(|e| malformed("chat completion chunk", &e))?;
         let error_present = json.get("error").is_some_and(|error| !error.is_null());
@@ -97,6 +109,13 @@ impl Decoder for OpenAiDecoder {
         }
         let chunk: Chunk =
             serde_json::from_value(json).map_err(|e| malformed("chat completion chunk", &e))?;
+        Ok(self.events(chunk))
+    }
+}
+
+impl OpenAiDecoder {
+    /// The events of one chunk.
+    fn events(&mut self, chunk: Chunk) -> Vec<StreamEvent> {
         let mut events = Vec::new();
         let id_or_model = chunk.id.as_deref().is_some_and(|id| !id.is_empty())
             || chunk.model.as_deref().is_some_and(|model| !model.is_empty());
@@ -127,11 +146,9 @@ impl Decoder for OpenAiDecoder {
         if let Some(usage) = &chunk.usage {
             events.push(StreamEvent::Usage { usage: usage.to_usage() });
         }
-        Ok(events)
+        events
     }
-}
 
-impl OpenAiDecoder {
     fn delta(&mut self, delta: &Delta, events: &mut Vec<StreamEvent>) {
         let reasoning = delta.reasoning_content.as_ref().or(delta.reasoning.as_ref());
         if let Some(text) = reasoning.filter(|t| !t.is_empty()) {
