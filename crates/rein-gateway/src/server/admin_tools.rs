@@ -45,8 +45,21 @@ struct ListQuery {
     limit: Option<i64>,
 }
 
-fn outbox_state(text: &str) -> Option<OutboxState> {
-    serde_json::from_value(Value::String(text.to_string())).ok()
+impl ListQuery {
+    /// The `state` filter (`all` or absent: none), or a message that lists the states there
+    /// are.
+    fn state<T: serde::de::DeserializeOwned>(&self, states: &str) -> Result<Option<T>, String> {
+        match self.state.as_deref() {
+            None | Some("all") => Ok(None),
+            Some(text) => serde_json::from_value(Value::String(text.to_string()))
+                .map(Some)
+                .map_err(|_| format!("`state` must be {states} or all (got `{text}`)")),
+        }
+    }
+
+    fn limit(&self) -> i64 {
+        self.limit.unwrap_or(100).clamp(1, 10_000)
+    }
 }
 
 /// An item as operators read it: its age and attempts up front.
@@ -66,19 +79,11 @@ async fn outbox_list(
     if let Some(response) = denied(&gateway, &headers) {
         return response;
     }
-    let state = match query.state.as_deref() {
-        None | Some("all") => None,
-        Some(text) => match outbox_state(text) {
-            Some(state) => Some(state),
-            None => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    format!("`state` must be pending, done, failed, dropped or all (got `{text}`)"),
-                );
-            }
-        },
+    let state: Option<OutboxState> = match query.state("pending, done, failed, dropped") {
+        Ok(state) => state,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
-    let limit = query.limit.unwrap_or(100).clamp(1, 10_000);
+    let limit = query.limit();
     let tools = gateway.runtime().tools.clone();
     let now = tools.now_unix_ms();
     match (tools.outbox_list(state, limit).await, tools.outbox_stats().await) {
@@ -204,19 +209,11 @@ async fn approvals(
     if let Some(response) = denied(&gateway, &headers) {
         return response;
     }
-    let state = match query.state.as_deref() {
-        None | Some("all") => None,
-        Some(text) => match serde_json::from_value::<HoldState>(Value::String(text.to_string())) {
-            Ok(state) => Some(state),
-            Err(_) => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    format!("`state` must be pending, approved, rejected or all (got `{text}`)"),
-                );
-            }
-        },
+    let state: Option<HoldState> = match query.state("pending, approved, rejected") {
+        Ok(state) => state,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
-    let limit = query.limit.unwrap_or(100).clamp(1, 10_000);
+    let limit = query.limit();
     match gateway.runtime().tools.holds(state, limit).await {
         Ok(holds) => axum::Json(json!({ "holds": holds })).into_response(),
         Err(failure) => tool_error(failure),
