@@ -213,6 +213,15 @@ pub enum Decision {
     Reject { rejected_result: Value },
 }
 
+/// What [`ToolStore::prune`] deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Pruned {
+    pub keys: u64,
+    pub outbox: u64,
+    pub holds: u64,
+    pub cache: u64,
+}
+
 /// A cached read result and when it was captured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CachedResult {
@@ -356,6 +365,16 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
         tool: &str,
         args_hash: &str,
     ) -> Result<Option<CachedResult>, StoreError>;
+
+    // ---- retention ----
+
+    /// Forget what is past its retention, in one transaction: `Done` key records last changed
+    /// before `keys_before`, with their finished (done or dropped) outbox items and decided
+    /// holds, and finished items and decided holds older than that whose key has no record;
+    /// cache entries captured before `cache_before`. Never touches a key that is in flight,
+    /// queued or held, a pending or failed item, or a pending hold: nothing that may still
+    /// execute or that an operator must see is lost.
+    async fn prune(&self, keys_before: i64, cache_before: i64) -> Result<Pruned, StoreError>;
 
     // ---- gate holds ----
 

@@ -25,7 +25,7 @@ use self::failure::{Failure, Redaction, corrupt, describe};
 use crate::StoreError;
 use crate::tools::{
     CachedResult, Decision, Hold, HoldState, KeyBegin, KeyState, NewHold, OutboxItem, OutboxState,
-    OutboxStats, ToolStore,
+    OutboxStats, Pruned, ToolStore,
 };
 
 /// Connections per store (per gateway replica).
@@ -666,6 +666,40 @@ impl ToolStore for PostgresToolStore {
                 Ok(CachedResult { result: json(&row, 0)?, captured_unix_ms: row.try_get(1)? })
             })
             .transpose()
+        })
+        .await
+    }
+
+    async fn prune(&self, keys_before: i64, cache_before: i64) -> Result<Pruned, StoreError> {
+        self.guard(async {
+            let mut client = self.pool.get().await?;
+            let tx = client.transaction().await?;
+            let holds = execute(
+                &tx,
+                "DELETE FROM tool_holds WHERE state <> 'pending' AND (idempotency_key IN (SELECT key FROM tool_keys WHERE state = 'done' AND updated_unix_ms < $1) OR (decided_unix_ms < $1 AND idempotency_key NOT IN (SELECT key FROM tool_keys)))",
+                &[&keys_before],
+            )
+            .await?;
+            let outbox = execute(
+                &tx,
+                "DELETE FROM tool_outbox WHERE state IN ('done', 'dropped') AND id NOT IN (SELECT outbox_id FROM tool_holds WHERE outbox_id IS NOT NULL) AND (idempotency_key IN (SELECT key FROM tool_keys WHERE state = 'done' AND updated_unix_ms < $1) OR (finished_unix_ms < $1 AND idempotency_key NOT IN (SELECT key FROM tool_keys)))",
+                &[&keys_before],
+            )
+            .await?;
+            let keys = execute(
+                &tx,
+                "DELETE FROM tool_keys WHERE state = 'done' AND updated_unix_ms < $1 AND key NOT IN (SELECT idempotency_key FROM tool_outbox) AND key NOT IN (SELECT idempotency_key FROM tool_holds)",
+                &[&keys_before],
+            )
+            .await?;
+            let cache = execute(
+                &tx,
+                "DELETE FROM tool_cache WHERE captured_unix_ms < $1",
+                &[&cache_before],
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(Pruned { keys, outbox, holds, cache })
         })
         .await
     }

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::tools::{
     CachedResult, Decision, Hold, HoldState, KeyBegin, KeyState, NewHold, OutboxItem, OutboxState,
-    OutboxStats, ToolStore,
+    OutboxStats, Pruned, ToolStore,
 };
 use crate::{Store, StoreError};
 
@@ -551,6 +551,29 @@ impl ToolStore for SqliteToolStore {
                     |row| Ok(CachedResult { result: json(row, 0)?, captured_unix_ms: row.get(1)? }),
                 )
                 .optional()?)
+        })
+        .await
+    }
+
+    async fn prune(&self, keys_before: i64, cache_before: i64) -> Result<Pruned, StoreError> {
+        self.write(move |tx| {
+            let holds = tx.execute(
+                "DELETE FROM tool_holds WHERE state <> 'pending' AND (idempotency_key IN (SELECT key FROM tool_keys WHERE state = 'done' AND updated_unix_ms < ?1) OR (decided_unix_ms < ?1 AND idempotency_key NOT IN (SELECT key FROM tool_keys)))",
+                params![keys_before],
+            )? as u64;
+            let outbox = tx.execute(
+                "DELETE FROM tool_outbox WHERE state IN ('done', 'dropped') AND id NOT IN (SELECT outbox_id FROM tool_holds WHERE outbox_id IS NOT NULL) AND (idempotency_key IN (SELECT key FROM tool_keys WHERE state = 'done' AND updated_unix_ms < ?1) OR (finished_unix_ms < ?1 AND idempotency_key NOT IN (SELECT key FROM tool_keys)))",
+                params![keys_before],
+            )? as u64;
+            let keys = tx.execute(
+                "DELETE FROM tool_keys WHERE state = 'done' AND updated_unix_ms < ?1 AND key NOT IN (SELECT idempotency_key FROM tool_outbox) AND key NOT IN (SELECT idempotency_key FROM tool_holds)",
+                params![keys_before],
+            )? as u64;
+            let cache = tx.execute(
+                "DELETE FROM tool_cache WHERE captured_unix_ms < ?1",
+                params![cache_before],
+            )? as u64;
+            Ok(Pruned { keys, outbox, holds, cache })
         })
         .await
     }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use rein_store::testing::TempPostgres;
 use rein_store::tools::{
     Decision, Hold, HoldState, KeyBegin, KeyState, NewHold, OutboxItem, OutboxState, OutboxStats,
-    ToolStore,
+    Pruned, ToolStore,
 };
 use rein_store::{PostgresToolStore, SqliteToolStore, Store, open_tool_store};
 use serde_json::{Value, json};
@@ -70,6 +70,7 @@ on_both_backends!(
     concurrent_enqueues_and_holds_of_one_key_make_one_record,
     records_survive_a_reopen,
     json_values_round_trip_exactly,
+    prune_forgets_only_finished_records_past_their_retention,
 );
 
 /// Where a backend's data lives, so more instances can be opened on it.
@@ -821,4 +822,75 @@ async fn json_values_round_trip_exactly(backend: Backend) {
     assert_eq!(item(store, enqueued.id).await.result, Some(odd.clone()));
     store.cache_put("t", "h", &odd, T0).await.unwrap();
     assert_eq!(store.cache_get("t", "h").await.unwrap().unwrap().result, odd);
+}
+
+// ---- retention ----
+
+async fn prune_forgets_only_finished_records_past_their_retention(backend: Backend) {
+    let store = &*backend.store;
+    let old = T0;
+    let recent = T0 + 10 * LEASE;
+    // Old and finished: a direct write, a replayed write, a dropped one, a rejected hold and an
+    // approved hold whose write executed.
+    assert_eq!(begin(store, "done", old).await, KeyBegin::Fresh);
+    store.key_finish("done", &json!({"status": "ok"}), old).await.unwrap();
+    let replayed = begin_and_enqueue(store, "replayed", old).await;
+    assert!(store.outbox_complete(replayed.id, &json!({"status": "ok"}), old).await.unwrap());
+    let dropped = begin_and_enqueue(store, "dropped", old).await;
+    assert!(store.outbox_drop(dropped.id, &json!({"status": "refused"}), old).await.unwrap());
+    let rejected = create_hold(store, "rejected", old).await;
+    store.hold_decide(rejected.id, &reject(), "ops", "no", old).await.unwrap().unwrap();
+    let approved = create_hold(store, "approved", old).await;
+    let approved = store
+        .hold_decide(approved.id, &approve("approved"), "ops", "ok", old)
+        .await
+        .unwrap()
+        .unwrap();
+    let approved_item = approved.outbox_id.unwrap();
+    assert!(store.outbox_complete(approved_item, &json!({"status": "ok"}), old).await.unwrap());
+    // Old but not finished: in flight, queued (pending), failed, held.
+    assert_eq!(begin(store, "in-flight", old).await, KeyBegin::Fresh);
+    let pending = begin_and_enqueue(store, "pending", old).await;
+    let failed = begin_and_enqueue(store, "failed", old).await;
+    assert!(store.outbox_fail(failed.id, "400", &json!({"status": "refused"}), old).await.unwrap());
+    let held = create_hold(store, "held", old).await;
+    // Finished, but recent.
+    assert_eq!(begin(store, "recent", recent).await, KeyBegin::Fresh);
+    store.key_finish("recent", &json!({"status": "ok"}), recent).await.unwrap();
+    store.cache_put(TOOL, "old-args", &json!({"r": 1}), old).await.unwrap();
+    store.cache_put(TOOL, "new-args", &json!({"r": 2}), recent).await.unwrap();
+
+    let pruned = store.prune(T0 + LEASE, T0 + LEASE).await.unwrap();
+    assert_eq!(pruned, Pruned { keys: 5, outbox: 3, holds: 2, cache: 1 });
+
+    // Forgotten: a repeat of a pruned key starts afresh (as Stripe's expired keys do).
+    for key in ["done", "replayed", "dropped", "rejected", "approved"] {
+        assert_eq!(begin(store, key, recent).await, KeyBegin::Fresh, "{key}");
+    }
+    for id in [replayed.id, dropped.id, approved_item] {
+        assert!(store.outbox_get(id).await.unwrap().is_none());
+    }
+    assert!(store.hold_get(rejected.id).await.unwrap().is_none());
+    // Kept: everything that may still execute or needs an operator, and what is recent.
+    assert!(matches!(
+        stored(store, "pending").await,
+        KeyBegin::Stored { state: KeyState::Queued, .. }
+    ));
+    assert_eq!(item(store, pending.id).await.state, OutboxState::Pending);
+    assert_eq!(item(store, failed.id).await.state, OutboxState::Failed);
+    assert_eq!(store.hold_get(held.id).await.unwrap().unwrap().state, HoldState::Pending);
+    assert!(matches!(stored(store, "held").await, KeyBegin::Stored { state: KeyState::Held, .. }));
+    assert!(matches!(
+        stored(store, "recent").await,
+        KeyBegin::Stored { state: KeyState::Done, .. }
+    ));
+    assert_eq!(
+        store.key_begin("in-flight", TOOL, HASH, old + 1, LEASE).await.unwrap(),
+        KeyBegin::InFlight,
+        "an in-flight key is never pruned"
+    );
+    assert!(store.cache_get(TOOL, "old-args").await.unwrap().is_none());
+    assert!(store.cache_get(TOOL, "new-args").await.unwrap().is_some());
+    // A second pass finds nothing more.
+    assert_eq!(store.prune(T0 + LEASE, T0 + LEASE).await.unwrap(), Pruned::default());
 }

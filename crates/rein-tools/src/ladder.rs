@@ -111,6 +111,8 @@ pub(crate) struct OutboxSettings {
     pub backoff_base: Duration,
     pub backoff_cap: Duration,
     pub batch: u32,
+    pub keys_retain: Duration,
+    pub cache_retain: Duration,
 }
 
 pub(crate) type Tools = BTreeMap<String, Tool>;

@@ -1,7 +1,7 @@
 //! What an operator does to the outbox (through the admin API or `rein outbox`): list and show
-//! queued writes, make one due now, or drop one so it is never sent. Dropping a write gives its
-//! idempotency key a final `refused` result, so a repeat of the call says what happened instead
-//! of queueing it again.
+//! queued writes, make one due now, or drop one so it is never sent; and the retention pass that
+//! forgets finished records. Dropping a write gives its idempotency key a final `refused` result,
+//! so a repeat of the call says what happened instead of queueing it again.
 
 use rein_store::tools::{OutboxItem, OutboxState};
 use serde_json::json;
@@ -67,6 +67,17 @@ impl Dispatcher {
         limit: i64,
     ) -> Result<Vec<rein_store::tools::Hold>, ToolError> {
         Ok(self.store.hold_list(state, limit).await?)
+    }
+
+    /// Forget finished writes' keys (with their outbox items and holds) older than
+    /// `outbox.keys_retain_ms` and cache entries older than `outbox.cache_retain_ms`; nothing
+    /// queued, held, failed or in flight is touched.
+    pub async fn prune(&self) -> Result<rein_store::tools::Pruned, ToolError> {
+        let now = self.clock.now_unix_ms();
+        let ago = |d: std::time::Duration| now - i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        let keys_before = ago(self.outbox.keys_retain);
+        let cache_before = ago(self.outbox.cache_retain);
+        Ok(self.store.prune(keys_before, cache_before).await?)
     }
 
     /// The wall-clock time the dispatcher stamps records with.

@@ -228,11 +228,21 @@ impl Gateway {
 
     /// The outbox replay worker: every `outbox.poll_ms` (or at once when kicked), claim due
     /// queued writes under a lease and send each with its original idempotency key, until
-    /// `stop`. Replicas sharing a Postgres store each run one; leases keep them apart.
+    /// `stop`. Replicas sharing a Postgres store each run one; leases keep them apart. Once an
+    /// hour it also runs the retention pass (`outbox.keys_retain_ms`, `outbox.cache_retain_ms`).
     async fn replay_outbox(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
         let owner = format!("{}-{}", std::process::id(), new_id(""));
+        let mut next_prune = tokio::time::Instant::now();
         loop {
             let tools = self.runtime().tools.clone();
+            // Once an hour: forget finished keys and cache entries past their retention.
+            if tokio::time::Instant::now() >= next_prune {
+                next_prune += PRUNE_EVERY;
+                match tools.prune().await {
+                    Ok(pruned) => tracing::debug!(?pruned, "retention pass"),
+                    Err(error) => tracing::warn!("retention pass failed: {error}"),
+                }
+            }
             let batch = i64::from(self.runtime().config.tools.outbox.batch.max(1));
             let report = tools.replay_due(&owner, batch).await;
             if report.claimed > 0 {
@@ -362,6 +372,9 @@ async fn serve_connections(
         })
         .await
 }
+
+/// How often the replay worker runs the tool store's retention pass.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
 /// The tool dispatcher for `config`, reporting to `metrics`.
 fn build_tools(

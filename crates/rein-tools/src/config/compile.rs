@@ -101,6 +101,17 @@ pub(crate) fn compile(
             ),
         );
     }
+    for (key, value) in [
+        ("outbox.keys_retain_ms", outbox.keys_retain_ms),
+        ("outbox.cache_retain_ms", outbox.cache_retain_ms),
+    ] {
+        if value < MIN_RETAIN_MS {
+            problems.add(
+                key,
+                format!("must be at least {MIN_RETAIN_MS} (one hour): a key forgotten sooner lets a late retry run again"),
+            );
+        }
+    }
     if outbox.batch == 0 {
         problems.add("outbox.batch", "must be at least 1");
     }
@@ -128,9 +139,14 @@ pub(crate) fn compile(
             backoff_base: Duration::from_millis(outbox.backoff_base_ms),
             backoff_cap: Duration::from_millis(outbox.backoff_cap_ms),
             batch: outbox.batch,
+            keys_retain: Duration::from_millis(outbox.keys_retain_ms),
+            cache_retain: Duration::from_millis(outbox.cache_retain_ms),
         },
     })
 }
+
+/// The shortest retention accepted for keys and cache entries.
+const MIN_RETAIN_MS: u64 = 3_600_000;
 
 struct ToolCtx<'a, 'e> {
     problems: &'a mut Problems,

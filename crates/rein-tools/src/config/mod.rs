@@ -289,6 +289,15 @@ pub struct OutboxConfig {
     /// How often the replay worker looks for due items.
     #[serde(default = "default_poll_ms")]
     pub poll_ms: u64,
+    /// How long a finished write's key keeps its stored result (with its outbox item and hold);
+    /// after that the same key starts afresh, as Stripe's keys expire. Queued, held and failed
+    /// writes are kept however old.
+    #[serde(default = "default_retain_ms")]
+    pub keys_retain_ms: u64,
+    /// How long a cached read result is kept (a `cache` rung serves it only within its own
+    /// `max_age_ms` anyway).
+    #[serde(default = "default_retain_ms")]
+    pub cache_retain_ms: u64,
 }
 
 impl Default for OutboxConfig {
@@ -299,6 +308,8 @@ impl Default for OutboxConfig {
             backoff_cap_ms: default_backoff_cap_ms(),
             batch: default_batch(),
             poll_ms: default_poll_ms(),
+            keys_retain_ms: default_retain_ms(),
+            cache_retain_ms: default_retain_ms(),
         }
     }
 }
@@ -321,6 +332,11 @@ fn default_batch() -> u32 {
 
 fn default_poll_ms() -> u64 {
     500
+}
+
+/// Seven days.
+fn default_retain_ms() -> u64 {
+    7 * 24 * 3_600_000
 }
 
 /// One problem in a config, at one key.

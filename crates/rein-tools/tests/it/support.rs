@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use rein_core::FixedJitter;
 use rein_store::tools::{
     CachedResult, Decision, Hold, HoldState, KeyBegin, NewHold, OutboxItem, OutboxState,
-    OutboxStats, ToolStore,
+    OutboxStats, Pruned, ToolStore,
 };
 use rein_store::{SqliteToolStore, Store, StoreError};
 use rein_tools::{
@@ -154,6 +154,10 @@ impl ToolStore for TestStore {
         captured_unix_ms: i64,
     ) -> Result<(), StoreError> {
         self.inner.cache_put(tool, args_hash, result, captured_unix_ms).await
+    }
+
+    async fn prune(&self, keys_before: i64, cache_before: i64) -> Result<Pruned, StoreError> {
+        self.inner.prune(keys_before, cache_before).await
     }
 
     async fn cache_get(

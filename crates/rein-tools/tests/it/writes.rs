@@ -433,3 +433,43 @@ fn uuid_version(key: &str) -> u32 {
     // xxxxxxxx-xxxx-Vxxx-...
     key.chars().nth(14).and_then(|c| c.to_digit(16)).unwrap_or(0)
 }
+
+#[tokio::test]
+async fn finished_keys_are_forgotten_after_their_retention_and_queued_writes_never_are() {
+    let refunds = Backend::start("refunds").await;
+    let h = Harness::new(&create_refund(&refunds.url("/refunds"), true));
+    let done = h
+        .call_with("create_refund", json!({"order_id": "o-9", "amount": 5}), with_key("k-done"))
+        .await
+        .unwrap();
+    assert_eq!(done.status, ToolStatus::Ok);
+    refunds.set(Mode::Fail(503));
+    let queued = h
+        .call_with("create_refund", json!({"order_id": "o-10", "amount": 6}), with_key("k-queued"))
+        .await
+        .unwrap();
+    assert_eq!(queued.status, ToolStatus::Queued);
+
+    // Within the retention (default seven days) nothing goes.
+    assert_eq!(h.dispatcher.prune().await.unwrap(), Default::default());
+    h.clock.advance_ms(8 * 24 * 3_600_000);
+    let pruned = h.dispatcher.prune().await.unwrap();
+    assert_eq!((pruned.keys, pruned.outbox, pruned.holds), (1, 0, 0), "{pruned:?}");
+
+    // The queued write outlived its retention: it is still there and replays once.
+    refunds.set(Mode::Up);
+    let report = h.dispatcher.replay_due("worker-1", 10).await;
+    assert_eq!((report.claimed, report.done), (1, 1), "{report:?}");
+    assert_eq!(refunds.executions(), 2);
+
+    // The forgotten key runs again (as an expired Stripe key does); the backend's own key check
+    // is what keeps that harmless.
+    let hits = refunds.hits();
+    let again = h
+        .call_with("create_refund", json!({"order_id": "o-9", "amount": 5}), with_key("k-done"))
+        .await
+        .unwrap();
+    assert!(!again.replayed);
+    assert_eq!(refunds.hits(), hits + 1);
+    assert_eq!(refunds.executions(), 2, "the backend saw the key before");
+}
