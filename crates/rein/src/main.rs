@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
+mod approvals;
 mod outbox;
 
 /// A proxy allocates and frees many small buffers per request; mimalloc does that with far less
@@ -38,6 +39,9 @@ enum Command {
     /// Inspect and manage a running gateway's durable write queue (through its admin API):
     /// list, show, replay now, drop.
     Outbox(outbox::OutboxArgs),
+    /// The writes a gate holds for a person, on a running gateway (through its admin API):
+    /// list, approve (sent once, with its original key), reject.
+    Approvals(approvals::ApprovalsArgs),
     /// Run the fault-injecting OpenAI/Anthropic simulator, for tests and drills.
     ///
     /// Pick a fault per request with the `x-sim-fault: <spec>` header or `"model": "sim:<spec>"`,
@@ -155,6 +159,7 @@ fn main() -> std::process::ExitCode {
             Command::Check(args) => check(args).await,
             Command::Versions(args) => versions(args).await,
             Command::Outbox(args) => outbox::run(args).await,
+            Command::Approvals(args) => approvals::run(args).await,
             Command::Sim(args) => sim(args).await,
         }
     });

@@ -601,3 +601,64 @@ async fn rein_outbox_lists_shows_drops_and_replays_queued_writes() {
     let (ok, out) = outbox_cli(&gateway.url, &["replay", &second.to_string()]);
     assert!(!ok && out.contains("409"), "replaying a done item is refused: {out}");
 }
+
+fn approvals_cli(url: &str, args: &[&str]) -> (bool, String) {
+    let output = Command::new(BIN)
+        .args(["approvals", "--url", url, "--admin-key-env", ADMIN_ENV])
+        .args(args)
+        .env(ADMIN_ENV, ADMIN_KEY)
+        .output()
+        .unwrap();
+    (output.status.success(), String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rein_approvals_lists_held_refunds_and_an_approval_executes_once() {
+    let (backend, port) = start_backend().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), port, None);
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        "[tools.refund]\nkind = \"write\"\n",
+        "[tools.refund]\nkind = \"write\"\ngate = [{ field = \"amount\", op = \">\", value = 50, reason = \"refunds over $50 wait for a person\" }]\n",
+    );
+    assert!(text.contains("gate = "));
+    std::fs::write(&path, text).unwrap();
+    let gateway = Gateway::start(&path, &[]);
+    let client = reqwest::Client::new();
+    let response = client
+        .post(format!("{}/v1/tools/refund", gateway.url))
+        .header("idempotency-key", "gated-1")
+        .header("x-rein-conversation-id", "conv-42")
+        .json(&json!({"amount": 80, "order": "gated-1", "approved": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let held: Value = response.json().await.unwrap();
+    assert_eq!(held["status"], "pending_approval", "{held}");
+
+    let (ok, table) = approvals_cli(&gateway.url, &["list"]);
+    assert!(ok, "{table}");
+    for needle in ["gated-1", "refund", "pending", "conv-42", "refunds over $50 wait for a person"]
+    {
+        assert!(table.contains(needle), "`{needle}` missing from:\n{table}");
+    }
+    let (_, json) = approvals_cli(&gateway.url, &["list", "--json"]);
+    let id = serde_json::from_str::<Value>(&json).unwrap()["holds"][0]["id"].as_i64().unwrap();
+    assert!(ledger(&backend).deliveries.is_empty(), "nothing is sent before approval");
+
+    let (ok, out) = approvals_cli(&gateway.url, &["approve", &id.to_string(), "--by", "alice"]);
+    assert!(ok, "{out}");
+    let (ok, out) = approvals_cli(&gateway.url, &["approve", &id.to_string(), "--by", "bob"]);
+    assert!(!ok && out.contains("409"), "only the first decision counts: {out}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !ledger(&backend).executions.contains_key("gated-1") {
+        assert!(tokio::time::Instant::now() < deadline, "the approved refund was not sent");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(ledger(&backend).executions["gated-1"], (80, 1));
+    assert_eq!(ledger(&backend).deliveries.len(), 1, "sent once");
+    let (_, table) = approvals_cli(&gateway.url, &["list", "--state", "approved"]);
+    assert!(table.contains("gated-1") && table.contains("approved"), "{table}");
+}

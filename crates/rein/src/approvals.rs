@@ -1,0 +1,116 @@
+//! `rein approvals`: the writes a gate holds for a person, on a running gateway, through its
+//! admin API. `list` prints one line per hold (id, tool, state, age, the gate's reason, the
+//! conversation); `approve` puts the held write in the outbox, where the gateway's worker sends
+//! it once with its original key; `reject` makes sure it never runs. Only the first decision on
+//! a hold counts. `--json` prints the admin API's answer as is.
+
+use std::io::Write;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+#[derive(Debug, Args)]
+pub struct ApprovalsArgs {
+    /// The gateway's address.
+    #[arg(long, default_value = "http://127.0.0.1:8787")]
+    url: String,
+    /// Environment variable holding the admin key.
+    #[arg(long, default_value = "REIN_ADMIN_KEY")]
+    admin_key_env: String,
+    /// Print the admin API's JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    action: ApprovalsAction,
+}
+
+#[derive(Debug, Subcommand)]
+enum ApprovalsAction {
+    /// Holds, newest first.
+    List {
+        /// pending, approved, rejected or all.
+        #[arg(long, default_value = "pending")]
+        state: String,
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+    },
+    /// Approve a held write: it is sent once, with its original idempotency key.
+    Approve {
+        id: i64,
+        /// Who approves (recorded with the decision).
+        #[arg(long)]
+        by: String,
+        #[arg(long, default_value = "")]
+        note: String,
+    },
+    /// Reject a held write: it is never sent.
+    Reject {
+        id: i64,
+        #[arg(long)]
+        by: String,
+        #[arg(long, default_value = "")]
+        note: String,
+    },
+}
+
+pub async fn run(args: ApprovalsArgs) -> anyhow::Result<std::process::ExitCode> {
+    let key = std::env::var(&args.admin_key_env)
+        .with_context(|| format!("set {} to the gateway's admin key", args.admin_key_env))?;
+    let client = reqwest::Client::new();
+    let base = args.url.trim_end_matches('/');
+    let request = match &args.action {
+        ApprovalsAction::List { state, limit } => {
+            client.get(format!("{base}/admin/approvals?state={state}&limit={limit}"))
+        }
+        ApprovalsAction::Approve { id, by, note } => client
+            .post(format!("{base}/admin/approvals/{id}/approve"))
+            .json(&serde_json::json!({"by": by, "note": note})),
+        ApprovalsAction::Reject { id, by, note } => client
+            .post(format!("{base}/admin/approvals/{id}/reject"))
+            .json(&serde_json::json!({"by": by, "note": note})),
+    };
+    let response =
+        request.bearer_auth(key).send().await.with_context(|| format!("cannot reach {base}"))?;
+    let status = response.status();
+    let body: Value =
+        response.json().await.context("the gateway answered with something other than JSON")?;
+    let mut stdout = std::io::stdout().lock();
+    if !status.is_success() {
+        let message = body.pointer("/error/message").and_then(Value::as_str).unwrap_or("");
+        writeln!(stdout, "error ({status}): {message}")?;
+        return Ok(std::process::ExitCode::FAILURE);
+    }
+    match (&args.action, args.json) {
+        (ApprovalsAction::List { .. }, false) => write_table(&mut stdout, &body)?,
+        _ => writeln!(stdout, "{}", serde_json::to_string_pretty(&body)?)?,
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `list` as a table.
+fn write_table(out: &mut impl Write, body: &Value) -> std::io::Result<()> {
+    let holds = body.get("holds").and_then(Value::as_array).cloned().unwrap_or_default();
+    writeln!(
+        out,
+        "{:>6}  {:<16}  {:<8}  {:<24}  {:<36}  REASON",
+        "ID", "TOOL", "STATE", "CONVERSATION", "IDEMPOTENCY KEY"
+    )?;
+    for hold in &holds {
+        let text = |field: &str| hold.get(field).and_then(Value::as_str).unwrap_or("-").to_string();
+        writeln!(
+            out,
+            "{:>6}  {:<16}  {:<8}  {:<24}  {:<36}  {}",
+            hold.get("id").and_then(Value::as_i64).unwrap_or(0),
+            text("tool"),
+            text("state"),
+            text("conversation_id"),
+            text("idempotency_key"),
+            text("reason"),
+        )?;
+        if let Some(args) = hold.get("args") {
+            writeln!(out, "        args: {args}")?;
+        }
+    }
+    writeln!(out, "{} shown", holds.len())
+}
