@@ -506,8 +506,21 @@ async fn rein_outbox_lists_shows_drops_and_replays_queued_writes() {
     for key in ["cli-refund-1", "cli-refund-2"] {
         assert_eq!(send(&client, &gateway.url, key, 12).await, Known::Queued);
     }
-    // Let the worker try (and fail) at least once, so attempts and the last error show.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Let the worker try (and fail) each once, so attempts and the last error show.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, json) = outbox_cli(&gateway.url, &["list", "--json"]);
+        let listed: Value = serde_json::from_str(&json).unwrap();
+        let tried =
+            listed["items"].as_array().unwrap().iter().all(|item| {
+                item["last_error"].is_string() && item["lease_until_unix_ms"].is_null()
+            });
+        if tried {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the worker never tried: {listed}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     let (ok, table) = outbox_cli(&gateway.url, &["list", "--state", "pending"]);
     assert!(ok, "{table}");
