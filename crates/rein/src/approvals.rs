@@ -6,9 +6,10 @@
 
 use std::io::Write;
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::Value;
+
+use crate::admin::{self, Admin};
 
 #[derive(Debug, Args)]
 pub struct ApprovalsArgs {
@@ -55,41 +56,27 @@ enum ApprovalsAction {
 }
 
 pub async fn run(args: ApprovalsArgs) -> anyhow::Result<std::process::ExitCode> {
-    let key = std::env::var(&args.admin_key_env)
-        .with_context(|| format!("set {} to the gateway's admin key", args.admin_key_env))?;
-    let client = reqwest::Client::new();
-    let base = args.url.trim_end_matches('/');
+    let admin = Admin::new(&args.url, &args.admin_key_env)?;
     let request = match &args.action {
         ApprovalsAction::List { state, limit } => {
-            client.get(format!("{base}/admin/approvals?state={state}&limit={limit}"))
+            admin.get(&format!("/admin/approvals?state={state}&limit={limit}"))
         }
-        ApprovalsAction::Approve { id, by, note } => client
-            .post(format!("{base}/admin/approvals/{id}/approve"))
+        ApprovalsAction::Approve { id, by, note } => admin
+            .post(&format!("/admin/approvals/{id}/approve"))
             .json(&serde_json::json!({"by": by, "note": note})),
-        ApprovalsAction::Reject { id, by, note } => client
-            .post(format!("{base}/admin/approvals/{id}/reject"))
+        ApprovalsAction::Reject { id, by, note } => admin
+            .post(&format!("/admin/approvals/{id}/reject"))
             .json(&serde_json::json!({"by": by, "note": note})),
     };
-    let response =
-        request.bearer_auth(key).send().await.with_context(|| format!("cannot reach {base}"))?;
-    let status = response.status();
-    let body: Value =
-        response.json().await.context("the gateway answered with something other than JSON")?;
-    let mut stdout = std::io::stdout().lock();
-    if !status.is_success() {
-        let message = body.pointer("/error/message").and_then(Value::as_str).unwrap_or("");
-        writeln!(stdout, "error ({status}): {message}")?;
-        return Ok(std::process::ExitCode::FAILURE);
-    }
+    let (status, body) = admin.send(request).await?;
     match (&args.action, args.json) {
-        (ApprovalsAction::List { .. }, false) => write_table(&mut stdout, &body)?,
-        _ => writeln!(stdout, "{}", serde_json::to_string_pretty(&body)?)?,
+        (ApprovalsAction::List { .. }, false) => admin::print(status, &body, write_table),
+        _ => admin::print(status, &body, admin::json),
     }
-    Ok(std::process::ExitCode::SUCCESS)
 }
 
 /// `list` as a table.
-fn write_table(out: &mut impl Write, body: &Value) -> std::io::Result<()> {
+fn write_table(out: &mut dyn Write, body: &Value) -> std::io::Result<()> {
     let holds = body.get("holds").and_then(Value::as_array).cloned().unwrap_or_default();
     writeln!(
         out,

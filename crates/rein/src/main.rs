@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
+mod admin;
 mod approvals;
 mod outbox;
 
@@ -273,37 +274,28 @@ async fn sim(args: SimArgs) -> anyhow::Result<std::process::ExitCode> {
 }
 
 async fn versions(args: VersionsArgs) -> anyhow::Result<std::process::ExitCode> {
-    let key = std::env::var(&args.admin_key_env)
-        .with_context(|| format!("set {} to the gateway's admin key", args.admin_key_env))?;
-    let client = reqwest::Client::new();
-    let base = args.url.trim_end_matches('/');
+    let admin = admin::Admin::new(&args.url, &args.admin_key_env)?;
     let request = match &args.action {
-        VersionsAction::List { route } => {
-            client.get(format!("{base}/admin/routes/{route}/versions"))
-        }
+        VersionsAction::List { route } => admin.get(&format!("/admin/routes/{route}/versions")),
         VersionsAction::Diff { route, from, to } => {
-            client.get(format!("{base}/admin/routes/{route}/diff?from={from}&to={to}"))
+            admin.get(&format!("/admin/routes/{route}/diff?from={from}&to={to}"))
         }
         VersionsAction::Set { route, file, author, note } => {
             let text = std::fs::read_to_string(file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
             let settings: serde_json::Value = serde_json::from_str(&text)
                 .with_context(|| format!("{} is not JSON", file.display()))?;
-            client
-                .post(format!("{base}/admin/routes/{route}/versions"))
+            admin
+                .post(&format!("/admin/routes/{route}/versions"))
                 .json(&serde_json::json!({"settings": settings, "author": author, "note": note}))
         }
-        VersionsAction::Revert { route, version, author, reason } => client
-            .post(format!("{base}/admin/routes/{route}/revert"))
+        VersionsAction::Revert { route, version, author, reason } => admin
+            .post(&format!("/admin/routes/{route}/revert"))
             .json(&serde_json::json!({"version": version, "author": author, "reason": reason})),
     };
-    let response =
-        request.bearer_auth(key).send().await.with_context(|| format!("cannot reach {base}"))?;
-    let status = response.status();
-    let body: serde_json::Value =
-        response.json().await.context("the gateway answered with something other than JSON")?;
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{}", serde_json::to_string_pretty(&body)?)?;
+    let (status, body) = admin.send(request).await?;
+    // The answer is printed whole either way (an error's JSON names the problem).
+    admin::json(&mut std::io::stdout().lock(), &body)?;
     Ok(if status.is_success() {
         std::process::ExitCode::SUCCESS
     } else {

@@ -5,9 +5,10 @@
 
 use std::io::Write;
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::Value;
+
+use crate::admin::{self, Admin};
 
 #[derive(Debug, Args)]
 pub struct OutboxArgs {
@@ -49,40 +50,26 @@ enum OutboxAction {
 }
 
 pub async fn run(args: OutboxArgs) -> anyhow::Result<std::process::ExitCode> {
-    let key = std::env::var(&args.admin_key_env)
-        .with_context(|| format!("set {} to the gateway's admin key", args.admin_key_env))?;
-    let client = reqwest::Client::new();
-    let base = args.url.trim_end_matches('/');
+    let admin = Admin::new(&args.url, &args.admin_key_env)?;
     let request = match &args.action {
         OutboxAction::List { state, limit } => {
-            client.get(format!("{base}/admin/outbox?state={state}&limit={limit}"))
+            admin.get(&format!("/admin/outbox?state={state}&limit={limit}"))
         }
-        OutboxAction::Show { id } => client.get(format!("{base}/admin/outbox/{id}")),
-        OutboxAction::Replay { id } => client.post(format!("{base}/admin/outbox/{id}/replay")),
-        OutboxAction::Drop { id, reason, by } => client
-            .post(format!("{base}/admin/outbox/{id}/drop"))
+        OutboxAction::Show { id } => admin.get(&format!("/admin/outbox/{id}")),
+        OutboxAction::Replay { id } => admin.post(&format!("/admin/outbox/{id}/replay")),
+        OutboxAction::Drop { id, reason, by } => admin
+            .post(&format!("/admin/outbox/{id}/drop"))
             .json(&serde_json::json!({"reason": reason, "by": by})),
     };
-    let response =
-        request.bearer_auth(key).send().await.with_context(|| format!("cannot reach {base}"))?;
-    let status = response.status();
-    let body: Value =
-        response.json().await.context("the gateway answered with something other than JSON")?;
-    let mut stdout = std::io::stdout().lock();
-    if !status.is_success() {
-        let message = body.pointer("/error/message").and_then(Value::as_str).unwrap_or("");
-        writeln!(stdout, "error ({status}): {message}")?;
-        return Ok(std::process::ExitCode::FAILURE);
-    }
+    let (status, body) = admin.send(request).await?;
     match (&args.action, args.json) {
-        (OutboxAction::List { .. }, false) => write_table(&mut stdout, &body)?,
-        _ => writeln!(stdout, "{}", serde_json::to_string_pretty(&body)?)?,
+        (OutboxAction::List { .. }, false) => admin::print(status, &body, write_table),
+        _ => admin::print(status, &body, admin::json),
     }
-    Ok(std::process::ExitCode::SUCCESS)
 }
 
 /// `list` as a table, then the queue's numbers.
-fn write_table(out: &mut impl Write, body: &Value) -> std::io::Result<()> {
+fn write_table(out: &mut dyn Write, body: &Value) -> std::io::Result<()> {
     let items = body.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
     writeln!(
         out,
