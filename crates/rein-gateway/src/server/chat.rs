@@ -14,7 +14,6 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use rein_core::validate::Evidence;
 use rein_core::{CallOptions, CallReport, ChatRequest, ReleaseMode, ReleaseStream, Released};
-use serde_json::Value;
 
 use super::Gateway;
 use super::error::{Api, ApiError};
@@ -181,12 +180,19 @@ async fn complete(
     match engine.complete(&parsed.route, parsed.request, options).await {
         Ok(completion) => {
             let meta = meta(api);
-            let body: Value = match api {
-                Api::OpenAi => wire::openai::render_response(&completion, &meta),
-                Api::Anthropic => wire::anthropic::render_response(&completion, &meta),
+            let body: Vec<u8> = match api {
+                Api::OpenAi => wire::openai::render_response_bytes(&completion, &meta),
+                Api::Anthropic => {
+                    wire::anthropic::render_response(&completion, &meta).to_string().into_bytes()
+                }
             };
             log_call(&request_id, &completion.report);
-            let mut response = (StatusCode::OK, axum::Json(body)).into_response();
+            let mut response = (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+                body,
+            )
+                .into_response();
             report_headers(response.headers_mut(), api, &request_id, Some(&completion.report));
             response
         }

@@ -438,6 +438,116 @@ pub fn render_response(completion: &Completion, meta: &ResponseMeta) -> Value {
     })
 }
 
+/// The same `chat.completion` as [`render_response`], serialized straight from borrowed typed
+/// fields (the hot path of every non-streamed answer): the same bytes, keys in the same sorted
+/// order, without building a JSON tree first.
+pub fn render_response_bytes(completion: &Completion, meta: &ResponseMeta) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Function<'a> {
+        arguments: &'a str,
+        name: &'a str,
+    }
+    #[derive(Serialize)]
+    struct Call<'a> {
+        function: Function<'a>,
+        id: &'a str,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    }
+    #[derive(Serialize)]
+    struct Message<'a> {
+        annotations: [(); 0],
+        content: Option<&'a str>,
+        refusal: Option<&'a str>,
+        role: &'static str,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<Call<'a>>,
+    }
+    #[derive(Serialize)]
+    struct Choice<'a> {
+        finish_reason: String,
+        index: u32,
+        logprobs: Value,
+        message: Message<'a>,
+    }
+    #[derive(Serialize)]
+    struct Usage {
+        completion_tokens: u32,
+        prompt_tokens: u32,
+        total_tokens: u64,
+    }
+    #[derive(Serialize)]
+    struct Summary<'a> {
+        attempts: usize,
+        outcome: &'a str,
+        route: &'a str,
+        settings_version: Option<i64>,
+        tier: Option<&'a str>,
+    }
+    #[derive(Serialize)]
+    struct Body<'a> {
+        choices: [Choice<'a>; 1],
+        created: u64,
+        id: &'a str,
+        model: &'a str,
+        object: &'static str,
+        rein: Summary<'a>,
+        system_fingerprint: Option<()>,
+        usage: Usage,
+    }
+    let response = &completion.response;
+    let report = &completion.report;
+    let content = if response.text.is_empty()
+        && (!response.tool_calls.is_empty() || response.refusal.is_some())
+    {
+        None
+    } else {
+        Some(response.text.as_str())
+    };
+    let body = Body {
+        choices: [Choice {
+            finish_reason: finish_reason(response.stop_reason.as_ref()),
+            index: 0,
+            logprobs: logprobs_json(&response.logprobs),
+            message: Message {
+                annotations: [],
+                content,
+                refusal: response.refusal.as_deref(),
+                role: "assistant",
+                tool_calls: response
+                    .tool_calls
+                    .iter()
+                    .map(|call| Call {
+                        function: Function { arguments: &call.arguments, name: &call.name },
+                        id: &call.id,
+                        kind: "function",
+                    })
+                    .collect(),
+            },
+        }],
+        created: meta.created,
+        id: &meta.id,
+        model: &response.model,
+        object: "chat.completion",
+        rein: Summary {
+            attempts: report.attempt_count(),
+            outcome: report.outcome.as_str(),
+            route: &report.route,
+            settings_version: report.settings_version,
+            tier: report.served_by.as_ref().map(|served| served.tier_name.as_str()),
+        },
+        system_fingerprint: None,
+        usage: Usage {
+            completion_tokens: response.usage.output_tokens,
+            prompt_tokens: response.usage.input_tokens,
+            total_tokens: u64::from(response.usage.input_tokens)
+                + u64::from(response.usage.output_tokens),
+        },
+    };
+    serde_json::to_vec(&body)
+        .unwrap_or_else(|_| render_response(completion, meta).to_string().into_bytes())
+}
+
 /// `content` is null when the answer is only tool calls or a refusal, as OpenAI sends it.
 fn message_content(response: &ChatResponse) -> Value {
     if response.text.is_empty() && (!response.tool_calls.is_empty() || response.refusal.is_some()) {

@@ -449,3 +449,29 @@ fn models_list() {
     assert_eq!(body["data"][1]["id"], "extract");
     assert_eq!(body["object"], "list");
 }
+
+#[test]
+fn the_typed_rendering_is_byte_for_byte_the_json_tree_rendering() {
+    let mut empty_text = fixtures::text_response();
+    empty_text.text.clear();
+    let mut versioned = fixtures::report(Outcome::Answered, Some((0, "primary")));
+    versioned.settings_version = Some(7);
+    let cases = [
+        completion(fixtures::text_response(), Outcome::Answered, Some((0, "primary"))),
+        completion(fixtures::tool_response(), Outcome::Fallback, Some((1, "claude"))),
+        completion(fixtures::refusal_response(), Outcome::Declined, None),
+        completion(fixtures::logprob_response(), Outcome::Answered, Some((0, "primary"))),
+        completion(empty_text, Outcome::Degraded, None),
+        Completion { response: fixtures::text_response(), report: versioned },
+    ];
+    for (index, case) in cases.iter().enumerate() {
+        let meta = fixtures::meta("chatcmpl-rein-typed");
+        let tree = serde_json::to_vec(&render_response(case, &meta)).unwrap();
+        let typed = render_response_bytes(case, &meta);
+        assert_eq!(
+            String::from_utf8(typed).unwrap(),
+            String::from_utf8(tree).unwrap(),
+            "case {index}"
+        );
+    }
+}
