@@ -4,23 +4,47 @@
 //! failure. After headers, a broken body is a cut stream. The client never retries, never
 //! follows redirects (a redirected POST is a config error worth seeing) and sets no request
 //! or read timeout: every other clock belongs to the engine.
+//!
+//! Requests go out on hyper's pooled client with rustls (HTTP/1.1, or HTTP/2 where TLS
+//! negotiates it), to a URI parsed once when the provider is built. A destination that the
+//! environment's proxy settings (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`) send
+//! through a proxy goes out on reqwest instead, which speaks to proxies.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
+use http::header::{ACCEPT, HeaderMap, HeaderValue, USER_AGENT};
+use http::{Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::proxy::matcher::Matcher;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use reqwest::Url;
 use reqwest::redirect::Policy;
 
 use rein_core::{Clock, Failure};
 
 use crate::config::{ClientBuildError, HttpClientConfig};
+use crate::stream;
 
 /// Largest error body read before parsing: enough for any provider's JSON, bounded against
 /// a misbehaving proxy streaming an endless page.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
-/// Per-thread copies of each [`HttpClient`]'s `reqwest::Client`, by client id.
-type ThreadClients = std::cell::RefCell<Vec<(u64, reqwest::Client)>>;
+const AGENT: &str = concat!("rein/", env!("CARGO_PKG_VERSION"));
+
+type Connector = Bounded<HttpsConnector<HttpConnector>>;
+type Hyper = Client<Connector, Full<Bytes>>;
+
+/// Per-thread copies of each [`HttpClient`]'s hyper client, by client id.
+type ThreadClients = std::cell::RefCell<Vec<(u64, Hyper)>>;
 
 thread_local! {
     static THREAD_CLIENTS: ThreadClients = const { std::cell::RefCell::new(Vec::new()) };
@@ -32,33 +56,125 @@ const MAX_THREAD_CLIENTS: usize = 16;
 static NEXT_CLIENT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// A cheap-to-clone handle on the providers' HTTP client. Each thread that sends through it
-/// gets its own `reqwest::Client` (its own connection pool) built from the same settings, so a
+/// gets its own hyper client (its own connection pool) built from the same settings, so a
 /// gateway worker's request and the upstream connection it uses live on one event loop and no
 /// other thread is woken to move its bytes.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpClient {
     id: u64,
-    config: HttpClientConfig,
-    /// Used where a per-thread copy cannot be built (it was built once already, so rarely).
-    inner: reqwest::Client,
+    /// TCP + TLS, bounded by the connect timeout; cloned into each thread's pool.
+    connector: Connector,
+    pool_idle_timeout: Duration,
+    pool_max_idle_per_host: usize,
+    /// The environment's proxy rules, read once.
+    proxies: Arc<Matcher>,
+    /// For destinations behind a proxy.
+    proxied: reqwest::Client,
     connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("id", &self.id)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("pool_idle_timeout", &self.pool_idle_timeout)
+            .field("pool_max_idle_per_host", &self.pool_max_idle_per_host)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a provider's requests go, resolved once when the provider is built: the URL (for
+/// display and the proxy path) and the same address as hyper's URI.
+#[derive(Debug, Clone)]
+pub(crate) struct Endpoint {
+    pub url: Url,
+    uri: Uri,
+    via_proxy: bool,
+}
+
+/// A response whose headers arrived: status, headers and the body as it streams in.
+pub(crate) struct Upstream {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: stream::Body,
 }
 
 impl HttpClient {
     pub fn new(config: &HttpClientConfig) -> Result<Self, ClientBuildError> {
-        let inner = build(config)?;
-        let id = NEXT_CLIENT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(Self { id, config: config.clone(), inner, connect_timeout: config.connect_timeout() })
+        // reqwest reads the same variables with the same matcher.
+        Self::with_proxies(config, Matcher::from_env(), None)
     }
 
-    /// This thread's copy of the client.
-    fn local(&self) -> reqwest::Client {
+    /// A client with the given proxy rules instead of the environment's (`rules` decides which
+    /// destinations go to reqwest, `proxy` is what reqwest then does with them).
+    fn with_proxies(
+        config: &HttpClientConfig,
+        proxies: Matcher,
+        proxy: Option<reqwest::Proxy>,
+    ) -> Result<Self, ClientBuildError> {
+        let keepalive =
+            (config.tcp_keepalive_ms > 0).then(|| Duration::from_millis(config.tcp_keepalive_ms));
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_keepalive(keepalive);
+        let tls = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_platform_verifier(rustls::crypto::aws_lc_rs::default_provider())
+            .map_err(|error| ClientBuildError { detail: error_chain(&error) })?
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(http);
+        let connector = Bounded { inner: tls, limit: config.connect_timeout() };
+        let mut proxied = reqwest::Client::builder();
+        if let Some(proxy) = proxy {
+            proxied = proxied.no_proxy().proxy(proxy);
+        }
+        let proxied = proxied
+            .connect_timeout(config.connect_timeout())
+            .pool_idle_timeout(Some(Duration::from_millis(config.pool_idle_timeout_ms)))
+            .pool_max_idle_per_host(config.pool_max_idle_per_host)
+            .tcp_keepalive(keepalive)
+            .tcp_nodelay(true)
+            .redirect(Policy::none())
+            // reqwest's default policy re-sends requests an HTTP/2 server refused; the engine
+            // owns every retry (and the retry budget), so the client sends exactly once.
+            .retry(reqwest::retry::never())
+            .user_agent(AGENT)
+            .build()
+            .map_err(|error| ClientBuildError { detail: error_chain(&error) })?;
+        let id = NEXT_CLIENT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Self {
+            id,
+            connector,
+            pool_idle_timeout: Duration::from_millis(config.pool_idle_timeout_ms),
+            pool_max_idle_per_host: config.pool_max_idle_per_host,
+            proxies: Arc::new(proxies),
+            proxied,
+            connect_timeout: config.connect_timeout(),
+        })
+    }
+
+    /// Resolves `url` once: its URI, and whether a proxy rule covers it.
+    pub(crate) fn endpoint(&self, url: Url) -> Result<Endpoint, http::uri::InvalidUri> {
+        let uri: Uri = url.as_str().parse()?;
+        let via_proxy = self.proxies.intercept(&uri).is_some();
+        Ok(Endpoint { url, uri, via_proxy })
+    }
+
+    /// This thread's copy of the pooled client.
+    fn local(&self) -> Hyper {
         THREAD_CLIENTS.with(|clients| {
             let mut clients = clients.borrow_mut();
             if let Some((_, client)) = clients.iter().find(|(id, _)| *id == self.id) {
                 return client.clone();
             }
-            let client = build(&self.config).unwrap_or_else(|_| self.inner.clone());
+            let client = Client::builder(TokioExecutor::new())
+                .pool_timer(TokioTimer::new())
+                .pool_idle_timeout(self.pool_idle_timeout)
+                .pool_max_idle_per_host(self.pool_max_idle_per_host)
+                .build(self.connector.clone());
             if clients.len() >= MAX_THREAD_CLIENTS {
                 clients.remove(0);
             }
@@ -67,60 +183,100 @@ impl HttpClient {
         })
     }
 
-    pub(crate) fn post(&self, url: reqwest::Url) -> reqwest::RequestBuilder {
-        self.local().post(url)
-    }
-
-    /// Sends one request and waits for the response headers.
-    pub(crate) async fn execute(
+    /// POSTs `body` with `headers` and resolves when the response headers arrive. The request
+    /// is handed to the connection pool before this returns, so it is sent even if the future
+    /// is polled late.
+    pub(crate) fn post(
         &self,
-        request: reqwest::RequestBuilder,
-    ) -> Result<reqwest::Response, Failure> {
-        request.send().await.map_err(|error| self.before_headers(error))
-    }
-
-    fn before_headers(&self, error: reqwest::Error) -> Failure {
-        let error = error.without_url();
-        if error.is_timeout() {
-            return Failure::ClockFired { clock: Clock::Connect, after: self.connect_timeout };
+        endpoint: &Endpoint,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> impl Future<Output = Result<Upstream, Failure>> + Send + 'static {
+        enum Sending {
+            Direct(hyper_util::client::legacy::ResponseFuture),
+            Proxied(Box<reqwest::RequestBuilder>),
         }
-        Failure::Connection { detail: error_chain(&error) }
+        let sending = if endpoint.via_proxy {
+            let builder =
+                self.proxied.post(endpoint.url.clone()).headers(headers.clone()).body(body);
+            Sending::Proxied(Box::new(builder))
+        } else {
+            let mut request = Request::new(Full::new(body));
+            *request.method_mut() = Method::POST;
+            *request.uri_mut() = endpoint.uri.clone();
+            let mut sent = headers.clone();
+            sent.entry(USER_AGENT).or_insert(HeaderValue::from_static(AGENT));
+            sent.entry(ACCEPT).or_insert(HeaderValue::from_static("*/*"));
+            *request.headers_mut() = sent;
+            Sending::Direct(self.local().request(request))
+        };
+        let connect_timeout = self.connect_timeout;
+        async move {
+            match sending {
+                Sending::Direct(response) => {
+                    let response =
+                        response.await.map_err(|error| before_headers(&error, connect_timeout))?;
+                    let (parts, body) = response.into_parts();
+                    let body = body
+                        .into_data_stream()
+                        .map(|chunk| {
+                            chunk.map_err(|error| {
+                                tracing::debug!(error = %error_chain(&error), "provider stream broke off");
+                                Failure::StreamCut
+                            })
+                        })
+                        .boxed();
+                    Ok(Upstream { status: parts.status, headers: parts.headers, body })
+                }
+                Sending::Proxied(builder) => {
+                    let mut response = builder
+                        .send()
+                        .await
+                        .map_err(|error| before_headers(&error.without_url(), connect_timeout))?;
+                    let status = response.status();
+                    let headers = std::mem::take(response.headers_mut());
+                    let body = response
+                        .bytes_stream()
+                        .map(|chunk| chunk.map_err(|error| after_headers(error.without_url())))
+                        .boxed();
+                    Ok(Upstream { status, headers, body })
+                }
+            }
+        }
     }
 }
 
-/// A `reqwest::Client` with the providers' settings.
-fn build(config: &HttpClientConfig) -> Result<reqwest::Client, ClientBuildError> {
-    let keepalive =
-        (config.tcp_keepalive_ms > 0).then(|| Duration::from_millis(config.tcp_keepalive_ms));
-    reqwest::Client::builder()
-        .connect_timeout(config.connect_timeout())
-        .pool_idle_timeout(Some(Duration::from_millis(config.pool_idle_timeout_ms)))
-        .pool_max_idle_per_host(config.pool_max_idle_per_host)
-        .tcp_keepalive(keepalive)
-        .tcp_nodelay(true)
-        .redirect(Policy::none())
-        // reqwest's default policy re-sends requests an HTTP/2 server refused; the engine
-        // owns every retry (and the retry budget), so the client sends exactly once.
-        .retry(reqwest::retry::never())
-        .user_agent(concat!("rein/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|error| ClientBuildError { detail: error_chain(&error) })
+/// A failure before the response headers: the connect bound firing is the `Connect` clock,
+/// anything else a connection failure.
+fn before_headers(error: &(dyn std::error::Error + 'static), connect_timeout: Duration) -> Failure {
+    let mut source = Some(error);
+    while let Some(cause) = source {
+        let timed_out = cause.is::<ConnectTimedOut>()
+            || cause.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                io.kind() == std::io::ErrorKind::TimedOut
+                    || io.get_ref().is_some_and(|inner| inner.is::<ConnectTimedOut>())
+            })
+            || cause.downcast_ref::<reqwest::Error>().is_some_and(reqwest::Error::is_timeout);
+        if timed_out {
+            return Failure::ClockFired { clock: Clock::Connect, after: connect_timeout };
+        }
+        source = cause.source();
+    }
+    Failure::Connection { detail: error_chain(error) }
 }
 
 /// A body error after the headers arrived. reqwest reports these as "error decoding response
 /// body" whatever the cause, but with no content decoding enabled the cause is always the
 /// connection (reset, EOF inside a chunk, HTTP/2 stream reset): the stream was cut.
-pub(crate) fn after_headers(error: reqwest::Error) -> Failure {
-    let error = error.without_url();
+fn after_headers(error: reqwest::Error) -> Failure {
     tracing::debug!(error = %error_chain(&error), "provider stream broke off");
     Failure::StreamCut
 }
 
 /// Reads an error response's body, at most [`MAX_ERROR_BODY_BYTES`]. A body that breaks off
 /// gives what arrived: the status alone is still worth reporting.
-pub(crate) async fn read_error_body(response: reqwest::Response) -> Bytes {
+pub(crate) async fn read_error_body(mut chunks: stream::Body) -> Bytes {
     let mut body = Vec::new();
-    let mut chunks = response.bytes_stream();
     while let Some(chunk) = chunks.next().await {
         let Ok(chunk) = chunk else { break };
         let room = MAX_ERROR_BODY_BYTES.saturating_sub(body.len());
@@ -132,7 +288,50 @@ pub(crate) async fn read_error_body(response: reqwest::Response) -> Bytes {
     Bytes::from(body)
 }
 
-/// An error and its sources as one line ("error sending request: client error (Connect):
+/// The connect bound (TCP and TLS together) fired.
+#[derive(Debug)]
+struct ConnectTimedOut;
+
+impl std::fmt::Display for ConnectTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("connect timed out")
+    }
+}
+
+impl std::error::Error for ConnectTimedOut {}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A connector whose whole connect (TCP, then TLS) is bounded by one timeout, as reqwest's
+/// `connect_timeout` is.
+#[derive(Clone)]
+struct Bounded<C> {
+    inner: C,
+    limit: Duration,
+}
+
+impl tower_service::Service<Uri> for Bounded<HttpsConnector<HttpConnector>> {
+    type Response = MaybeHttpsStream<TokioIo<tokio::net::TcpStream>>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let connecting = self.inner.call(uri);
+        let limit = self.limit;
+        Box::pin(async move {
+            match tokio::time::timeout(limit, connecting).await {
+                Ok(connected) => connected,
+                Err(_) => Err(Box::new(ConnectTimedOut) as BoxError),
+            }
+        })
+    }
+}
+
+/// An error and its sources as one line ("client error (Connect): tcp connect error:
 /// Connection refused (os error 111)"). URLs are stripped by the callers, so no query
 /// string (and nothing a user put in one) reaches the text.
 pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
@@ -147,4 +346,55 @@ pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A destination the proxy rules cover goes to the proxy, in absolute form, with the
+    /// same headers and body; one they exclude goes direct.
+    #[tokio::test]
+    async fn proxied_destinations_go_through_the_proxy() {
+        let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy_addr = proxy.local_addr().unwrap();
+        let seen = tokio::spawn(async move {
+            let (mut socket, _) = proxy.accept().await.unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !String::from_utf8_lossy(&request).contains("{\"x\":1}") {
+                let n = socket.read(&mut buf).await.unwrap();
+                assert!(n > 0, "proxy: client closed early");
+                request.extend_from_slice(&buf[..n]);
+            }
+            let reply =
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+            socket.write_all(reply.as_bytes()).await.unwrap();
+            String::from_utf8(request).unwrap()
+        });
+        let rules =
+            Matcher::builder().http(format!("http://{proxy_addr}")).no("direct.internal").build();
+        let proxy = reqwest::Proxy::http(format!("http://{proxy_addr}")).unwrap();
+        let client =
+            HttpClient::with_proxies(&HttpClientConfig::default(), rules, Some(proxy)).unwrap();
+
+        let direct = client.endpoint(Url::parse("http://direct.internal/v1").unwrap()).unwrap();
+        assert!(!direct.via_proxy);
+        let endpoint =
+            client.endpoint(Url::parse("http://provider.example/v1/chat").unwrap()).unwrap();
+        assert!(endpoint.via_proxy);
+        let mut headers = HeaderMap::new();
+        headers.insert("x-test", HeaderValue::from_static("yes"));
+        let upstream =
+            client.post(&endpoint, &headers, Bytes::from_static(b"{\"x\":1}")).await.unwrap();
+        assert_eq!(upstream.status, StatusCode::OK);
+        let request = seen.await.unwrap();
+        assert!(
+            request.starts_with("POST http://provider.example/v1/chat HTTP/1.1\r\n"),
+            "{request}"
+        );
+        assert!(request.contains("x-test: yes\r\n"), "{request}");
+    }
 }

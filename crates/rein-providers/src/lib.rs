@@ -82,25 +82,21 @@ pub fn replay(format: WireFormat, body: &[u8]) -> Vec<Result<StreamEvent, Failur
 /// still works.
 pub(crate) async fn response_events<D: stream::Decoder>(
     provider: &str,
-    response: reqwest::Response,
+    response: client::Upstream,
     format: WireFormat,
     streaming: bool,
     decoder: D,
     parse: stream::JsonParser,
 ) -> Result<EventStream, Failure> {
-    use futures_util::StreamExt;
-
-    let status = response.status();
+    let client::Upstream { status, headers, body } = response;
     if !status.is_success() {
-        let headers = response.headers().clone();
-        let body = client::read_error_body(response).await;
+        let body = client::read_error_body(body).await;
         let http = parse_http_error(format, status.as_u16(), &headers, &body);
         tracing::debug!(provider, status = http.status, error_type = ?http.error_type, code = ?http.code, "provider error response");
         return Err(Failure::Http { format, http });
     }
-    let content_type = response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
+    let content_type = headers
+        .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_ascii_lowercase)
         .unwrap_or_default();
@@ -111,9 +107,12 @@ pub(crate) async fn response_events<D: stream::Decoder>(
     } else {
         streaming
     };
-    let body: stream::Body =
-        response.bytes_stream().map(|chunk| chunk.map_err(client::after_headers)).boxed();
     Ok(if sse { stream::sse_events(body, decoder) } else { stream::json_events(body, parse) })
+}
+
+/// A request body as bytes (serializing a JSON value cannot fail).
+pub(crate) fn to_bytes(body: &Value) -> bytes::Bytes {
+    bytes::Bytes::from(serde_json::to_vec(body).unwrap_or_default())
 }
 
 /// Merges a request's `extra` fields into the body, last: a key the body lacks is added, a

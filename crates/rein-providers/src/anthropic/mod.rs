@@ -26,7 +26,7 @@ pub(crate) use stream::AnthropicDecoder;
 #[derive(Clone)]
 pub struct AnthropicProvider {
     name: String,
-    endpoint: Url,
+    endpoint: crate::client::Endpoint,
     headers: HeaderMap,
     options: BodyOptions,
     client: HttpClient,
@@ -66,11 +66,16 @@ impl AnthropicProvider {
             default_max_tokens: config.default_max_tokens,
         };
         let redactor = Redactor::new(config.api_key.iter().chain(config.headers.values()));
+        let endpoint = client.endpoint(endpoint).map_err(|error| ConfigError::InvalidBaseUrl {
+            provider: name.clone(),
+            url: base_url.clone(),
+            reason: error.to_string(),
+        })?;
         Ok(Self { name, endpoint, headers, options, client, redactor })
     }
 
     pub fn endpoint(&self) -> &Url {
-        &self.endpoint
+        &self.endpoint.url
     }
 
     /// The request body this provider would send for `request`. Fails only when an assistant
@@ -84,7 +89,7 @@ impl fmt::Debug for AnthropicProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AnthropicProvider")
             .field("name", &self.name)
-            .field("endpoint", &crate::redacted_url(&self.endpoint))
+            .field("endpoint", &crate::redacted_url(&self.endpoint.url))
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("options", &self.options)
             .finish()
@@ -101,15 +106,14 @@ impl Provider for AnthropicProvider {
     }
 
     fn send(&self, request: ChatRequest) -> BoxFuture<'static, Result<EventStream, Failure>> {
-        let body = self.request_body(&request);
-        let builder = self.client.post(self.endpoint.clone()).headers(self.headers.clone());
-        let client = self.client.clone();
+        let sending = self
+            .request_body(&request)
+            .map(|body| self.client.post(&self.endpoint, &self.headers, crate::to_bytes(&body)));
         let streaming = self.options.streaming;
         let name = self.name.clone();
         let redactor = self.redactor.clone();
         let attempt = async move {
-            let builder = builder.body(body?.to_string());
-            let response = client.execute(builder).await?;
+            let response = sending?.await?;
             crate::response_events(
                 &name,
                 response,

@@ -30,7 +30,7 @@ pub(crate) use stream::OpenAiDecoder;
 #[derive(Clone)]
 pub struct OpenAiProvider {
     name: String,
-    endpoint: Url,
+    endpoint: crate::client::Endpoint,
     headers: HeaderMap,
     options: BodyOptions,
     client: HttpClient,
@@ -95,12 +95,17 @@ impl OpenAiProvider {
             });
         let options = BodyOptions { streaming: config.streaming, max_tokens_field };
         let redactor = Redactor::new(config.api_key.iter().chain(config.headers.values()));
+        let endpoint = client.endpoint(endpoint).map_err(|error| ConfigError::InvalidBaseUrl {
+            provider: name.clone(),
+            url: base_url.clone(),
+            reason: error.to_string(),
+        })?;
         Ok(Self { name, endpoint, headers, options, client, redactor })
     }
 
     /// The URL requests are posted to.
     pub fn endpoint(&self) -> &Url {
-        &self.endpoint
+        &self.endpoint.url
     }
 
     /// The request body this provider would send for `request`.
@@ -114,7 +119,7 @@ impl fmt::Debug for OpenAiProvider {
         // Header values may be credentials: names only.
         f.debug_struct("OpenAiProvider")
             .field("name", &self.name)
-            .field("endpoint", &crate::redacted_url(&self.endpoint))
+            .field("endpoint", &crate::redacted_url(&self.endpoint.url))
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("options", &self.options)
             .finish()
@@ -131,18 +136,13 @@ impl Provider for OpenAiProvider {
     }
 
     fn send(&self, request: ChatRequest) -> BoxFuture<'static, Result<EventStream, Failure>> {
-        let body = self.request_body(&request);
-        let builder = self
-            .client
-            .post(self.endpoint.clone())
-            .headers(self.headers.clone())
-            .body(body.to_string());
-        let client = self.client.clone();
+        let body = crate::to_bytes(&self.request_body(&request));
+        let sending = self.client.post(&self.endpoint, &self.headers, body);
         let streaming = self.options.streaming;
         let name = self.name.clone();
         let redactor = self.redactor.clone();
         let attempt = async move {
-            let response = client.execute(builder).await?;
+            let response = sending.await?;
             crate::response_events(
                 &name,
                 response,
