@@ -14,6 +14,9 @@ use crate::stream::malformed;
 
 #[derive(Debug, Deserialize)]
 struct Completion {
+    /// Set (not `null`) on a 200 that carries an error instead of an answer.
+    #[serde(default)]
+    error: Option<Value>,
     #[serde(default)]
     id: Option<String>,
     #[serde(default)]
@@ -61,6 +64,16 @@ struct WireToolCall {
 }
 
 pub(crate) fn parse_response(body: &[u8]) -> Result<ChatResponse, Failure> {
+    // One typed pass for the common case; an error body, or one that does not fit the shape,
+    // is looked at as a JSON tree (which is what reports the error object of a body whose
+    // other fields are malformed).
+    match serde_json::from_slice::<Completion>(body) {
+        Ok(completion) if completion.error.is_none() => Ok(answer(completion)),
+        _ => parse_slow(body),
+    }
+}
+
+fn parse_slow(body: &[u8]) -> Result<ChatResponse, Failure> {
     let json: Value = serde_json::from_slice(body).map_err(|e| malformed("chat completion", &e))?;
     if json.get("error").is_some_and(|error| !error.is_null()) {
         let error = error_object(&json);
@@ -73,6 +86,10 @@ pub(crate) fn parse_response(body: &[u8]) -> Result<ChatResponse, Failure> {
     }
     let completion: Completion =
         serde_json::from_value(json).map_err(|e| malformed("chat completion", &e))?;
+    Ok(answer(completion))
+}
+
+fn answer(completion: Completion) -> ChatResponse {
     let mut response = ChatResponse {
         id: completion.id.unwrap_or_default(),
         model: completion.model.unwrap_or_default(),
@@ -81,7 +98,7 @@ pub(crate) fn parse_response(body: &[u8]) -> Result<ChatResponse, Failure> {
     };
     let choice = completion.choices.into_iter().flatten().find(|c| c.index.unwrap_or(0) == 0);
     let Some(choice) = choice else {
-        return Ok(response);
+        return response;
     };
     response.stop_reason = choice.finish_reason.as_deref().map(stop_reason);
     response.logprobs = choice.logprobs.map(|l| l.to_tokens()).unwrap_or_default();
@@ -106,5 +123,29 @@ pub(crate) fn parse_response(body: &[u8]) -> Result<ChatResponse, Failure> {
             });
         }
     }
-    Ok(response)
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_beside_well_formed_fields_is_still_the_error() {
+        let body = br#"{"id":"x","choices":[{"index":0,"message":{"content":"hi"}}],
+            "error":{"type":"server_error","message":"upstream died"}}"#;
+        match parse_response(body) {
+            Err(Failure::StreamError { error_type, message, .. }) => {
+                assert_eq!(error_type.as_deref(), Some("server_error"));
+                assert_eq!(message, "upstream died");
+            }
+            other => panic!("expected the error, got {other:?}"),
+        }
+        // A null error is no error.
+        let body = br#"{"id":"x","choices":[{"index":0,"message":{"content":"hi"}}],"error":null}"#;
+        assert_eq!(parse_response(body).unwrap().text, "hi");
+        // A malformed answer with an error object reports the error, not the shape.
+        let body = br#"{"choices":"nope","error":{"message":"quota"}}"#;
+        assert!(matches!(parse_response(body), Err(Failure::StreamError { .. })));
+    }
 }
