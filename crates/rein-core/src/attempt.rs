@@ -84,7 +84,7 @@ fn fired(clock: Clock, started: Instant) -> Failure {
 /// Run one attempt.
 pub(crate) async fn run_attempt(
     provider: &dyn Provider,
-    request: ChatRequest,
+    request: &ChatRequest,
     clocks: AttemptClocks,
     mut forward: Option<&mut Forwarder>,
 ) -> Result<ChatResponse, Failure> {

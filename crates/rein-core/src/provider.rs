@@ -27,5 +27,8 @@ pub trait Provider: Send + Sync + fmt::Debug {
 
     /// Send one request. Resolves when the response headers have arrived: to the stream of
     /// events for a success status, to a [`Failure`] otherwise.
-    fn send(&self, request: ChatRequest) -> BoxFuture<'static, Result<EventStream, Failure>>;
+    ///
+    /// The request is borrowed: an adapter serializes what it needs before returning, so the
+    /// engine keeps its copy for re-asks and checks without cloning it per attempt.
+    fn send(&self, request: &ChatRequest) -> BoxFuture<'static, Result<EventStream, Failure>>;
 }

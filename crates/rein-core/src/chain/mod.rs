@@ -360,7 +360,7 @@ impl Engine {
                 tried = true;
                 let result = run_attempt(
                     tier.provider.as_ref(),
-                    tier_request.clone(),
+                    &tier_request,
                     clocks,
                     forward.as_deref_mut(),
                 )

@@ -182,10 +182,10 @@ impl Provider for Scripted {
         self.format
     }
 
-    fn send(&self, request: ChatRequest) -> BoxFuture<'static, Result<EventStream, Failure>> {
+    fn send(&self, request: &ChatRequest) -> BoxFuture<'static, Result<EventStream, Failure>> {
         let now = Instant::now().saturating_duration_since(self.born);
         self.arrivals.lock().unwrap().push(now);
-        self.requests.lock().unwrap().push(request);
+        self.requests.lock().unwrap().push(request.clone());
         let mut act = self.next_act();
         if let Act::DownUntil(until, code) = act {
             act = if now < until { status(code) } else { ok() };

@@ -105,9 +105,9 @@ impl Provider for AnthropicProvider {
         WireFormat::Anthropic
     }
 
-    fn send(&self, request: ChatRequest) -> BoxFuture<'static, Result<EventStream, Failure>> {
+    fn send(&self, request: &ChatRequest) -> BoxFuture<'static, Result<EventStream, Failure>> {
         let sending = self
-            .request_body(&request)
+            .request_body(request)
             .map(|body| self.client.post(&self.endpoint, &self.headers, crate::to_bytes(&body)));
         let streaming = self.options.streaming;
         let name = self.name.clone();

@@ -135,8 +135,8 @@ impl Provider for OpenAiProvider {
         WireFormat::OpenAi
     }
 
-    fn send(&self, request: ChatRequest) -> BoxFuture<'static, Result<EventStream, Failure>> {
-        let body = crate::to_bytes(&self.request_body(&request));
+    fn send(&self, request: &ChatRequest) -> BoxFuture<'static, Result<EventStream, Failure>> {
+        let body = crate::to_bytes(&self.request_body(request));
         let sending = self.client.post(&self.endpoint, &self.headers, body);
         let streaming = self.options.streaming;
         let name = self.name.clone();

@@ -243,7 +243,7 @@ async fn anthropic_529_with_pushback_headers_end_to_end() {
     ];
     let server = serve(Reply::Pieces(vec![response(529, &headers, &body)])).await;
     let provider = anthropic(&server.base_url);
-    let (format, http) = http_failure(provider.send(ChatRequest::default()).await);
+    let (format, http) = http_failure(provider.send(&ChatRequest::default()).await);
     assert_eq!(format, WireFormat::Anthropic);
     assert_eq!(
         http,
@@ -269,7 +269,7 @@ async fn openai_429_retry_after_ms_wins_over_retry_after() {
         ("retry-after", "1"),
     ];
     let server = serve(Reply::Pieces(vec![response(429, &headers, &body)])).await;
-    let (format, http) = http_failure(openai(&server.base_url).send(ChatRequest::default()).await);
+    let (format, http) = http_failure(openai(&server.base_url).send(&ChatRequest::default()).await);
     assert_eq!(format, WireFormat::OpenAi);
     assert_eq!(http.code.as_deref(), Some("rate_limit_exceeded"));
     assert_eq!(http.retry_after, Some(Duration::from_millis(6)));
@@ -283,7 +283,7 @@ async fn retry_after_http_date_is_measured_against_the_response_date() {
         ("retry-after", "Sun, 06 Nov 1994 08:49:49 GMT"),
     ];
     let server = serve(Reply::Pieces(vec![response(503, &headers, b"")])).await;
-    let (_, http) = http_failure(openai(&server.base_url).send(ChatRequest::default()).await);
+    let (_, http) = http_failure(openai(&server.base_url).send(&ChatRequest::default()).await);
     assert_eq!(http.retry_after, Some(Duration::from_secs(12)));
     assert_eq!(http.message, "Service Unavailable");
 }
@@ -293,14 +293,14 @@ async fn retry_after_date_in_the_past_is_zero() {
     // No `date` header: compared with the system clock, 1994 is long past.
     let headers = [("retry-after", "Sun, 06 Nov 1994 08:49:37 GMT"), ("retry-after-ms", "junk")];
     let server = serve(Reply::Pieces(vec![response(429, &headers, b"{}")])).await;
-    let (_, http) = http_failure(anthropic(&server.base_url).send(ChatRequest::default()).await);
+    let (_, http) = http_failure(anthropic(&server.base_url).send(&ChatRequest::default()).await);
     assert_eq!(http.retry_after, Some(Duration::ZERO));
 }
 
 #[tokio::test]
 async fn fractional_retry_after_seconds() {
     let server = serve(Reply::Pieces(vec![response(429, &[("retry-after", "1.5")], b"{}")])).await;
-    let (_, http) = http_failure(openai(&server.base_url).send(ChatRequest::default()).await);
+    let (_, http) = http_failure(openai(&server.base_url).send(&ChatRequest::default()).await);
     assert_eq!(http.retry_after, Some(Duration::from_millis(1500)));
 }
 
@@ -309,7 +309,7 @@ async fn html_error_page_from_a_proxy_becomes_the_truncated_message() {
     let page = format!("<html><body><h1>502 Bad Gateway</h1>{}</body></html>", "x".repeat(4000));
     let headers = [("content-type", "text/html")];
     let server = serve(Reply::Pieces(vec![response(502, &headers, page.as_bytes())])).await;
-    let (_, http) = http_failure(openai(&server.base_url).send(ChatRequest::default()).await);
+    let (_, http) = http_failure(openai(&server.base_url).send(&ChatRequest::default()).await);
     assert_eq!(http.status, 502);
     assert!(http.message.starts_with("<html><body><h1>502 Bad Gateway</h1>"));
     assert!(http.message.chars().count() < 600, "{}", http.message.len());
@@ -320,6 +320,6 @@ async fn html_error_page_from_a_proxy_becomes_the_truncated_message() {
 async fn redirects_are_not_followed() {
     let headers = [("location", "http://127.0.0.1:9/elsewhere")];
     let server = serve(Reply::Pieces(vec![response(307, &headers, b"")])).await;
-    let (_, http) = http_failure(openai(&server.base_url).send(ChatRequest::default()).await);
+    let (_, http) = http_failure(openai(&server.base_url).send(&ChatRequest::default()).await);
     assert_eq!(http.status, 307);
 }

@@ -101,7 +101,7 @@ async fn openai_request_is_exact() {
     let mut config = openai_config(&server.base_url);
     config.headers.insert("OpenAI-Organization".into(), Secret::new("org-123"));
     let provider = OpenAiProvider::new(config, client()).unwrap();
-    let events = collect(provider.send(conversation()).await.unwrap()).await;
+    let events = collect(provider.send(&conversation()).await.unwrap()).await;
     assert_eq!(assemble(&events).stop_reason, Some(StopReason::ToolUse));
 
     let captured = server.captured().await;
@@ -210,7 +210,10 @@ async fn azure_deployment_url_and_api_key_header() {
         Some(AzureConfig { deployment: "gpt-4o prod".into(), api_version: "2024-10-21".into() });
     let provider = OpenAiProvider::new(config, client()).unwrap();
     collect(
-        provider.send(ChatRequest { max_tokens: Some(9), ..ChatRequest::default() }).await.unwrap(),
+        provider
+            .send(&ChatRequest { max_tokens: Some(9), ..ChatRequest::default() })
+            .await
+            .unwrap(),
     )
     .await;
 
@@ -233,7 +236,7 @@ async fn openai_non_streaming_mode() {
     let mut config = openai_config(&server.base_url);
     config.streaming = false;
     let provider = OpenAiProvider::new(config, client()).unwrap();
-    let events = collect(provider.send(Message::user("hi").into_request()).await.unwrap()).await;
+    let events = collect(provider.send(&Message::user("hi").into_request()).await.unwrap()).await;
     let answer = assemble(&events);
     assert_eq!(answer.tool_calls.len(), 2);
 
@@ -253,7 +256,7 @@ async fn json_answer_to_a_streaming_request_is_still_read() {
     )]))
     .await;
     let events =
-        collect(crate::openai(&server.base_url).send(ChatRequest::default()).await.unwrap()).await;
+        collect(crate::openai(&server.base_url).send(&ChatRequest::default()).await.unwrap()).await;
     assert_eq!(
         assemble(&events).refusal.as_deref(),
         Some("I'm very sorry, but I can't assist with that.")
@@ -270,7 +273,7 @@ async fn anthropic_request_is_exact() {
     request.logprobs = Some(5);
     request.extra.insert("thinking".into(), json!({"type": "enabled", "budget_tokens": 1024}));
     request.extra.insert("output_config".into(), json!({"effort": "low"}));
-    let events = collect(anthropic(&server.base_url).send(request).await.unwrap()).await;
+    let events = collect(anthropic(&server.base_url).send(&request).await.unwrap()).await;
     assert_eq!(assemble(&events).tool_calls[0].name, "get_weather");
 
     let captured = server.captured().await;
@@ -363,7 +366,7 @@ async fn anthropic_rejects_tool_arguments_that_are_not_json_before_sending() {
         }],
         ..ChatRequest::default()
     };
-    match provider.send(request).await {
+    match provider.send(&request).await {
         Err(Failure::Unsendable { detail }) => assert!(detail.contains("call_x"), "{detail}"),
         Err(other) => panic!("expected Unsendable, got {other:?}"),
         Ok(_) => panic!("expected Unsendable, got a stream"),

@@ -59,7 +59,7 @@ async fn an_echoed_key_is_scrubbed_from_the_failure() {
     let mut config = openai_config(&server.base_url);
     config.headers.insert("x-gateway-token".into(), Secret::new(HEADER_SECRET));
     let provider = OpenAiProvider::new(config, client()).unwrap();
-    let failure = match provider.send(ChatRequest::default()).await {
+    let failure = match provider.send(&ChatRequest::default()).await {
         Err(failure) => failure,
         Ok(_) => panic!("expected a 401"),
     };
@@ -78,7 +78,7 @@ async fn an_echoed_key_mid_stream_is_scrubbed() {
     );
     let server = serve(Reply::Pieces(crate::server::sse_response(body.as_bytes(), 1))).await;
     let provider = AnthropicProvider::new(anthropic_config(&server.base_url), client()).unwrap();
-    let events = crate::collect(provider.send(ChatRequest::default()).await.unwrap()).await;
+    let events = crate::collect(provider.send(&ChatRequest::default()).await.unwrap()).await;
     let text = format!("{events:?}");
     assert_clean(&text);
     assert!(text.contains("bad key ***"), "{text}");
@@ -89,7 +89,7 @@ async fn connection_failures_carry_no_secret() {
     let mut config = openai_config("http://127.0.0.1:9/v1?api_key=query-secret-value");
     config.headers.insert("x-gateway-token".into(), Secret::new(HEADER_SECRET));
     let provider = OpenAiProvider::new(config, client()).unwrap();
-    let failure = match provider.send(ChatRequest::default()).await {
+    let failure = match provider.send(&ChatRequest::default()).await {
         Err(failure) => failure,
         Ok(_) => panic!("nothing listens on port 9"),
     };

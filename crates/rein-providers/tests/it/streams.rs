@@ -13,7 +13,7 @@ async fn openai_stream_end_to_end_matches_the_replay() {
     // Ten pieces: chunk boundaries fall inside lines and inside JSON.
     let server = serve(Reply::Pieces(sse_response(&body, 10))).await;
     let events =
-        collect(openai(&server.base_url).send(ChatRequest::default()).await.unwrap()).await;
+        collect(openai(&server.base_url).send(&ChatRequest::default()).await.unwrap()).await;
     assert_eq!(events, replay_openai_stream(&body));
     assert_eq!(events.last(), Some(&Ok(StreamEvent::Done)));
 }
@@ -23,7 +23,7 @@ async fn anthropic_stream_end_to_end_matches_the_replay() {
     let body = fixture("anthropic/streams/thinking.sse");
     let server = serve(Reply::Pieces(sse_response(&body, 7))).await;
     let events =
-        collect(anthropic(&server.base_url).send(ChatRequest::default()).await.unwrap()).await;
+        collect(anthropic(&server.base_url).send(&ChatRequest::default()).await.unwrap()).await;
     assert_eq!(events, replay_anthropic_stream(&body));
     assert_eq!(events.last(), Some(&Ok(StreamEvent::Done)));
 }
@@ -33,7 +33,7 @@ async fn mid_stream_error_events_end_to_end() {
     let body = fixture("anthropic/streams/mid_stream_error.sse");
     let server = serve(Reply::Pieces(sse_response(&body, 3))).await;
     let events =
-        collect(anthropic(&server.base_url).send(ChatRequest::default()).await.unwrap()).await;
+        collect(anthropic(&server.base_url).send(&ChatRequest::default()).await.unwrap()).await;
     assert!(matches!(
         events.last(),
         Some(Err(Failure::StreamError { format: WireFormat::Anthropic, .. }))
@@ -42,7 +42,7 @@ async fn mid_stream_error_events_end_to_end() {
     let body = fixture("openai/streams/mid_stream_error.sse");
     let server = serve(Reply::Pieces(sse_response(&body, 3))).await;
     let events =
-        collect(openai(&server.base_url).send(ChatRequest::default()).await.unwrap()).await;
+        collect(openai(&server.base_url).send(&ChatRequest::default()).await.unwrap()).await;
     assert!(matches!(
         events.last(),
         Some(Err(Failure::StreamError { format: WireFormat::OpenAi, .. }))
@@ -56,7 +56,7 @@ async fn nothing_is_read_after_done() {
     body.extend_from_slice(b"data: {garbage\n\n");
     let server = serve(Reply::Pieces(sse_response(&body, 2))).await;
     let events =
-        collect(openai(&server.base_url).send(ChatRequest::default()).await.unwrap()).await;
+        collect(openai(&server.base_url).send(&ChatRequest::default()).await.unwrap()).await;
     assert_eq!(events.last(), Some(&Ok(StreamEvent::Done)));
     assert!(events.iter().all(Result::is_ok));
 }

@@ -23,7 +23,7 @@ async fn connection_refused_is_a_connection_failure() {
     let addr = listener.local_addr().unwrap();
     drop(listener);
     let failure =
-        expect_failure(openai(&format!("http://{addr}/v1")).send(ChatRequest::default()).await);
+        expect_failure(openai(&format!("http://{addr}/v1")).send(&ChatRequest::default()).await);
     match failure {
         Failure::Connection { detail } => {
             assert!(!detail.is_empty());
@@ -36,7 +36,7 @@ async fn connection_refused_is_a_connection_failure() {
 #[tokio::test]
 async fn reset_before_headers_is_a_connection_failure() {
     let server = serve(Reply::Reset).await;
-    let failure = expect_failure(anthropic(&server.base_url).send(ChatRequest::default()).await);
+    let failure = expect_failure(anthropic(&server.base_url).send(&ChatRequest::default()).await);
     assert!(matches!(failure, Failure::Connection { .. }), "{failure:?}");
     // The request was fully sent before the reset.
     assert_eq!(server.captured().await.request_line, "POST /v1/messages HTTP/1.1");
@@ -49,7 +49,7 @@ async fn stream_cut_mid_chunk_yields_stream_cut_without_done() {
     // Chunked encoding never terminated, then a clean close: the body is incomplete.
     let server = serve(Reply::Pieces(vec![sse_head(), chunk(&body[..half])])).await;
     let events =
-        collect(openai(&server.base_url).send(ChatRequest::default()).await.unwrap()).await;
+        collect(openai(&server.base_url).send(&ChatRequest::default()).await.unwrap()).await;
     assert!(matches!(events.first(), Some(Ok(StreamEvent::Start { .. }))), "{events:?}");
     assert_eq!(events.last(), Some(&Err(Failure::StreamCut)));
     assert!(!events.contains(&Ok(StreamEvent::Done)));
@@ -60,7 +60,7 @@ async fn reset_mid_stream_yields_stream_cut() {
     let body = fixture("anthropic/streams/basic.sse");
     let server = serve(Reply::PiecesThenReset(vec![sse_head(), chunk(&body[..400])])).await;
     let events =
-        collect(anthropic(&server.base_url).send(ChatRequest::default()).await.unwrap()).await;
+        collect(anthropic(&server.base_url).send(&ChatRequest::default()).await.unwrap()).await;
     assert!(matches!(events.first(), Some(Ok(StreamEvent::Start { .. }))), "{events:?}");
     assert_eq!(events.last(), Some(&Err(Failure::StreamCut)));
 }
@@ -75,7 +75,7 @@ async fn close_delimited_body_ending_early_just_ends() {
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n".to_vec();
     let server = serve(Reply::Pieces(vec![head, body[..cut].to_vec()])).await;
     let events =
-        collect(anthropic(&server.base_url).send(ChatRequest::default()).await.unwrap()).await;
+        collect(anthropic(&server.base_url).send(&ChatRequest::default()).await.unwrap()).await;
     assert!(events.iter().all(Result::is_ok), "{events:?}");
     assert!(!events.contains(&Ok(StreamEvent::Done)));
     assert!(events.len() > 5);
@@ -100,7 +100,7 @@ async fn connect_timeout_fires_the_connect_clock() {
     let client = HttpClient::new(&config).unwrap();
     let provider =
         OpenAiProvider::new(openai_config(&format!("http://{addr}/v1")), client).unwrap();
-    let failure = expect_failure(provider.send(ChatRequest::default()).await);
+    let failure = expect_failure(provider.send(&ChatRequest::default()).await);
     assert_eq!(
         failure,
         Failure::ClockFired { clock: Clock::Connect, after: Duration::from_millis(50) }
