@@ -343,32 +343,57 @@ impl Rest {
     }
 }
 
+/// The response headers rein sets, parsed once.
+mod names {
+    use axum::http::HeaderName;
+
+    pub static REQUEST_ID: HeaderName = HeaderName::from_static("x-rein-request-id");
+    pub static OPENAI_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+    pub static ANTHROPIC_REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
+    pub static ROUTE: HeaderName = HeaderName::from_static("x-rein-route");
+    pub static OUTCOME: HeaderName = HeaderName::from_static("x-rein-outcome");
+    pub static ATTEMPTS: HeaderName = HeaderName::from_static("x-rein-attempts");
+    pub static REASKS: HeaderName = HeaderName::from_static("x-rein-reasks");
+    pub static REPAIRS: HeaderName = HeaderName::from_static("x-rein-repairs");
+    pub static SETTINGS_VERSION: HeaderName = HeaderName::from_static("x-rein-settings-version");
+    pub static TIER: HeaderName = HeaderName::from_static("x-rein-tier");
+    pub static PROVIDER: HeaderName = HeaderName::from_static("x-rein-provider");
+    pub static MODEL: HeaderName = HeaderName::from_static("x-rein-model");
+}
+
 fn report_headers(
     headers: &mut HeaderMap,
     api: Api,
     request_id: &str,
     report: Option<&CallReport>,
 ) {
-    let mut set = |name: &'static str, value: &str| {
+    let mut set = |name: &axum::http::HeaderName, value: &str| {
         if let Ok(value) = HeaderValue::from_str(value) {
-            headers.insert(name, value);
+            headers.insert(name.clone(), value);
         }
     };
-    set("x-rein-request-id", request_id);
-    set(if api == Api::OpenAi { "x-request-id" } else { "request-id" }, request_id);
+    set(&names::REQUEST_ID, request_id);
+    let vendor_id =
+        if api == Api::OpenAi { &names::OPENAI_REQUEST_ID } else { &names::ANTHROPIC_REQUEST_ID };
+    set(vendor_id, request_id);
     if let Some(report) = report {
-        set("x-rein-route", &report.route);
-        set("x-rein-outcome", report.outcome.as_str());
-        set("x-rein-attempts", &report.attempt_count().to_string());
-        set("x-rein-reasks", &report.reask_count().to_string());
-        set("x-rein-repairs", &report.repairs().len().to_string());
+        set(&names::ROUTE, &report.route);
+        headers.insert(names::OUTCOME.clone(), HeaderValue::from_static(report.outcome.as_str()));
+        headers.insert(names::ATTEMPTS.clone(), HeaderValue::from(report.attempt_count()));
+        headers.insert(names::REASKS.clone(), HeaderValue::from(report.reask_count()));
+        headers.insert(names::REPAIRS.clone(), HeaderValue::from(report.repairs().len()));
         if let Some(version) = report.settings_version {
-            set("x-rein-settings-version", &version.to_string());
+            headers.insert(names::SETTINGS_VERSION.clone(), HeaderValue::from(version));
         }
         if let Some(served) = &report.served_by {
-            set("x-rein-tier", &served.tier_name);
-            set("x-rein-provider", &served.provider);
-            set("x-rein-model", &served.model);
+            let mut set = |name: &axum::http::HeaderName, value: &str| {
+                if let Ok(value) = HeaderValue::from_str(value) {
+                    headers.insert(name.clone(), value);
+                }
+            };
+            set(&names::TIER, &served.tier_name);
+            set(&names::PROVIDER, &served.provider);
+            set(&names::MODEL, &served.model);
         }
     }
 }

@@ -415,8 +415,14 @@ pub async fn bind(gateway: &Gateway) -> Result<TcpListener, StartError> {
 
 /// A fresh random id with a prefix (`req_`, `chatcmpl-`, `msg_`).
 pub fn new_id(prefix: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let value: u128 = rand::rng().random();
-    format!("{prefix}{value:032x}")
+    let mut id = String::with_capacity(prefix.len() + 32);
+    id.push_str(prefix);
+    for nibble in (0..32).rev() {
+        id.push(char::from(HEX[((value >> (nibble * 4)) & 0xf) as usize]));
+    }
+    id
 }
 
 /// The whole HTTP surface.
@@ -566,4 +572,22 @@ async fn dashboard(State(gateway): State<Arc<Gateway>>) -> Html<String> {
 
 fn escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ids_are_the_prefix_and_32_hex_digits_and_differ() {
+        let a = super::new_id("req_");
+        let b = super::new_id("req_");
+        assert_ne!(a, b);
+        for id in [&a, &b] {
+            let hex = id.strip_prefix("req_").unwrap();
+            assert_eq!(hex.len(), 32, "{id}");
+            assert!(hex.bytes().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()), "{id}");
+        }
+        // 64 ids cover every digit somewhere: the nibbles are all used, not a fixed pattern.
+        let ids: String = (0..64).map(|_| super::new_id("")).collect();
+        assert!("0123456789abcdef".chars().all(|d| ids.contains(d)));
+    }
 }
