@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
@@ -25,20 +25,15 @@ pub const RUN_HEADER: &str = "x-rein-run-id";
 pub const CONVERSATION_HEADER: &str = "x-rein-conversation-id";
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 
-pub async fn openai_chat(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    handle(gateway, Api::OpenAi, headers, body).await
+// The whole request is taken (not a `HeaderMap` extractor, which clones the headers).
+pub async fn openai_chat(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    handle(gateway, Api::OpenAi, parts.headers, body).await
 }
 
-pub async fn anthropic_messages(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    handle(gateway, Api::Anthropic, headers, body).await
+pub async fn anthropic_messages(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    handle(gateway, Api::Anthropic, parts.headers, body).await
 }
 
 struct Parsed {
