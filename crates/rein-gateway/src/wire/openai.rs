@@ -63,7 +63,10 @@ const KNOWN_FIELDS: &[&str] = &[
 const LEGACY_FUNCTIONS: &str =
     "legacy function calling is not supported; use `tools`, `tool_choice` and `tool_calls`";
 
+// Unknown fields are refused so that a body with any parses the slow way, which moves them
+// to `extra`; the tree path removes them before it gets here.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawRequest {
     model: String,
     messages: Vec<RawMessage>,
@@ -84,6 +87,8 @@ struct RawRequest {
     functions: Option<Value>,
     function_call: Option<Value>,
     audio: Option<Value>,
+    /// rein's own object (`REIN_FIELD`), read as evidence.
+    rein: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -182,16 +187,42 @@ struct RawStreamOptions {
 }
 
 /// Parse a Chat Completions request body.
+///
+/// A body with only the fields rein reads, all well-typed, is parsed in one pass straight into
+/// its struct. Anything else (an unknown field for `extra`, a bad value) takes the JSON-tree
+/// path, which gives the same result and names the field of the first problem.
 pub fn parse_request(body: &[u8]) -> Result<OpenAiRequest, WireError> {
-    let map = parse_object(body)?;
+    match serde_json::from_slice::<RawRequest>(body) {
+        Ok(mut raw) => {
+            let evidence = match raw.rein.take() {
+                None => Evidence::new(),
+                Some(rein) => caller_evidence(&Map::from_iter([(REIN_FIELD.to_owned(), rein)]))?,
+            };
+            translate(raw, Map::new(), evidence)
+        }
+        Err(_) => parse_tree(body),
+    }
+}
+
+/// The JSON-tree path of [`parse_request`].
+fn parse_tree(body: &[u8]) -> Result<OpenAiRequest, WireError> {
+    let mut map = parse_object(body)?;
     require(&map, "model")?;
     require(&map, "messages")?;
     // Read before `typed` takes the map; its error still comes after the typed one.
     let extra = extra(&map, KNOWN_FIELDS);
     let evidence = caller_evidence(&map);
+    map.retain(|key, _| KNOWN_FIELDS.contains(&key.as_str()));
     let raw: RawRequest = typed(map)?;
     let evidence = evidence?;
+    translate(raw, extra, evidence)
+}
 
+fn translate(
+    raw: RawRequest,
+    extra: Map<String, Value>,
+    evidence: Evidence,
+) -> Result<OpenAiRequest, WireError> {
     if raw.functions.is_some() {
         return Err(WireError::invalid("functions", LEGACY_FUNCTIONS));
     }

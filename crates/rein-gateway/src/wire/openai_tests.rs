@@ -8,8 +8,20 @@ use rein_core::{Completion, Outcome, Role, ToolChoice};
 use super::*;
 use crate::wire::fixtures;
 
+/// Parses `body`, checking that the one-pass path and the JSON-tree path agree on it.
 fn parse(body: Value) -> Result<OpenAiRequest, WireError> {
-    parse_request(body.to_string().as_bytes())
+    parse_bytes(body.to_string().as_bytes())
+}
+
+fn parse_bytes(body: &[u8]) -> Result<OpenAiRequest, WireError> {
+    let parsed = parse_request(body);
+    assert_eq!(
+        parsed,
+        parse_tree(body),
+        "the two paths differ on {}",
+        String::from_utf8_lossy(body)
+    );
+    parsed
 }
 
 fn snapshot_json(name: &str, value: &Value) {
@@ -34,6 +46,25 @@ fn parses_a_plain_sdk_request() {
     assert_eq!(parsed.request.system.as_deref(), Some("You are a helpful assistant."));
     assert_eq!(parsed.request.messages, [Message::user("Where is my order?")]);
     assert!(parsed.request.model.is_empty(), "the tier sets the provider's model");
+}
+
+#[test]
+fn common_bodies_take_the_one_pass_path() {
+    let fast = |body: Value| serde_json::from_slice::<RawRequest>(body.to_string().as_bytes());
+    let user = json!([{"role": "user", "content": "hi", "name": "ana"}]);
+    assert!(fast(json!({"model": "m", "messages": user})).is_ok());
+    assert!(
+        fast(json!({"model": "m", "messages": user, "stream": true,
+        "stream_options": {"include_usage": true}, "temperature": 0.2, "max_tokens": 9,
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+        "tool_choice": "auto", "response_format": {"type": "json_object"},
+        "rein": {"evidence": []}}))
+        .is_ok()
+    );
+    // A field rein does not model goes the tree way, to reach `extra`.
+    assert!(fast(json!({"model": "m", "messages": user, "seed": 7})).is_err());
+    let parsed = parse(json!({"model": "m", "messages": user, "seed": 7})).unwrap();
+    assert_eq!(parsed.request.extra.get("seed"), Some(&json!(7)));
 }
 
 #[test]
@@ -279,7 +310,7 @@ fn bad_requests_name_the_field() {
         .chain(more.into_iter().map(|(name, body)| (name, body.to_string().into_bytes())));
     let mut bodies = Map::new();
     for (name, body) in cases {
-        let error = parse_request(&body).expect_err(name);
+        let error = parse_bytes(&body).expect_err(name);
         bodies.insert(name.into(), wire_error_body(&error));
     }
     assert_eq!(
