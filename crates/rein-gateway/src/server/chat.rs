@@ -11,6 +11,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bytes::BytesMut;
 use futures_util::StreamExt;
 use rein_core::validate::Evidence;
 use rein_core::{CallOptions, CallReport, ChatRequest, ReleaseMode, ReleaseStream, Released};
@@ -279,18 +280,23 @@ async fn stream(
         Api::OpenAi => Encoder::OpenAi(wire::OpenAiStream::new(meta(api), parsed.include_usage)),
         Api::Anthropic => Encoder::Anthropic(wire::AnthropicStream::new(meta(api))),
     };
-    let first: Vec<Bytes> = held.iter().flat_map(|item| encoder.encode(item)).collect();
+    // Everything held goes out as one body frame (so with the headers in one write).
+    let mut first = BytesMut::new();
+    for item in &held {
+        for frame in encoder.encode(item) {
+            first.extend_from_slice(&frame);
+        }
+    }
     // The encoder finishes itself on `Completed`/`Failed`; the rest of the stream is needed
     // only when neither has arrived yet.
     let finished = report.is_some();
     let rest = Rest {
+        first: (!first.is_empty()).then(|| first.freeze()),
         released: if finished { None } else { Some(released) },
         encoder,
         request_id: request_id.clone(),
     };
-    let body_stream =
-        futures_util::stream::iter(first.into_iter().map(Ok::<Bytes, std::io::Error>))
-            .chain(rest.into_stream());
+    let body_stream = rest;
     let mut response = Response::new(Body::from_stream(body_stream));
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -302,39 +308,62 @@ async fn stream(
     response
 }
 
-/// The part of a released stream still to come after the held items.
+/// The body of a streamed answer: the held items, then the rest of the released stream as it
+/// comes. Each poll sends, as one frame, everything that is ready at that moment (never
+/// waiting for more), so an answer that arrives in one piece leaves in one write while a
+/// slow stream still goes out event by event.
 struct Rest {
+    first: Option<Bytes>,
     released: Option<ReleaseStream>,
     encoder: Encoder,
     request_id: String,
 }
 
-impl Rest {
-    fn into_stream(self) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send {
-        futures_util::stream::unfold(Some(self), |state| async move {
-            let mut state = state?;
-            let released = state.released.as_mut()?;
-            match released.next().await {
-                Some(item) => {
+impl futures_util::Stream for Rest {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+
+        let this = &mut *self;
+        let mut batch = match this.first.take() {
+            Some(first) => BytesMut::from(first),
+            None => BytesMut::new(),
+        };
+        while let Some(released) = this.released.as_mut() {
+            match released.poll_next_unpin(cx) {
+                Poll::Ready(Some(item)) => {
                     if let Released::Completed(done) = &item {
-                        log_call(&state.request_id, &done.report);
+                        log_call(&this.request_id, &done.report);
                     }
                     if let Released::Failed(error) = &item
                         && let Some(report) = error.report()
                     {
-                        log_call(&state.request_id, report);
+                        log_call(&this.request_id, report);
                     }
-                    let frames = state.encoder.encode(&item);
-                    Some((frames, Some(state)))
+                    for frame in this.encoder.encode(&item) {
+                        batch.extend_from_slice(&frame);
+                    }
                 }
-                None => {
-                    let frames = state.encoder.close();
-                    state.released = None;
-                    Some((frames, Some(state)))
+                Poll::Ready(None) => {
+                    for frame in this.encoder.close() {
+                        batch.extend_from_slice(&frame);
+                    }
+                    this.released = None;
                 }
+                Poll::Pending => break,
             }
-        })
-        .flat_map(|frames| futures_util::stream::iter(frames.into_iter().map(Ok)))
+        }
+        if !batch.is_empty() {
+            Poll::Ready(Some(Ok(batch.freeze())))
+        } else if this.released.is_none() {
+            Poll::Ready(None)
+        } else {
+            Poll::Pending
+        }
     }
 }
 

@@ -374,6 +374,26 @@ async fn metrics_text_counts_outcomes_attempts_and_breakers() {
 }
 
 #[tokio::test]
+async fn passthrough_forwards_a_slow_stream_as_it_comes() {
+    // Ready events are batched into one frame, but a slow stream (a token every 100 ms) must
+    // still leave event by event, not be held for the next one.
+    let gw = start().await;
+    let response = gw
+        .post("/v1/chat/completions", KEY, json!({"model": "slow", "stream": true, "messages": [{"role": "user", "content": "hi"}]}))
+        .await;
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    let mut pieces = Vec::new();
+    while let Some(chunk) = body.next().await {
+        pieces.push(String::from_utf8_lossy(&chunk.unwrap()).to_string());
+    }
+    let with_content = pieces.iter().filter(|p| p.contains("\"content\":\"")).count();
+    assert!(with_content >= 5, "tokens arrived in {with_content} pieces: {pieces:?}");
+    assert!(pieces.concat().trim_end().ends_with("data: [DONE]"));
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn shutdown_drains_an_open_stream_to_its_end() {
     let gw = start().await;
     let response = gw
