@@ -136,7 +136,7 @@ impl Provider for OpenAiProvider {
     }
 
     fn send(&self, request: &ChatRequest) -> BoxFuture<'static, Result<EventStream, Failure>> {
-        let body = crate::to_bytes(&self.request_body(request));
+        let body = request::body_bytes(request, self.options);
         let sending = self.client.post(&self.endpoint, &self.headers, body);
         let streaming = self.options.streaming;
         let name = self.name.clone();
