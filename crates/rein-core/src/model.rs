@@ -267,31 +267,32 @@ impl ChatResponse {
     /// The events a stream of this response would carry, in order. Adapters for
     /// non-streaming calls and the simulator use it, so the two paths cannot drift.
     pub fn to_events(&self) -> Vec<StreamEvent> {
-        let mut events =
-            vec![StreamEvent::Start { id: self.id.clone(), model: self.model.clone() }];
+        self.clone().into_events()
+    }
+
+    /// [`ChatResponse::to_events`], moving the texts instead of copying them.
+    pub fn into_events(self) -> Vec<StreamEvent> {
+        let mut events = Vec::with_capacity(6 + 2 * self.tool_calls.len());
+        events.push(StreamEvent::Start { id: self.id, model: self.model });
         if !self.thinking.is_empty() {
-            events.push(StreamEvent::ThinkingDelta { text: self.thinking.clone() });
+            events.push(StreamEvent::ThinkingDelta { text: self.thinking });
         }
         if !self.text.is_empty() {
-            events.push(StreamEvent::TextDelta { text: self.text.clone() });
+            events.push(StreamEvent::TextDelta { text: self.text });
         }
-        if let Some(refusal) = &self.refusal {
-            events.push(StreamEvent::RefusalDelta { text: refusal.clone() });
+        if let Some(refusal) = self.refusal {
+            events.push(StreamEvent::RefusalDelta { text: refusal });
         }
-        for (index, call) in self.tool_calls.iter().enumerate() {
+        for (index, call) in self.tool_calls.into_iter().enumerate() {
             let index = index as u32;
-            events.push(StreamEvent::ToolCallStart {
-                index,
-                id: call.id.clone(),
-                name: call.name.clone(),
-            });
-            events.push(StreamEvent::ToolCallDelta { index, arguments: call.arguments.clone() });
+            events.push(StreamEvent::ToolCallStart { index, id: call.id, name: call.name });
+            events.push(StreamEvent::ToolCallDelta { index, arguments: call.arguments });
         }
         if !self.logprobs.is_empty() {
-            events.push(StreamEvent::Logprobs { tokens: self.logprobs.clone() });
+            events.push(StreamEvent::Logprobs { tokens: self.logprobs });
         }
-        if let Some(reason) = &self.stop_reason {
-            events.push(StreamEvent::Stop { reason: reason.clone() });
+        if let Some(reason) = self.stop_reason {
+            events.push(StreamEvent::Stop { reason });
         }
         events.push(StreamEvent::Usage { usage: self.usage });
         events.push(StreamEvent::Done);

@@ -137,15 +137,28 @@ pub(crate) type JsonParser = fn(&[u8]) -> Result<ChatResponse, Failure>;
 /// The events of a JSON body: read it whole, parse it, replay it as a stream would carry it.
 pub(crate) fn json_events(body: Body, parse: JsonParser) -> EventStream {
     stream::once(async move {
+        // Most bodies arrive in one chunk, which is parsed where it lies.
+        let mut first: Option<Bytes> = None;
         let mut bytes = Vec::new();
         let mut body = body;
         while let Some(chunk) = body.next().await {
             match chunk {
-                Ok(chunk) => bytes.extend_from_slice(&chunk),
+                Ok(chunk) => match first.take() {
+                    None if bytes.is_empty() => first = Some(chunk),
+                    held => {
+                        if let Some(held) = held {
+                            bytes.extend_from_slice(&held);
+                        }
+                        bytes.extend_from_slice(&chunk);
+                    }
+                },
                 Err(failure) => return vec![Err(failure)],
             }
         }
-        replay_json(&bytes, parse)
+        match first {
+            Some(whole) => replay_json(&whole, parse),
+            None => replay_json(&bytes, parse),
+        }
     })
     .flat_map(stream::iter)
     .boxed()
@@ -153,7 +166,7 @@ pub(crate) fn json_events(body: Body, parse: JsonParser) -> EventStream {
 
 pub(crate) fn replay_json(bytes: &[u8], parse: JsonParser) -> Vec<Result<StreamEvent, Failure>> {
     match parse(bytes) {
-        Ok(response) => response.to_events().into_iter().map(Ok).collect(),
+        Ok(response) => response.into_events().into_iter().map(Ok).collect(),
         Err(failure) => vec![Err(failure)],
     }
 }
@@ -169,6 +182,21 @@ mod tests {
     use super::*;
     use crate::anthropic::AnthropicDecoder;
     use crate::openai::OpenAiDecoder;
+
+    /// A JSON body parses the same whether it arrives whole or in pieces of any size.
+    #[tokio::test]
+    async fn a_json_body_in_pieces_is_the_body_whole() {
+        let body: &[u8] = br#"{"id":"c1","model":"m","choices":[{"index":0,"message":{"content":"It shipped."},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#;
+        let parse = crate::openai::parse_openai_response;
+        let whole = replay_json(body, parse);
+        assert!(whole.contains(&Ok(StreamEvent::TextDelta { text: "It shipped.".into() })));
+        for size in [1, 7, 64, body.len()] {
+            let pieces: Vec<Result<Bytes, Failure>> =
+                body.chunks(size).map(|piece| Ok(Bytes::copy_from_slice(piece))).collect();
+            let events: Vec<_> = json_events(stream::iter(pieces).boxed(), parse).collect().await;
+            assert_eq!(events, whole, "pieces of {size}");
+        }
+    }
 
     fn pumped<D: Decoder>(
         bytes: &[u8],

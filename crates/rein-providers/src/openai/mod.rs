@@ -24,6 +24,8 @@ use crate::config::{
 use crate::secret::Redactor;
 
 pub(crate) use request::BodyOptions;
+#[cfg(test)]
+pub(crate) use response::parse_response as parse_openai_response;
 pub(crate) use stream::OpenAiDecoder;
 
 /// An adapter for one OpenAI-format provider. Cheap to clone; shares the pooled client.
