@@ -49,13 +49,26 @@ impl SseParser {
 
     /// Feeds a chunk and appends every event it completes.
     pub fn push(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
-        self.buffer.extend_from_slice(chunk);
+        // Lines wholly inside `chunk` are read where they lie; only a line still open at the
+        // end of a chunk is buffered.
+        let (input, buffered): (&[u8], bool) = if self.buffer.is_empty() {
+            (chunk, false)
+        } else {
+            self.buffer.extend_from_slice(chunk);
+            (&self.buffer, true)
+        };
+        let mut record = Record {
+            event: &mut self.event,
+            data: &mut self.data,
+            seen_first_line: &mut self.seen_first_line,
+        };
         let mut start = 0;
         let mut skip = std::mem::take(&mut self.scanned);
+        let mut scanned = 0;
         let result = loop {
-            let rest = &self.buffer[start..];
-            let Some(pos) = rest[skip..].iter().position(|b| *b == b'\n' || *b == b'\r') else {
-                self.scanned = rest.len();
+            let rest = &input[start..];
+            let Some(pos) = memchr::memchr2(b'\n', b'\r', &rest[skip..]) else {
+                scanned = rest.len();
                 break Ok(());
             };
             let pos = skip + pos;
@@ -65,20 +78,24 @@ impl SseParser {
                 match rest.get(pos + 1) {
                     // A CR at the very end may be the first half of a CRLF: wait for more.
                     None => {
-                        self.scanned = pos;
+                        scanned = pos;
                         break Ok(());
                     }
                     Some(b'\n') => consumed += 1,
                     Some(_) => {}
                 }
             }
-            let line = rest[..pos].to_vec();
             start += consumed;
-            if let Err(error) = self.line(&line, out) {
+            if let Err(error) = record.line(&rest[..pos], out) {
                 break Err(error);
             }
         };
-        self.buffer.drain(..start);
+        self.scanned = scanned;
+        if buffered {
+            self.buffer.drain(..start);
+        } else {
+            self.buffer.extend_from_slice(&chunk[start..]);
+        }
         if result.is_ok() && self.buffer.len() > MAX_LINE_BYTES {
             return Err(SseError::LineTooLong);
         }
@@ -105,9 +122,28 @@ impl SseParser {
     }
 
     fn line(&mut self, line: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+        Record {
+            event: &mut self.event,
+            data: &mut self.data,
+            seen_first_line: &mut self.seen_first_line,
+        }
+        .line(line, out)
+    }
+}
+
+/// The parser's state for the record being read, borrowed apart from its buffer so that lines
+/// can be read straight out of it.
+struct Record<'a> {
+    event: &'a mut Option<String>,
+    data: &'a mut Option<String>,
+    seen_first_line: &'a mut bool,
+}
+
+impl Record<'_> {
+    fn line(&mut self, line: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
         let mut line = std::str::from_utf8(line).map_err(|_| SseError::InvalidUtf8)?;
-        if !self.seen_first_line {
-            self.seen_first_line = true;
+        if !*self.seen_first_line {
+            *self.seen_first_line = true;
             line = line.strip_prefix('\u{feff}').unwrap_or(line);
         }
         if line.is_empty() {
@@ -116,7 +152,7 @@ impl SseParser {
                     data.pop();
                     out.push(SseEvent { event: self.event.take(), data, terminated: true });
                 }
-                None => self.event = None,
+                None => *self.event = None,
             }
             return Ok(());
         }
@@ -133,7 +169,7 @@ impl SseParser {
                 data.push_str(value);
                 data.push('\n');
             }
-            "event" => self.event = Some(value.to_owned()),
+            "event" => *self.event = Some(value.to_owned()),
             // `id` and `retry` steer browser reconnection; an LLM stream is never resumed.
             _ => {}
         }
@@ -203,6 +239,21 @@ mod tests {
         let whole = parse_all(&[input]);
         let singles: Vec<&[u8]> = input.chunks(1).collect();
         assert_eq!(parse_all(&singles), whole);
+    }
+
+    #[test]
+    fn every_split_into_three_pieces_matches_whole() {
+        // LF, CRLF and lone CR line ends, a comment, multi-line data and a BOM, cut everywhere.
+        let input =
+            "\u{feff}: hi\r\nevent: a\rdata: x\r\ndata: y\n\ndata: caf\u{e9}\r\n\r\ndata: z\n\n".as_bytes();
+        let whole = parse_all(&[input]);
+        assert_eq!(whole.len(), 3, "{whole:?}");
+        for i in 0..=input.len() {
+            for j in i..=input.len() {
+                let pieces = [&input[..i], &input[i..j], &input[j..]];
+                assert_eq!(parse_all(&pieces), whole, "cut at {i} and {j}");
+            }
+        }
     }
 
     #[test]
