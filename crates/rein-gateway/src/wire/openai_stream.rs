@@ -32,6 +32,8 @@ pub struct OpenAiStream {
     /// Canonical tool-call index → the dense index the caller sees (0, 1, 2, ... in order of
     /// start), since SDKs accumulate tool calls into a list by index.
     tool_indices: Vec<(u32, u32)>,
+    /// The bytes after the content of a text chunk, once rendered (they depend on the model).
+    text_tail: Option<Vec<u8>>,
 }
 
 impl OpenAiStream {
@@ -43,6 +45,7 @@ impl OpenAiStream {
             started: false,
             finished: false,
             tool_indices: Vec::new(),
+            text_tail: None,
         }
     }
 
@@ -79,6 +82,7 @@ impl OpenAiStream {
             StreamEvent::Start { model, .. } => {
                 if self.model.is_none() {
                     self.model = Some(model.clone());
+                    self.text_tail = None;
                 }
                 self.ensure_started(&mut frames);
                 return frames;
@@ -131,6 +135,7 @@ impl OpenAiStream {
         let response = &completion.response;
         if self.model.is_none() {
             self.model = Some(response.model.clone());
+            self.text_tail = None;
         }
         self.ensure_started(&mut frames);
         let reason = finish_reason(response.stop_reason.as_ref());
@@ -202,23 +207,27 @@ impl OpenAiStream {
         chunk
     }
 
-    /// `data: {chunk with delta.content = text}`, serialized from borrowed typed fields; the
-    /// same bytes as [`Self::chunk`] renders (keys in the same sorted order).
-    fn text_frame(&self, text: &str) -> Bytes {
+    /// `data: {chunk with delta.content = text}`: a fixed head, the text as a JSON string, and
+    /// the rest of the chunk, which is the same for every text chunk of the stream and so is
+    /// rendered once. The same bytes as [`Self::chunk`] renders (keys in the same sorted order).
+    fn text_frame(&mut self, text: &str) -> Bytes {
+        const HEAD: &[u8] = br#"data: {"choices":[{"delta":{"content":"#;
+        let tail = match &self.text_tail {
+            Some(tail) => tail,
+            None => self.text_tail.insert(self.render_text_tail()),
+        };
+        let mut out = Vec::with_capacity(HEAD.len() + text.len() + 8 + tail.len());
+        out.extend_from_slice(HEAD);
+        // Writing a string into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut out, text);
+        out.extend_from_slice(tail);
+        Bytes::from(out)
+    }
+
+    /// What follows the content string in a text chunk, through the frame's blank line.
+    fn render_text_tail(&self) -> Vec<u8> {
         #[derive(Serialize)]
-        struct Delta<'a> {
-            content: &'a str,
-        }
-        #[derive(Serialize)]
-        struct Choice<'a> {
-            delta: Delta<'a>,
-            finish_reason: Option<()>,
-            index: u32,
-            logprobs: Option<()>,
-        }
-        #[derive(Serialize)]
-        struct Chunk<'a> {
-            choices: [Choice<'a>; 1],
+        struct Rest<'a> {
             created: u64,
             id: &'a str,
             model: &'a str,
@@ -228,13 +237,7 @@ impl OpenAiStream {
             #[serde(skip_serializing_if = "Option::is_none")]
             usage: Option<Option<()>>,
         }
-        let chunk = Chunk {
-            choices: [Choice {
-                delta: Delta { content: text },
-                finish_reason: None,
-                index: 0,
-                logprobs: None,
-            }],
+        let rest = Rest {
             created: self.meta.created,
             id: &self.meta.id,
             model: self.model.as_deref().unwrap_or_default(),
@@ -242,17 +245,12 @@ impl OpenAiStream {
             system_fingerprint: None,
             usage: self.include_usage.then_some(None),
         };
-        let mut out = Vec::with_capacity(200 + self.meta.id.len() + text.len());
-        out.extend_from_slice(b"data: ");
-        match serde_json::to_writer(&mut out, &chunk) {
-            Ok(()) => {
-                out.extend_from_slice(b"\n\n");
-                Bytes::from(out)
-            }
-            Err(_) => {
-                sse_frame(None, &self.chunk(json!({"content": text}), Value::Null, Value::Null))
-            }
-        }
+        let mut tail = br#"},"finish_reason":null,"index":0,"logprobs":null}],"#.to_vec();
+        let rest = serde_json::to_vec(&rest).unwrap_or_default();
+        // `{"created":..}` without its opening brace continues the chunk's object.
+        tail.extend_from_slice(rest.get(1..).unwrap_or_default());
+        tail.extend_from_slice(b"\n\n");
+        tail
     }
 
     fn chunk(&self, delta: Value, finish: Value, logprobs: Value) -> Value {
