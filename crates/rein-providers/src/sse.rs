@@ -245,7 +245,8 @@ mod tests {
     fn every_split_into_three_pieces_matches_whole() {
         // LF, CRLF and lone CR line ends, a comment, multi-line data and a BOM, cut everywhere.
         let input =
-            "\u{feff}: hi\r\nevent: a\rdata: x\r\ndata: y\n\ndata: caf\u{e9}\r\n\r\ndata: z\n\n".as_bytes();
+            "\u{feff}: hi\r\nevent: a\rdata: x\r\ndata: y\n\ndata: caf\u{e9}\r\n\r\ndata: z\n\n"
+                .as_bytes();
         let whole = parse_all(&[input]);
         assert_eq!(whole.len(), 3, "{whole:?}");
         for i in 0..=input.len() {

@@ -6,6 +6,8 @@
 //! `Done`. An `{"error": ..}` object on a `data:` line, or an `event: error`, is a
 //! mid-stream error. Only choice 0 is read: rein always asks for one answer.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -16,12 +18,13 @@ use crate::http_error::error_object;
 use crate::sse::SseEvent;
 use crate::stream::{Decoder, malformed};
 
+// `id` and `model` repeat on every chunk and are read from the first: borrowed, not copied.
 #[derive(Debug, Deserialize)]
-struct Chunk {
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    model: Option<String>,
+struct Chunk<'a> {
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    model: Option<Cow<'a, str>>,
     #[serde(default)]
     choices: Option<Vec<Choice>>,
     #[serde(default)]
@@ -108,15 +111,15 @@ impl Decoder for OpenAiDecoder {
             });
         }
         let chunk: Chunk =
-            serde_json::from_value(json).map_err(|e| malformed("chat completion chunk", &e))?;
+            Chunk::deserialize(&json).map_err(|e| malformed("chat completion chunk", &e))?;
         Ok(self.events(chunk))
     }
 }
 
 impl OpenAiDecoder {
     /// The events of one chunk.
-    fn events(&mut self, chunk: Chunk) -> Vec<StreamEvent> {
-        let mut events = Vec::new();
+    fn events(&mut self, chunk: Chunk<'_>) -> Vec<StreamEvent> {
+        let mut events = Vec::with_capacity(2);
         let id_or_model = chunk.id.as_deref().is_some_and(|id| !id.is_empty())
             || chunk.model.as_deref().is_some_and(|model| !model.is_empty());
         let has_choices = chunk.choices.as_ref().is_some_and(|choices| !choices.is_empty());
@@ -125,12 +128,12 @@ impl OpenAiDecoder {
         if !self.started && (id_or_model || has_choices) {
             self.started = true;
             events.push(StreamEvent::Start {
-                id: chunk.id.clone().unwrap_or_default(),
-                model: chunk.model.clone().unwrap_or_default(),
+                id: chunk.id.map(Cow::into_owned).unwrap_or_default(),
+                model: chunk.model.map(Cow::into_owned).unwrap_or_default(),
             });
         }
-        for choice in chunk.choices.iter().flatten().filter(|c| c.index.unwrap_or(0) == 0) {
-            if let Some(delta) = &choice.delta {
+        for choice in chunk.choices.into_iter().flatten().filter(|c| c.index.unwrap_or(0) == 0) {
+            if let Some(delta) = choice.delta {
                 self.delta(delta, &mut events);
             }
             if let Some(logprobs) = &choice.logprobs {
@@ -149,16 +152,16 @@ impl OpenAiDecoder {
         events
     }
 
-    fn delta(&mut self, delta: &Delta, events: &mut Vec<StreamEvent>) {
-        let reasoning = delta.reasoning_content.as_ref().or(delta.reasoning.as_ref());
+    fn delta(&mut self, delta: Delta, events: &mut Vec<StreamEvent>) {
+        let reasoning = delta.reasoning_content.or(delta.reasoning);
         if let Some(text) = reasoning.filter(|t| !t.is_empty()) {
-            events.push(StreamEvent::ThinkingDelta { text: text.clone() });
+            events.push(StreamEvent::ThinkingDelta { text });
         }
-        if let Some(text) = delta.content.as_ref().filter(|t| !t.is_empty()) {
-            events.push(StreamEvent::TextDelta { text: text.clone() });
+        if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
+            events.push(StreamEvent::TextDelta { text });
         }
-        if let Some(text) = delta.refusal.as_ref().filter(|t| !t.is_empty()) {
-            events.push(StreamEvent::RefusalDelta { text: text.clone() });
+        if let Some(text) = delta.refusal.filter(|t| !t.is_empty()) {
+            events.push(StreamEvent::RefusalDelta { text });
         }
         for (position, call) in delta.tool_calls.iter().flatten().enumerate() {
             let index = call.index.unwrap_or(position as u32);
