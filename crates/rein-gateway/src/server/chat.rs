@@ -179,7 +179,8 @@ async fn complete(
             let body: Vec<u8> = match api {
                 Api::OpenAi => wire::openai::render_response_bytes(&completion, &meta),
                 Api::Anthropic => {
-                    wire::anthropic::render_response(&completion, &meta).to_string().into_bytes()
+                    let body = wire::anthropic::render_response(&completion, &meta);
+                    serde_json::to_vec(&body).unwrap_or_default()
                 }
             };
             log_call(&request_id, &completion.report);

@@ -167,11 +167,16 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for StringOrObject<T> {
 
 /// One SSE frame carrying a JSON payload, with an optional `event:` line.
 pub(crate) fn sse_frame(event: Option<&str>, data: &Value) -> Bytes {
-    let data = data.to_string();
-    let frame = match event {
-        Some(event) => format!("event: {event}\ndata: {data}\n\n"),
-        None => format!("data: {data}\n\n"),
-    };
+    let mut frame = Vec::with_capacity(256);
+    if let Some(event) = event {
+        frame.extend_from_slice(b"event: ");
+        frame.extend_from_slice(event.as_bytes());
+        frame.push(b'\n');
+    }
+    frame.extend_from_slice(b"data: ");
+    // Serializing a JSON tree into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut frame, data);
+    frame.extend_from_slice(b"\n\n");
     Bytes::from(frame)
 }
 
