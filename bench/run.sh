@@ -14,6 +14,8 @@
 #   CONNS         connections for the throughput runs (default 32)
 #   PROBE_COUNT   requests per streaming first-byte probe (default 300)
 #   PROFILE       1: record `perf` profiles of rein (needs perf; installs linux-perf)
+#   INSTRUCTIONS  1: count rein's user-space instructions per request under callgrind
+#                 (needs valgrind); a stable measure to compare two builds by
 #   REIN_BIN      use this rein binary instead of building one
 #   OUT           where to write the markdown (default bench/results/latest.md)
 #   KEEP_TMP      1: keep the temp dir with configs, logs and raw numbers
@@ -27,6 +29,7 @@ ROUNDS=${ROUNDS:-3}
 CONNS=${CONNS:-32}
 PROBE_COUNT=${PROBE_COUNT:-300}
 PROFILE=${PROFILE:-0}
+INSTRUCTIONS=${INSTRUCTIONS:-0}
 OUT=${OUT:-$BENCH_DIR/results/latest.md}
 SIM_DELAY_MS=20
 
@@ -40,6 +43,7 @@ command -v wrk >/dev/null || need+=(wrk)
 command -v curl >/dev/null || need+=(curl)
 command -v python3 >/dev/null || need+=(python3)
 if [ "$PROFILE" = 1 ] && ! perf version >/dev/null 2>&1; then need+=(linux-perf); fi
+if [ "$INSTRUCTIONS" = 1 ] && ! command -v valgrind >/dev/null; then need+=(valgrind); fi
 if [ ${#need[@]} -gt 0 ]; then
   [ "$(id -u)" = 0 ] || die "missing ${need[*]}: install them (apt-get install -y ${need[*]})"
   log "installing ${need[*]}"
@@ -472,13 +476,66 @@ if [ "$PROFILE" = 1 ]; then
       perf report -i "$TMP/perf-$t.data" --stdio --no-children --sort dso -g none 2>/dev/null | tidy_perf | head -12 || true
       echo; echo "## self time by symbol (flat, >= 0.4%)"
       perf report -i "$TMP/perf-$t.data" --stdio --no-children --sort dso,symbol -g none --percent-limit 0.4 2>/dev/null | tidy_perf | head -60 || true
-      echo; echo "## inclusive time (children) of rein, hyper, reqwest, axum, serde and tokio sync frames (>= 1%)"
+      echo; echo "## inclusive time (children) of rein, hyper, hyper-util, axum, serde and tokio sync frames (>= 1%)"
       perf report -i "$TMP/perf-$t.data" --stdio --children --sort symbol -g none --percent-limit 1 2>/dev/null | tidy_perf \
-        | grep -E 'rein_|hyper::|reqwest::|axum::|serde_json::|tokio::sync|tokio::time|tracing|http::header|__GI___writev|__libc_recv|__GI___libc_read|epoll_wait|futex' \
+        | grep -E 'rein_|hyper::|hyper_util::|axum::|serde_json::|tokio::sync|tokio::time|tracing|http::header|__GI___writev|__libc_recv|__GI___libc_read|epoll_wait|futex' \
         | grep -v '(inlined)' | head -70 || true
     } >"$BENCH_DIR/results/profile-$t.txt"
     log "wrote bench/results/profile-$t.txt"
   done
+fi
+
+# --- optional instruction counts ---------------------------------------------------------------
+# Wall-clock CPU time on a shared 2-core VM varies by ~15% between runs; the number of user-space
+# instructions rein executes per request does not (< 1%), so it is what tells two builds apart.
+# rein runs under callgrind with one worker on its own port; each target gets a warm-up, then
+# the counters are zeroed, a fixed-duration wrk run is counted, and the counters are dumped.
+if [ "$INSTRUCTIONS" = 1 ]; then
+  mkdir -p "$BENCH_DIR/results" "$TMP/ir"
+  IR_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  sed -e "s/127.0.0.1:$REIN_PORT/127.0.0.1:$IR_PORT/" -e 's/^\[server\]$/[server]\nworkers = 1/' \
+    -e "s#^sqlite_path = .*#sqlite_path = \"$TMP/ir/rein.sqlite\"#" "$TMP/rein/rein.toml" >"$TMP/ir/rein.toml"
+  log "instruction counts: rein under callgrind"
+  (cd "$TMP/ir" && RUST_LOG=warn exec valgrind --tool=callgrind --callgrind-out-file="$TMP/ir/cg.out" \
+    "$REIN_BIN" serve --config "$TMP/ir/rein.toml" >"$TMP/ir/stdout.log" 2>"$TMP/ir/stderr.log") &
+  IR_PID=$!; PIDS+=("$IR_PID")
+  for _ in $(seq 1 300); do (exec 3<>"/dev/tcp/127.0.0.1/$IR_PORT") 2>/dev/null && break; sleep 0.2; done
+  {
+    echo "# User-space instructions per request (callgrind), work tree at $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?')"
+    echo
+    echo "rein serve with one worker under \`valgrind --tool=callgrind\`, \`wrk -t1 -c4\` for 4 s per target after a"
+    echo "2 s warm-up; the kernel's share (syscalls, TCP) is not counted. Stable to < 1% between runs."
+    echo
+    echo "| target | requests counted | instructions per request |"
+    echo "|---|--:|--:|"
+  } >"$TMP/ir/report.md"
+  dump=0
+  for t in rein rein-sse s-rein-pt; do
+    read -r _ path model stream <<<"$(target_of "$t")"
+    url="http://127.0.0.1:$IR_PORT$path"
+    BENCH_BODY=$(body "$model" "$stream") wrk -t1 -c4 -d2s -s "$LIB/post.lua" "$url" >/dev/null
+    callgrind_control -z "$IR_PID" >/dev/null
+    line=$(BENCH_BODY=$(body "$model" "$stream") wrk -t1 -c4 -d4s -s "$LIB/post.lua" "$url" | grep '^BENCH ')
+    callgrind_control --dump="$t" "$IR_PID" >/dev/null
+    dump=$((dump + 1))
+    requests=$(sed 's/.*requests=\([0-9]*\).*/\1/' <<<"$line")
+    ir=$(awk '/^summary:/ {print $2}' "$TMP/ir/cg.out.$dump")
+    echo "| $t | $requests | $(awk -v i="$ir" -v r="$requests" 'BEGIN {printf "%d", i / r}') |" >>"$TMP/ir/report.md"
+  done
+  {
+    echo
+    echo "## Where the instructions of \`rein\` (non-streaming, JSON upstream) go: exclusive, top 30"
+    echo
+    echo '```'
+    callgrind_annotate --auto=no --threshold=100 "$TMP/ir/cg.out.1" 2>/dev/null | sed -n '/file:function/,$p' \
+      | grep -v 'libc-start\|(below main)\|lang_start\|block_on\|enter_runtime\|__rust_begin_short_backtrace\|rein::main\|???:main\|ld-linux' \
+      | sed -n '3,32p' | sed -E 's#[^ ]*/\.cargo/registry/src/[^/]+/##; s#/rustc/[0-9a-f]+/##' | sed "s#$ROOT/##" | sed -E 's/ \[[^]]*\]$//' | cut -c1-200
+    echo '```'
+  } >>"$TMP/ir/report.md"
+  kill -TERM "$IR_PID" 2>/dev/null || true
+  cp "$TMP/ir/report.md" "$BENCH_DIR/results/instructions.md"
+  cat "$BENCH_DIR/results/instructions.md" >&2
+  log "wrote bench/results/instructions.md"
 fi
 
 # --- report ------------------------------------------------------------------------------------
