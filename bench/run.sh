@@ -528,7 +528,7 @@ if [ "$INSTRUCTIONS" = 1 ]; then
     echo
     echo '```'
     callgrind_annotate --auto=no --threshold=100 "$TMP/ir/cg.out.1" 2>/dev/null | sed -n '/file:function/,$p' \
-      | grep -v 'libc-start\|(below main)\|lang_start\|block_on\|enter_runtime\|__rust_begin_short_backtrace\|rein::main\|???:main\|ld-linux' \
+      | grep -v 'libc-start\|(below main)\|lang_start\|block_on\|enter_runtime\|__rust_begin_short_backtrace\|rein::main\|???:main\|ld-linux\|clone.S\|pthread_create\|thread_start\|vtable.shim' \
       | sed -n '3,32p' | sed -E 's#[^ ]*/\.cargo/registry/src/[^/]+/##; s#/rustc/[0-9a-f]+/##' | sed "s#$ROOT/##" | sed -E 's/ \[[^]]*\]$//' | cut -c1-200
     echo '```'
   } >>"$TMP/ir/report.md"
