@@ -11,7 +11,7 @@
 //! (sent with `extra_body`) is rein's own: its evidence is read out and never forwarded.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use rein_core::validate::Evidence;
 use rein_core::{
@@ -52,7 +52,10 @@ const KNOWN_FIELDS: &[&str] = &[
     REIN_FIELD,
 ];
 
+// Unknown fields are refused so that a body with any parses the slow way, which moves them
+// to `extra`; the tree path removes them before it gets here.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawRequest {
     model: String,
     max_tokens: u32,
@@ -64,6 +67,8 @@ struct RawRequest {
     tools: Option<Vec<RawTool>>,
     tool_choice: Option<RawToolChoice>,
     stream: Option<bool>,
+    /// rein's own object (`REIN_FIELD`), read as evidence.
+    rein: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -127,16 +132,43 @@ struct RawToolChoice {
 }
 
 /// Parse a Messages request body.
+///
+/// A body with only the fields rein reads, all well-typed, is parsed in one pass straight into
+/// its struct. Anything else (an unknown field for `extra`, a bad value) takes the JSON-tree
+/// path, which gives the same result and names the field of the first problem.
 pub fn parse_request(body: &[u8]) -> Result<AnthropicRequest, WireError> {
-    let map = parse_object(body)?;
+    match serde_json::from_slice::<RawRequest>(body) {
+        Ok(mut raw) => {
+            let evidence = match raw.rein.take() {
+                None => Evidence::new(),
+                Some(rein) => caller_evidence(&Map::from_iter([(REIN_FIELD.to_owned(), rein)]))?,
+            };
+            translate(raw, Map::new(), evidence)
+        }
+        Err(_) => parse_tree(body),
+    }
+}
+
+/// The JSON-tree path of [`parse_request`].
+fn parse_tree(body: &[u8]) -> Result<AnthropicRequest, WireError> {
+    let mut map = parse_object(body)?;
     require(&map, "model")?;
     require(&map, "max_tokens")?;
     require(&map, "messages")?;
     // Read before `typed` takes the map; its error still comes after the typed one.
     let evidence = caller_evidence(&map);
-    let mut extra = extra(&map, KNOWN_FIELDS);
+    let extra = extra(&map, KNOWN_FIELDS);
+    map.retain(|key, _| KNOWN_FIELDS.contains(&key.as_str()));
     let raw: RawRequest = typed(map)?;
     let evidence = evidence?;
+    translate(raw, extra, evidence)
+}
+
+fn translate(
+    raw: RawRequest,
+    mut extra: Map<String, Value>,
+    evidence: Evidence,
+) -> Result<AnthropicRequest, WireError> {
     if raw.messages.is_empty() {
         return Err(WireError::invalid("messages", "must contain at least one message"));
     }

@@ -8,14 +8,46 @@ use rein_core::{Outcome, Role};
 use super::*;
 use crate::wire::fixtures;
 
+/// Parses `body`, checking that the one-pass path and the JSON-tree path agree on it.
 fn parse(body: Value) -> Result<AnthropicRequest, WireError> {
-    parse_request(body.to_string().as_bytes())
+    parse_bytes(body.to_string().as_bytes())
+}
+
+fn parse_bytes(body: &[u8]) -> Result<AnthropicRequest, WireError> {
+    let parsed = parse_request(body);
+    assert_eq!(
+        parsed,
+        parse_tree(body),
+        "the two paths differ on {}",
+        String::from_utf8_lossy(body)
+    );
+    parsed
 }
 
 fn snapshot_json(name: &str, value: &Value) {
     insta::with_settings!({sort_maps => true}, {
         insta::assert_json_snapshot!(name, value);
     });
+}
+
+#[test]
+fn common_bodies_take_the_one_pass_path() {
+    let fast = |body: Value| serde_json::from_slice::<RawRequest>(body.to_string().as_bytes());
+    let user = json!([{"role": "user", "content": "hi"}]);
+    assert!(fast(json!({"model": "m", "max_tokens": 64, "messages": user})).is_ok());
+    assert!(
+        fast(json!({"model": "m", "max_tokens": 64, "messages": user, "stream": true,
+        "system": [{"type": "text", "text": "Be brief."}], "temperature": 0.2,
+        "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+        "tool_choice": {"type": "auto"}, "rein": {"evidence": []}}))
+        .is_ok()
+    );
+    // A field rein does not model goes the tree way, to reach `extra`.
+    let with_extra =
+        json!({"model": "m", "max_tokens": 64, "messages": user, "metadata": {"user_id": "u1"}});
+    assert!(fast(with_extra.clone()).is_err());
+    let parsed = parse(with_extra).unwrap();
+    assert_eq!(parsed.request.extra.get("metadata"), Some(&json!({"user_id": "u1"})));
 }
 
 #[test]
@@ -177,7 +209,7 @@ fn bad_requests_name_the_field() {
     ];
     let mut bodies = Map::new();
     for (name, body) in cases {
-        let error = parse_request(&body).expect_err(name);
+        let error = parse_bytes(&body).expect_err(name);
         bodies
             .insert(name.into(), json!({"param": error.param(), "body": wire_error_body(&error)}));
     }
