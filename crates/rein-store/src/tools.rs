@@ -80,8 +80,9 @@ pub enum KeyBegin {
     /// the caller now holds it. The earlier attempt's outcome is unknown, so the caller must send
     /// again with the same key, never a new one.
     TakenOver,
-    /// Another request holds the key under a live lease (Stripe: 409).
-    InFlight,
+    /// Another request holds the key under a live lease (Stripe: 409), until the given time:
+    /// by then it has finished or its lease can be taken over.
+    InFlight { lease_until_unix_ms: i64 },
     /// The key has a stored result for the same tool and arguments: return it, run nothing.
     Stored { state: KeyState, result: Value },
     /// The key was used with a different tool or different arguments (Stripe: 422).

@@ -251,8 +251,8 @@ impl ToolStore for SqliteToolStore {
                 return Ok(KeyBegin::Mismatch { tool: found_tool });
             }
             if found_state == KeyState::InFlight {
-                if found_lease.is_some_and(|until| now_unix_ms < until) {
-                    return Ok(KeyBegin::InFlight);
+                if let Some(until) = found_lease.filter(|until| now_unix_ms < *until) {
+                    return Ok(KeyBegin::InFlight { lease_until_unix_ms: until });
                 }
                 tx.execute(
                     "UPDATE tool_keys SET lease_until_unix_ms = ?2, updated_unix_ms = ?3

@@ -195,8 +195,9 @@ fn reject() -> Decision {
 async fn key_begin_is_fresh_then_in_flight_while_leased(backend: Backend) {
     let store = &*backend.store;
     assert_eq!(begin(store, "k", T0).await, KeyBegin::Fresh);
-    assert_eq!(begin(store, "k", T0 + 1).await, KeyBegin::InFlight);
-    assert_eq!(begin(store, "k", T0 + LEASE - 1).await, KeyBegin::InFlight);
+    let leased = KeyBegin::InFlight { lease_until_unix_ms: T0 + LEASE };
+    assert_eq!(begin(store, "k", T0 + 1).await, leased);
+    assert_eq!(begin(store, "k", T0 + LEASE - 1).await, leased);
     assert_eq!(begin(store, "other", T0).await, KeyBegin::Fresh);
 }
 
@@ -205,7 +206,10 @@ async fn key_begin_takes_over_once_the_lease_expires(backend: Backend) {
     assert_eq!(begin(store, "k", T0).await, KeyBegin::Fresh);
     assert_eq!(begin(store, "k", T0 + LEASE).await, KeyBegin::TakenOver);
     // The taker holds a new lease from its own `now`.
-    assert_eq!(begin(store, "k", T0 + 2 * LEASE - 1).await, KeyBegin::InFlight);
+    assert_eq!(
+        begin(store, "k", T0 + 2 * LEASE - 1).await,
+        KeyBegin::InFlight { lease_until_unix_ms: T0 + 2 * LEASE }
+    );
     assert_eq!(begin(store, "k", T0 + 2 * LEASE).await, KeyBegin::TakenOver);
 }
 
@@ -233,7 +237,10 @@ async fn key_begin_refuses_another_tool_or_other_arguments(backend: Backend) {
     let late = T0 + 10 * LEASE;
     assert_eq!(store.key_begin("k", TOOL, "args-b", late, LEASE).await.unwrap(), mismatch);
     // The refusals changed nothing: the owner's lease still stands.
-    assert_eq!(begin(store, "k", T0 + 2).await, KeyBegin::InFlight);
+    assert_eq!(
+        begin(store, "k", T0 + 2).await,
+        KeyBegin::InFlight { lease_until_unix_ms: T0 + LEASE }
+    );
     store.key_finish("k", &json!("ok"), T0 + 3).await.unwrap();
     assert_eq!(store.key_begin("k", "cancel", HASH, late, LEASE).await.unwrap(), mismatch);
 }
@@ -730,7 +737,7 @@ async fn concurrent_begins_of_one_key_give_it_to_one_caller(backend: Backend) {
     for task in tasks {
         match task.await.unwrap() {
             KeyBegin::Fresh => fresh += 1,
-            KeyBegin::InFlight => {}
+            KeyBegin::InFlight { .. } => {}
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -884,9 +891,11 @@ async fn prune_forgets_only_finished_records_past_their_retention(backend: Backe
         stored(store, "recent").await,
         KeyBegin::Stored { state: KeyState::Done, .. }
     ));
-    assert_eq!(
-        store.key_begin("in-flight", TOOL, HASH, old + 1, LEASE).await.unwrap(),
-        KeyBegin::InFlight,
+    assert!(
+        matches!(
+            store.key_begin("in-flight", TOOL, HASH, old + 1, LEASE).await.unwrap(),
+            KeyBegin::InFlight { .. }
+        ),
         "an in-flight key is never pruned"
     );
     assert!(store.cache_get(TOOL, "old-args").await.unwrap().is_none());

@@ -18,8 +18,11 @@ pub enum ToolError {
     #[error("idempotency key `{key}` was already used for `{tool}` with different arguments")]
     KeyMismatch { key: String, tool: String },
     /// Another request holds the key right now (409, as Stripe): retry later with the same key.
-    #[error("a request with idempotency key `{key}` is in flight")]
-    KeyInFlight { key: String },
+    /// Within `retry_after_ms` that request has finished or its lease can be taken over.
+    #[error(
+        "a request with idempotency key `{key}` is in flight; retry with the same key (it is settled within {retry_after_ms} ms)"
+    )]
+    KeyInFlight { key: String, retry_after_ms: u64 },
     /// A `key_from = "conversation"` tool called without a conversation id (400).
     #[error(
         "tool `{tool}` derives its idempotency key from the conversation: send a conversation id"

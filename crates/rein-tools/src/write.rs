@@ -56,7 +56,10 @@ impl Dispatcher {
                 KeyBegin::Fresh => false,
                 // The earlier holder's request may have reached the backend: resend, same key.
                 KeyBegin::TakenOver => true,
-                KeyBegin::InFlight => return Err(ToolError::KeyInFlight { key }),
+                KeyBegin::InFlight { lease_until_unix_ms } => {
+                    let retry_after_ms = u64::try_from(lease_until_unix_ms - now).unwrap_or(0);
+                    return Err(ToolError::KeyInFlight { key, retry_after_ms });
+                }
                 KeyBegin::Mismatch { tool } => return Err(ToolError::KeyMismatch { key, tool }),
                 KeyBegin::Stored { result, .. } => return stored(result),
             };

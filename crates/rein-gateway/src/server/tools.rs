@@ -6,7 +6,7 @@
 //! the envelope the model should see: `200` when the call is settled (`ok`, `refused`, `busy`),
 //! `202` when it is accepted but has not executed (`queued`, `pending_approval`). The caller's
 //! mistakes get an error body in the OpenAI error shape that names the problem: 400, 404, 409
-//! (the same key is in flight), 422 (the key was used with other arguments), 503 (store down).
+//! (the same key is in flight; `retry-after(-ms)` says when it is settled), 422 (the key was used with other arguments), 503 (store down).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -190,7 +190,15 @@ pub async fn call(
                 }
                 _ => message,
             };
-            error(status, kind, param, &message, &request_id)
+            let mut response = error(status, kind, param, &message, &request_id);
+            if let ToolError::KeyInFlight { retry_after_ms, .. } = &failure {
+                // By then the first request has finished or its key can be taken over.
+                let headers = response.headers_mut();
+                headers.insert("retry-after-ms", HeaderValue::from(*retry_after_ms));
+                headers
+                    .insert("retry-after", HeaderValue::from(retry_after_ms.div_ceil(1000).max(1)));
+            }
+            response
         }
     }
 }

@@ -934,6 +934,13 @@ source = "ticket_outbox"
     let racing = gw.call_with("hand_off", &args, &conversation).await;
     assert_eq!(racing.status, 409, "{:?}", racing.body);
     assert_eq!(racing.body["error"]["type"], "idempotency_error");
+    // It says when to retry: by then the first call has finished or its key can be taken over.
+    let wait_ms: u64 = racing.header("retry-after-ms").expect("retry-after-ms").parse().unwrap();
+    assert!(wait_ms > 0, "{wait_ms}");
+    let wait_s: u64 = racing.header("retry-after").expect("retry-after").parse().unwrap();
+    assert_eq!(wait_s, wait_ms.div_ceil(1000).max(1));
+    let message = racing.body["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&format!("within {wait_ms} ms")), "{message}");
     // The hung request stays hung; whatever comes next finds the system up.
     tickets.set(Mode::Up);
 

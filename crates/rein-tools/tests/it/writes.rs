@@ -192,7 +192,7 @@ async fn a_concurrent_duplicate_is_in_flight() {
 
     let duplicate = h.call_with("create_refund", args, with_key("k-3")).await;
     assert!(
-        matches!(&duplicate, Err(ToolError::KeyInFlight { key }) if key == "k-3"),
+        matches!(&duplicate, Err(ToolError::KeyInFlight { key, retry_after_ms }) if key == "k-3" && *retry_after_ms > 0),
         "{duplicate:?}"
     );
 
@@ -270,14 +270,18 @@ async fn without_a_queue_an_unknown_outcome_keeps_the_key_until_its_lease_expire
     let detail = first.envelope["detail"].as_str().unwrap();
     assert!(detail.contains("may or may not have executed"), "{detail}");
 
-    // Within the key's lease a retry is told the key is in flight; nothing is sent.
+    // Within the key's lease a retry is told the key is in flight, and for how long at most;
+    // nothing is sent.
     let soon = h.call_with("hand_off", args.clone(), conversation("c-7")).await;
-    assert!(matches!(soon, Err(ToolError::KeyInFlight { .. })), "{soon:?}");
+    let Err(ToolError::KeyInFlight { retry_after_ms, .. }) = soon else {
+        panic!("expected KeyInFlight, got {soon:?}");
+    };
+    assert!(retry_after_ms > 0 && retry_after_ms <= 5_201, "{retry_after_ms}");
     assert_eq!(tickets.hits(), 1);
-
-    // After it, the retry takes the key over and resends it; the backend deduplicates.
+    // Waiting what the 409 said is enough: the retry takes the key over and resends it; the
+    // backend deduplicates.
     tickets.set(Mode::Up);
-    h.clock.advance_ms(5_201);
+    h.clock.advance_ms(i64::try_from(retry_after_ms).unwrap());
     let later = h.call_with("hand_off", args, conversation("c-7")).await.unwrap();
     assert_eq!(later.status, ToolStatus::Ok);
     assert!(!later.replayed);
