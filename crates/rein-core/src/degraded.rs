@@ -74,6 +74,13 @@ pub struct KillFlip {
     pub at_unix_ms: u64,
 }
 
+impl KillFlip {
+    /// A flip made now.
+    pub fn now(scope: KillScope, engaged: bool, reason: impl Into<String>) -> Self {
+        Self { scope, engaged, reason: reason.into(), at_unix_ms: unix_ms() }
+    }
+}
+
 #[derive(Debug, Default)]
 struct KillState {
     engaged: HashMap<KillScope, String>,
@@ -89,24 +96,36 @@ pub struct KillSwitch {
 impl KillSwitch {
     /// Engage or release the switch for a scope; takes effect on the next call.
     pub fn set(&self, scope: KillScope, engaged: bool, reason: impl Into<String>) -> KillFlip {
-        let flip = KillFlip {
-            scope: scope.clone(),
-            engaged,
-            reason: reason.into(),
-            at_unix_ms: unix_ms(),
-        };
+        let flip = KillFlip::now(scope, engaged, reason);
+        self.apply(flip.clone());
+        flip
+    }
+
+    /// Apply a flip made elsewhere (recorded first by the caller, which keeps the audit durable).
+    pub fn apply(&self, flip: KillFlip) {
+        tracing::warn!(scope = ?flip.scope, engaged = flip.engaged, reason = %flip.reason, "kill switch flipped");
+        self.replay(flip);
+    }
+
+    /// Bring back recorded flips, oldest first: the switch ends as the last flip per scope left
+    /// it, and the audit holds them all with their original times.
+    pub fn restore(&self, flips: impl IntoIterator<Item = KillFlip>) {
+        for flip in flips {
+            self.replay(flip);
+        }
+    }
+
+    fn replay(&self, flip: KillFlip) {
         let mut state = match self.state.write() {
             Ok(guard) => guard,
             Err(poisoned) => poisoned.into_inner(),
         };
-        if engaged {
-            state.engaged.insert(scope, flip.reason.clone());
+        if flip.engaged {
+            state.engaged.insert(flip.scope.clone(), flip.reason.clone());
         } else {
-            state.engaged.remove(&scope);
+            state.engaged.remove(&flip.scope);
         }
-        state.audit.push(flip.clone());
-        tracing::warn!(scope = ?flip.scope, engaged, reason = %flip.reason, "kill switch flipped");
-        flip
+        state.audit.push(flip);
     }
 
     /// The reason the route is switched off, if it is (global first).
@@ -161,5 +180,11 @@ mod tests {
         switch.set(KillScope::Route("support".into()), false, "reverted");
         assert_eq!(switch.engaged_for("support"), None);
         assert_eq!(switch.audit().len(), 4);
+
+        // Restoring the record into a fresh switch gives the same state and audit.
+        let restored = KillSwitch::default();
+        restored.restore(switch.audit().into_iter().take(2));
+        assert_eq!(restored.engaged_for("other").as_deref(), Some("provider incident"));
+        assert_eq!(restored.audit(), switch.audit()[..2]);
     }
 }

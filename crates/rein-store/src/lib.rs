@@ -2,10 +2,12 @@
 //! the process. Every table's rows are versioned by the schema version in `rein_schema`, and
 //! migrations only move forward, so records written by an older rein stay readable.
 //!
-//! It holds route settings versions ([`versions`]) and the durable state behind tool calls
-//! ([`tools`]: idempotency keys, the write outbox, the read cache, gate holds), which can also
-//! live in Postgres ([`tools_postgres`]) when several gateway replicas share one queue.
+//! It holds route settings versions ([`versions`]), the kill switch's flips ([`kill`]), and the
+//! durable state behind tool calls ([`tools`]: idempotency keys, the write outbox, the read
+//! cache, gate holds), which can also live in Postgres ([`tools_postgres`]) when several
+//! gateway replicas share one queue.
 
+pub mod kill;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tools;
@@ -114,6 +116,14 @@ const MIGRATIONS: &[&str] = &[
         outbox_id INTEGER REFERENCES tool_outbox (id)
     );
     CREATE INDEX tool_holds_state ON tool_holds (state);",
+    // 3: the kill switch's flips (route NULL: the global switch).
+    "CREATE TABLE kill_flips (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        route TEXT,
+        engaged INTEGER NOT NULL,
+        reason TEXT NOT NULL,
+        at_unix_ms INTEGER NOT NULL
+    );",
 ];
 
 /// How long a writer waits for another connection's write transaction (another process on the

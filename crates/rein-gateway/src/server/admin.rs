@@ -11,7 +11,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use rein_core::KillScope;
+use rein_core::{KillFlip, KillScope};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -102,7 +102,21 @@ async fn kill_flip(
         Some(route) if gateway.engine.route_names().contains(&route) => KillScope::Route(route),
         Some(route) => return error(StatusCode::NOT_FOUND, format!("no route named `{route}`")),
     };
-    let record = gateway.engine.kill_switch().set(scope, flip.engaged, flip.reason);
+    // Recorded first, then applied: a flip the store could not keep does not take effect (and
+    // so cannot be lost by a restart).
+    let record = KillFlip::now(scope, flip.engaged, flip.reason);
+    let _order = match gateway.kill_flips.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    if let Err(failure) = gateway.store.record_kill_flip(&record) {
+        tracing::error!("cannot record a kill switch flip: {failure}");
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the flip could not be recorded in the store, so it was not applied; try again",
+        );
+    }
+    gateway.engine.kill_switch().apply(record.clone());
     axum::Json(record).into_response()
 }
 

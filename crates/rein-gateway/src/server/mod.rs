@@ -100,6 +100,9 @@ pub struct Gateway {
     /// Where secrets named by the config are read from (the process environment in the binary).
     env: EnvSource,
     draining: AtomicBool,
+    /// Held while a kill-switch flip is recorded and applied, so the record's order is the
+    /// order the flips took effect in.
+    kill_flips: std::sync::Mutex<()>,
     reloads: AtomicU64,
     /// Evidence from tool calls, by run id, for the checks of later model calls in the run.
     pub runs: crate::runs::RunEvidence,
@@ -163,6 +166,8 @@ impl Gateway {
             rein_store::Store::open_path(&config.store.sqlite_path).map_err(BuildError::Store)?,
         );
         crate::runtime::record_config_settings(&config, &store).map_err(BuildError::Store)?;
+        // The kill switch comes back as the operators left it.
+        engine.kill_switch().restore(store.kill_flips().map_err(BuildError::Store)?);
         let routes = upstreams.routes(&config, Some(&engine), &store).await?;
         engine.replace_routes(routes);
         let tool_store = match &config.store.postgres_url {
@@ -191,6 +196,7 @@ impl Gateway {
             default_config,
             env,
             draining: AtomicBool::new(false),
+            kill_flips: std::sync::Mutex::new(()),
             reloads: AtomicU64::new(0),
             runs: crate::runs::RunEvidence::default(),
             replay_kick: tokio::sync::Notify::new(),

@@ -321,6 +321,39 @@ async fn kill_switch_flips_at_runtime_and_is_audited() {
 }
 
 #[tokio::test]
+async fn the_kill_switch_and_its_audit_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = dir.path().join("rein.sqlite");
+    let config = CONFIG.replace(
+        "sqlite_path = \":memory:\"",
+        &format!("sqlite_path = {:?}", sqlite.to_str().unwrap()),
+    );
+    assert_ne!(config, CONFIG, "the test config must use the file");
+
+    let gw = start_with(&config, None).await;
+    for (engaged, reason) in [(true, "bad prompt edit"), (false, "reverted"), (true, "again")] {
+        let flip = json!({"route": "chat", "engaged": engaged, "reason": reason});
+        let response = gw.admin(reqwest::Method::POST, "/admin/kill", Some(flip)).await;
+        assert_eq!(response.status(), 200);
+    }
+    let before: Value =
+        gw.admin(reqwest::Method::GET, "/admin/kill", None).await.json().await.unwrap();
+    gw.stop().await.unwrap();
+
+    // A new process on the same store: the route is still switched off, with the same record.
+    let gw = start_with(&config, None).await;
+    let response = gw.post("/v1/chat/completions", KEY, chat("chat")).await;
+    assert_eq!(response.headers()["x-rein-outcome"], "degraded");
+    let after: Value =
+        gw.admin(reqwest::Method::GET, "/admin/kill", None).await.json().await.unwrap();
+    assert_eq!(after["audit"], before["audit"]);
+    assert_eq!(after["audit"].as_array().unwrap().len(), 3);
+    let chat_route = after["routes"].as_array().unwrap().iter().find(|r| r["route"] == "chat");
+    assert_eq!(chat_route.unwrap()["engaged_reason"], "again");
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn reload_applies_a_valid_config_and_refuses_an_invalid_one() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rein.toml");
