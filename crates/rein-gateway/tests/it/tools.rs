@@ -534,6 +534,8 @@ async fn a_dead_primary_serves_the_cache_with_provenance_fast_and_counts_the_fal
 
 /// Read tools whose primary is dead and whose cache has a 1 h staleness budget: `with_static`
 /// falls through to a canned answer, `cache_only` to the structured refusal.
+/// Rungs whose only limits that matter here are the cache's `max_age_ms`: the timeouts are long
+/// (this runs on real time), so a loaded machine cannot turn a cache read into a timeout.
 fn staleness_tools(dead: &str) -> String {
     let tool = |name: &str, extra: &str| {
         format!(
@@ -545,13 +547,13 @@ kind = "read"
 kind = "http"
 source = "{name}_primary"
 url = "{dead}"
-timeout_ms = 400
+timeout_ms = 5000
 
 [[tools.{name}.rungs]]
 kind = "cache"
 source = "{name}_cache"
 max_age_ms = 3600000
-timeout_ms = 300
+timeout_ms = 5000
 {extra}
 "#
         )
