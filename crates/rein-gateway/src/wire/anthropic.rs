@@ -19,7 +19,7 @@ use rein_core::{
     ToolCall, ToolChoice, ToolSpec,
 };
 
-use super::evidence::{REIN_FIELD, caller_evidence};
+use super::evidence::{REIN_FIELD, caller_evidence, rein_evidence};
 use super::json::{TextOr, extra, parse_object, require, typed};
 use super::{ErrorKind, ResponseMeta, WireError, rein_summary};
 
@@ -139,10 +139,7 @@ struct RawToolChoice {
 pub fn parse_request(body: &[u8]) -> Result<AnthropicRequest, WireError> {
     match serde_json::from_slice::<RawRequest>(body) {
         Ok(mut raw) => {
-            let evidence = match raw.rein.take() {
-                None => Evidence::new(),
-                Some(rein) => caller_evidence(&Map::from_iter([(REIN_FIELD.to_owned(), rein)]))?,
-            };
+            let evidence = rein_evidence(raw.rein.take())?;
             translate(raw, Map::new(), evidence)
         }
         Err(_) => parse_tree(body),

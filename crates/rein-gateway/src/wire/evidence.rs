@@ -14,6 +14,14 @@ use super::WireError;
 /// The top-level field that carries rein's own request options.
 pub(crate) const REIN_FIELD: &str = "rein";
 
+/// [`caller_evidence`] of a body whose `rein` object was read on its own (the one-pass parse).
+pub(crate) fn rein_evidence(rein: Option<Value>) -> Result<Evidence, WireError> {
+    match rein {
+        None => Ok(Evidence::new()),
+        Some(rein) => caller_evidence(&Map::from_iter([(REIN_FIELD.to_owned(), rein)])),
+    }
+}
+
 /// The evidence in the body's `rein` object; none when the body has no `rein` (or it is null).
 pub(crate) fn caller_evidence(body: &Map<String, Value>) -> Result<Evidence, WireError> {
     let rein = match body.get(REIN_FIELD) {

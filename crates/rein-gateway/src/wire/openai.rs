@@ -16,7 +16,7 @@ use rein_core::{
     TokenLogprob, ToolCall, ToolChoice, ToolSpec,
 };
 
-use super::evidence::{REIN_FIELD, caller_evidence};
+use super::evidence::{REIN_FIELD, caller_evidence, rein_evidence};
 use super::json::{StringOrObject, TextOr, extra, parse_object, require, typed};
 use super::{ErrorKind, ResponseMeta, WireError, rein_summary};
 
@@ -194,10 +194,7 @@ struct RawStreamOptions {
 pub fn parse_request(body: &[u8]) -> Result<OpenAiRequest, WireError> {
     match serde_json::from_slice::<RawRequest>(body) {
         Ok(mut raw) => {
-            let evidence = match raw.rein.take() {
-                None => Evidence::new(),
-                Some(rein) => caller_evidence(&Map::from_iter([(REIN_FIELD.to_owned(), rein)]))?,
-            };
+            let evidence = rein_evidence(raw.rein.take())?;
             translate(raw, Map::new(), evidence)
         }
         Err(_) => parse_tree(body),
