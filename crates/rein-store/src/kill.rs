@@ -1,6 +1,8 @@
-//! The kill switch's flips, kept so that a restart comes back with every switch as the
-//! operators left it, and with the audit trail (who flipped what, when, why) intact. A flip is
-//! recorded before it takes effect; the gateway replays the record at start.
+//! The kill switch's flips in the SQLite store, kept so that a restart comes back with every
+//! switch as the operators left it, and with the audit trail (what was flipped, when, why)
+//! intact. A flip is recorded before it takes effect and numbered; the gateway replays the
+//! record at start and applies newer numbers as it syncs (`ToolStore::kill_flips_after`, which
+//! Postgres implements too, for replicas).
 
 use rusqlite::params;
 
@@ -9,37 +11,54 @@ use rein_core::{KillFlip, KillScope};
 use crate::{Store, StoreError};
 
 impl Store {
-    /// Record one flip, durably (`synchronous = FULL`), after every earlier one.
-    pub fn record_kill_flip(&self, flip: &KillFlip) -> Result<(), StoreError> {
-        let route = match &flip.scope {
-            KillScope::Global => None,
-            KillScope::Route(route) => Some(route.as_str()),
-        };
-        let at = i64::try_from(flip.at_unix_ms).unwrap_or(i64::MAX);
-        self.conn().execute(
+    /// Record one flip, durably (`synchronous = FULL`), after every earlier one; returns its
+    /// sequence number.
+    pub fn record_kill_flip(&self, flip: &KillFlip) -> Result<i64, StoreError> {
+        let (route, at) = columns(flip);
+        let conn = self.conn();
+        conn.execute(
             "INSERT INTO kill_flips (route, engaged, reason, at_unix_ms) VALUES (?1, ?2, ?3, ?4)",
             params![route, flip.engaged, flip.reason, at],
         )?;
-        Ok(())
+        Ok(conn.last_insert_rowid())
     }
 
     /// Every recorded flip, oldest first.
     pub fn kill_flips(&self) -> Result<Vec<KillFlip>, StoreError> {
+        Ok(self.kill_flips_after(0)?.into_iter().map(|(_, flip)| flip).collect())
+    }
+
+    /// The flips recorded after sequence number `after`, oldest first, with their numbers.
+    pub fn kill_flips_after(&self, after: i64) -> Result<Vec<(i64, KillFlip)>, StoreError> {
         let conn = self.conn();
-        let mut statement =
-            conn.prepare("SELECT route, engaged, reason, at_unix_ms FROM kill_flips ORDER BY id")?;
-        let rows = statement.query_map([], |row| {
-            let route: Option<String> = row.get(0)?;
-            let at: i64 = row.get(3)?;
-            Ok(KillFlip {
-                scope: route.map_or(KillScope::Global, KillScope::Route),
-                engaged: row.get(1)?,
-                reason: row.get(2)?,
-                at_unix_ms: u64::try_from(at).unwrap_or(0),
-            })
+        let mut statement = conn.prepare(
+            "SELECT id, route, engaged, reason, at_unix_ms FROM kill_flips WHERE id > ?1
+             ORDER BY id",
+        )?;
+        let rows = statement.query_map([after], |row| {
+            Ok((row.get(0)?, flip(row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)))
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
+}
+
+/// A flip as stored: the route (none for the global switch), and the time as signed ms.
+pub(crate) fn flip(route: Option<String>, engaged: bool, reason: String, at: i64) -> KillFlip {
+    KillFlip {
+        scope: route.map_or(KillScope::Global, KillScope::Route),
+        engaged,
+        reason,
+        at_unix_ms: u64::try_from(at).unwrap_or(0),
+    }
+}
+
+/// A flip's route column (none for the global switch) and its time as signed ms.
+pub(crate) fn columns(flip: &KillFlip) -> (Option<&str>, i64) {
+    let route = match &flip.scope {
+        KillScope::Global => None,
+        KillScope::Route(route) => Some(route.as_str()),
+    };
+    (route, i64::try_from(flip.at_unix_ms).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use rein_core::KillFlip;
+
 use crate::{PostgresToolStore, SqliteToolStore, Store, StoreError};
 
 /// Open the tool store named by `spec`: a `postgres://` or `postgresql://` URL is a Postgres
@@ -376,6 +378,15 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
     /// queued or held, a pending or failed item, or a pending hold: nothing that may still
     /// execute or that an operator must see is lost.
     async fn prune(&self, keys_before: i64, cache_before: i64) -> Result<Pruned, StoreError>;
+
+    // ---- the kill switch ----
+
+    /// Record a kill-switch flip and return its sequence number: every replica applies the
+    /// flips in this order.
+    async fn kill_record(&self, flip: &KillFlip) -> Result<i64, StoreError>;
+
+    /// The flips recorded after sequence number `after` (0: all of them), oldest first.
+    async fn kill_flips_after(&self, after: i64) -> Result<Vec<(i64, KillFlip)>, StoreError>;
 
     // ---- gate holds ----
 

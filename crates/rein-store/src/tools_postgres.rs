@@ -22,6 +22,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
 use self::failure::{Failure, Redaction, corrupt, describe};
+use rein_core::KillFlip;
+
 use crate::StoreError;
 use crate::tools::{
     CachedResult, Decision, Hold, HoldState, KeyBegin, KeyState, NewHold, OutboxItem, OutboxState,
@@ -700,6 +702,47 @@ impl ToolStore for PostgresToolStore {
             .await?;
             tx.commit().await?;
             Ok(Pruned { keys, outbox, holds, cache })
+        })
+        .await
+    }
+
+    async fn kill_record(&self, flip: &KillFlip) -> Result<i64, StoreError> {
+        let (route, at) = crate::kill::columns(flip);
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let row = query_opt(
+                &client,
+                "INSERT INTO kill_flips (route, engaged, reason, at_unix_ms)
+                 VALUES ($1, $2, $3, $4) RETURNING id",
+                &[&route, &flip.engaged, &flip.reason, &at],
+            )
+            .await?;
+            Ok(row.map(|row| row.try_get(0)).transpose()?.unwrap_or_default())
+        })
+        .await
+    }
+
+    async fn kill_flips_after(&self, after: i64) -> Result<Vec<(i64, KillFlip)>, StoreError> {
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let rows = query(
+                &client,
+                "SELECT id, route, engaged, reason, at_unix_ms FROM kill_flips WHERE id > $1
+                 ORDER BY id",
+                &[&after],
+            )
+            .await?;
+            rows.iter()
+                .map(|row| {
+                    let flip = crate::kill::flip(
+                        row.try_get(1)?,
+                        row.try_get(2)?,
+                        row.try_get(3)?,
+                        row.try_get(4)?,
+                    );
+                    Ok((row.try_get(0)?, flip))
+                })
+                .collect()
         })
         .await
     }

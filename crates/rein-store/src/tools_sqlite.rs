@@ -13,6 +13,8 @@ use rusqlite::{
 };
 use serde_json::Value;
 
+use rein_core::KillFlip;
+
 use crate::tools::{
     CachedResult, Decision, Hold, HoldState, KeyBegin, KeyState, NewHold, OutboxItem, OutboxState,
     OutboxStats, Pruned, ToolStore,
@@ -576,6 +578,21 @@ impl ToolStore for SqliteToolStore {
             Ok(Pruned { keys, outbox, holds, cache })
         })
         .await
+    }
+
+    // The store's own calls take the connection themselves, so these run beside `run`.
+    async fn kill_record(&self, flip: &KillFlip) -> Result<i64, StoreError> {
+        let (store, flip) = (Arc::clone(&self.store), flip.clone());
+        tokio::task::spawn_blocking(move || store.record_kill_flip(&flip))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
+    }
+
+    async fn kill_flips_after(&self, after: i64) -> Result<Vec<(i64, KillFlip)>, StoreError> {
+        let store = Arc::clone(&self.store);
+        tokio::task::spawn_blocking(move || store.kill_flips_after(after))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
     }
 
     async fn hold_create(

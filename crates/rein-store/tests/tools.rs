@@ -71,6 +71,7 @@ on_both_backends!(
     records_survive_a_reopen,
     json_values_round_trip_exactly,
     prune_forgets_only_finished_records_past_their_retention,
+    kill_flips_are_numbered_in_order_and_read_after_a_number,
 );
 
 /// Where a backend's data lives, so more instances can be opened on it.
@@ -902,4 +903,36 @@ async fn prune_forgets_only_finished_records_past_their_retention(backend: Backe
     assert!(store.cache_get(TOOL, "new-args").await.unwrap().is_some());
     // A second pass finds nothing more.
     assert_eq!(store.prune(T0 + LEASE, T0 + LEASE).await.unwrap(), Pruned::default());
+}
+
+// ---- the kill switch ----
+
+async fn kill_flips_are_numbered_in_order_and_read_after_a_number(backend: Backend) {
+    use rein_core::{KillFlip, KillScope};
+
+    let store = &*backend.store;
+    assert!(store.kill_flips_after(0).await.unwrap().is_empty());
+    let flip = |scope: KillScope, engaged: bool, reason: &str, at: u64| KillFlip {
+        scope,
+        engaged,
+        reason: reason.to_owned(),
+        at_unix_ms: at,
+    };
+    let flips = [
+        flip(KillScope::Route("support".into()), true, "bad prompt edit", 1_700_000_000_000),
+        flip(KillScope::Global, true, "provider incident", 1_700_000_060_000),
+        flip(KillScope::Global, false, "resolved", 1_700_000_120_000),
+    ];
+    let mut numbers = Vec::new();
+    for flip in &flips {
+        numbers.push(store.kill_record(flip).await.unwrap());
+    }
+    assert!(numbers.windows(2).all(|pair| pair[0] < pair[1]), "{numbers:?}");
+    let all = store.kill_flips_after(0).await.unwrap();
+    assert_eq!(all.iter().map(|(n, _)| *n).collect::<Vec<_>>(), numbers);
+    assert_eq!(all.into_iter().map(|(_, flip)| flip).collect::<Vec<_>>(), flips);
+    // What a replica that has seen the first flip still has to apply.
+    let rest = store.kill_flips_after(numbers[0]).await.unwrap();
+    assert_eq!(rest.into_iter().map(|(_, flip)| flip).collect::<Vec<_>>(), flips[1..]);
+    assert!(store.kill_flips_after(numbers[2]).await.unwrap().is_empty());
 }

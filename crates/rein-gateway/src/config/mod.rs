@@ -114,6 +114,9 @@ pub struct ServerConfig {
     pub drain_timeout: Duration,
     /// Worker threads (`server.workers`); 0 = one per CPU core.
     pub workers: usize,
+    /// How often this replica applies kill-switch flips recorded by others.
+    #[serde(rename = "kill_sync_ms", with = "rein_core::clock::millis")]
+    pub kill_sync: Duration,
 }
 
 impl ServerConfig {
@@ -320,6 +323,9 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
         }
     }
 
+    if raw.server.kill_sync_ms == 0 {
+        problems.add("server.kill_sync_ms", "must be at least 1 (milliseconds between syncs)");
+    }
     if raw.routes.is_empty() {
         problems.add("routes", "no routes: add at least one `[routes.<name>]` with a tier");
     }
@@ -354,6 +360,7 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
             max_body_bytes: raw.server.max_body_bytes,
             drain_timeout: ms(raw.server.drain_timeout_ms),
             workers: raw.server.workers,
+            kill_sync: ms(raw.server.kill_sync_ms),
         },
         store: StoreConfig { sqlite_path: raw.store.sqlite_path, postgres_url },
         retry_budget: RetryBudgetPolicy {

@@ -53,6 +53,9 @@ pub struct RawServer {
     /// CPU core.
     #[serde(default)]
     pub workers: usize,
+    /// How often a replica applies kill-switch flips recorded by the others.
+    #[serde(default = "default_kill_sync_ms")]
+    pub kill_sync_ms: u64,
 }
 
 impl Default for RawServer {
@@ -64,8 +67,13 @@ impl Default for RawServer {
             max_body_bytes: default_body_limit(),
             drain_timeout_ms: default_drain_ms(),
             workers: 0,
+            kill_sync_ms: default_kill_sync_ms(),
         }
     }
+}
+
+fn default_kill_sync_ms() -> u64 {
+    1_000
 }
 
 fn default_listen() -> String {

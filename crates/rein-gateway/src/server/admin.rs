@@ -102,21 +102,20 @@ async fn kill_flip(
         Some(route) if gateway.engine.route_names().contains(&route) => KillScope::Route(route),
         Some(route) => return error(StatusCode::NOT_FOUND, format!("no route named `{route}`")),
     };
-    // Recorded first, then applied: a flip the store could not keep does not take effect (and
-    // so cannot be lost by a restart).
+    // Recorded first, then applied through the same sync every replica runs, so all of them
+    // apply flips in the store's order; a flip the store could not keep does not take effect.
     let record = KillFlip::now(scope, flip.engaged, flip.reason);
-    let _order = match gateway.kill_flips.lock() {
-        Ok(guard) => guard,
-        Err(poisoned) => poisoned.into_inner(),
-    };
-    if let Err(failure) = gateway.store.record_kill_flip(&record) {
+    if let Err(failure) = gateway.tool_store.kill_record(&record).await {
         tracing::error!("cannot record a kill switch flip: {failure}");
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
             "the flip could not be recorded in the store, so it was not applied; try again",
         );
     }
-    gateway.engine.kill_switch().apply(record.clone());
+    if let Err(failure) = gateway.sync_kill_switch().await {
+        // Recorded: the next periodic sync applies it.
+        tracing::warn!("kill switch flip recorded but not yet applied: {failure}");
+    }
     axum::Json(record).into_response()
 }
 

@@ -100,9 +100,9 @@ pub struct Gateway {
     /// Where secrets named by the config are read from (the process environment in the binary).
     env: EnvSource,
     draining: AtomicBool,
-    /// Held while a kill-switch flip is recorded and applied, so the record's order is the
-    /// order the flips took effect in.
-    kill_flips: std::sync::Mutex<()>,
+    /// The sequence number of the last kill-switch flip applied here; held while syncing, so
+    /// flips apply once each, in the store's order.
+    kill_seen: tokio::sync::Mutex<i64>,
     reloads: AtomicU64,
     /// Evidence from tool calls, by run id, for the checks of later model calls in the run.
     pub runs: crate::runs::RunEvidence,
@@ -166,8 +166,6 @@ impl Gateway {
             rein_store::Store::open_path(&config.store.sqlite_path).map_err(BuildError::Store)?,
         );
         crate::runtime::record_config_settings(&config, &store).map_err(BuildError::Store)?;
-        // The kill switch comes back as the operators left it.
-        engine.kill_switch().restore(store.kill_flips().map_err(BuildError::Store)?);
         let routes = upstreams.routes(&config, Some(&engine), &store).await?;
         engine.replace_routes(routes);
         let tool_store = match &config.store.postgres_url {
@@ -178,6 +176,10 @@ impl Gateway {
             }
         }
         .map_err(BuildError::Store)?;
+        // The kill switch comes back as the operators left it (on every replica sharing the store).
+        let flips = tool_store.kill_flips_after(0).await.map_err(BuildError::Store)?;
+        let kill_seen = flips.last().map_or(0, |(number, _)| *number);
+        engine.kill_switch().restore(flips.into_iter().map(|(_, flip)| flip));
         let tool_http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .tcp_nodelay(true)
@@ -196,11 +198,38 @@ impl Gateway {
             default_config,
             env,
             draining: AtomicBool::new(false),
-            kill_flips: std::sync::Mutex::new(()),
+            kill_seen: tokio::sync::Mutex::new(kill_seen),
             reloads: AtomicU64::new(0),
             runs: crate::runs::RunEvidence::default(),
             replay_kick: tokio::sync::Notify::new(),
         }))
+    }
+
+    /// Apply the kill-switch flips recorded since the last sync, by any replica sharing the
+    /// store, in the order the store numbered them. Returns how many were applied.
+    pub async fn sync_kill_switch(&self) -> Result<usize, rein_store::StoreError> {
+        let mut seen = self.kill_seen.lock().await;
+        let flips = self.tool_store.kill_flips_after(*seen).await?;
+        let applied = flips.len();
+        for (number, flip) in flips {
+            self.engine.kill_switch().apply(flip);
+            *seen = number;
+        }
+        Ok(applied)
+    }
+
+    /// Sync the kill switch every `server.kill_sync_ms` until `stop`.
+    async fn sync_kill_switch_until(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            let every = self.runtime().config.server.kill_sync;
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = stop.wait_for(|stop| *stop) => return,
+            }
+            if let Err(failure) = self.sync_kill_switch().await {
+                tracing::warn!("cannot read kill switch flips from the store: {failure}");
+            }
+        }
     }
 
     pub fn runtime(&self) -> Arc<Runtime> {
@@ -306,6 +335,7 @@ impl Gateway {
         });
 
         tokio::spawn(self.clone().replay_outbox(stop_rx.clone()));
+        tokio::spawn(self.clone().sync_kill_switch_until(stop_rx.clone()));
         let workers = self.runtime().config.server.worker_threads();
         let listener = listener.into_std()?;
         let mut finished = Vec::with_capacity(workers);

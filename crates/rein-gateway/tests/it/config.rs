@@ -149,3 +149,11 @@ model = "m"
         "{message}"
     );
 }
+
+#[test]
+fn a_zero_kill_sync_interval_is_named() {
+    let text = "[server]\nkill_sync_ms = 0\n[providers.p]\nkind = \"sim\"\nformat = \"openai\"\n\
+                [routes.r]\n[[routes.r.tiers]]\nname = \"t\"\nprovider = \"p\"\nmodel = \"m\"\n";
+    let message = problems(text);
+    assert!(message.contains("`server.kill_sync_ms`: must be at least 1"), "{message}");
+}

@@ -97,7 +97,10 @@ pub fn env() -> EnvSource {
 }
 
 pub async fn start_with(text: &str, path: Option<PathBuf>) -> Running {
-    let env = env();
+    start_with_env(text, path, env()).await
+}
+
+pub async fn start_with_env(text: &str, path: Option<PathBuf>, env: EnvSource) -> Running {
     let config = Config::from_toml(text, &*env).unwrap();
     let gateway = Gateway::from_config(config, path, None, env).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -351,6 +354,62 @@ async fn the_kill_switch_and_its_audit_survive_a_restart() {
     let chat_route = after["routes"].as_array().unwrap().iter().find(|r| r["route"] == "chat");
     assert_eq!(chat_route.unwrap()["engaged_reason"], "again");
     gw.stop().await.unwrap();
+}
+
+async fn outcome_on(gw: &Running) -> String {
+    let response = gw.post("/v1/chat/completions", KEY, chat("chat")).await;
+    response.headers()["x-rein-outcome"].to_str().unwrap().to_string()
+}
+
+async fn audit(gw: &Running) -> Value {
+    let response = gw.admin(reqwest::Method::GET, "/admin/kill", None).await;
+    response.json::<Value>().await.unwrap()["audit"].clone()
+}
+
+#[tokio::test]
+async fn a_kill_switch_flip_on_one_replica_reaches_the_others() {
+    let postgres = rein_store::testing::TempPostgres::shared().unwrap();
+    let url = postgres.create_database().await.unwrap();
+    let text = CONFIG
+        .replace("drain_timeout_ms = 5000", "drain_timeout_ms = 5000\nkill_sync_ms = 20")
+        .replace(
+            "sqlite_path = \":memory:\"",
+            "sqlite_path = \":memory:\"\npostgres_url_env = \"PG_URL\"",
+        );
+    let base = env();
+    let with_pg: EnvSource = Arc::new(move |name: &str| match name {
+        "PG_URL" => Some(url.clone()),
+        other => base(other),
+    });
+    let a = start_with_env(&text, None, with_pg.clone()).await;
+    let b = start_with_env(&text, None, with_pg).await;
+
+    // Flipped on A, the route goes dark on B at B's next sync.
+    let flip = json!({"route": "chat", "engaged": true, "reason": "incident 42"});
+    assert_eq!(a.admin(reqwest::Method::POST, "/admin/kill", Some(flip)).await.status(), 200);
+    assert_eq!(outcome_on(&a).await, "degraded", "the replica that flipped applies it at once");
+    let mut waited = 0;
+    while outcome_on(&b).await != "degraded" {
+        assert!(waited < 250, "replica B never applied the flip");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        waited += 1;
+    }
+    // And back, from B this time; both keep the same audit, in the same order.
+    let release = json!({"route": "chat", "engaged": false, "reason": "resolved"});
+    assert_eq!(b.admin(reqwest::Method::POST, "/admin/kill", Some(release)).await.status(), 200);
+    let mut waited = 0;
+    while outcome_on(&a).await != "answered" {
+        assert!(waited < 250, "replica A never applied the release");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        waited += 1;
+    }
+    let (on_a, on_b) = (audit(&a).await, audit(&b).await);
+    assert_eq!(on_a, on_b);
+    let reasons: Vec<&str> =
+        on_a.as_array().unwrap().iter().map(|f| f["reason"].as_str().unwrap()).collect();
+    assert_eq!(reasons, ["incident 42", "resolved"]);
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
 }
 
 #[tokio::test]

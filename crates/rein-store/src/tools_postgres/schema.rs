@@ -59,6 +59,14 @@ const MIGRATIONS: &[&str] = &[
         outbox_id BIGINT REFERENCES tool_outbox (id)
     );
     CREATE INDEX tool_holds_state ON tool_holds (state);",
+    // 2: the kill switch's flips (route NULL: the global switch), shared by the replicas.
+    "CREATE TABLE kill_flips (
+        id BIGSERIAL PRIMARY KEY,
+        route TEXT,
+        engaged BOOLEAN NOT NULL,
+        reason TEXT NOT NULL,
+        at_unix_ms BIGINT NOT NULL
+    );",
 ];
 
 /// The advisory lock key that serializes migrations ("reinschm" in ASCII).

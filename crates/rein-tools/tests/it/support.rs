@@ -68,6 +68,17 @@ impl ToolStore for TestStore {
         self.inner.key_abandon(key).await
     }
 
+    async fn kill_record(&self, flip: &rein_core::KillFlip) -> Result<i64, StoreError> {
+        self.inner.kill_record(flip).await
+    }
+
+    async fn kill_flips_after(
+        &self,
+        after: i64,
+    ) -> Result<Vec<(i64, rein_core::KillFlip)>, StoreError> {
+        self.inner.kill_flips_after(after).await
+    }
+
     async fn outbox_enqueue(
         &self,
         key: &str,
