@@ -39,8 +39,18 @@ impl SqliteToolStore {
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     {
+        self.blocking(move |store| work(&mut store.conn())).await
+    }
+
+    /// Run `work` on the store, off the async runtime (for the store's own calls, which take the
+    /// connection themselves).
+    async fn blocking<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    {
         let store = Arc::clone(&self.store);
-        tokio::task::spawn_blocking(move || work(&mut store.conn()))
+        tokio::task::spawn_blocking(move || work(&store))
             .await
             .map_err(|e| StoreError::Task(e.to_string()))?
     }
@@ -580,19 +590,13 @@ impl ToolStore for SqliteToolStore {
         .await
     }
 
-    // The store's own calls take the connection themselves, so these run beside `run`.
     async fn kill_record(&self, flip: &KillFlip) -> Result<i64, StoreError> {
-        let (store, flip) = (Arc::clone(&self.store), flip.clone());
-        tokio::task::spawn_blocking(move || store.record_kill_flip(&flip))
-            .await
-            .map_err(|e| StoreError::Task(e.to_string()))?
+        let flip = flip.clone();
+        self.blocking(move |store| store.record_kill_flip(&flip)).await
     }
 
     async fn kill_flips_after(&self, after: i64) -> Result<Vec<(i64, KillFlip)>, StoreError> {
-        let store = Arc::clone(&self.store);
-        tokio::task::spawn_blocking(move || store.kill_flips_after(after))
-            .await
-            .map_err(|e| StoreError::Task(e.to_string()))?
+        self.blocking(move |store| store.kill_flips_after(after)).await
     }
 
     async fn hold_create(

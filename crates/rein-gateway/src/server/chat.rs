@@ -392,17 +392,12 @@ fn report_headers(
     request_id: &str,
     report: Option<&CallReport>,
 ) {
-    let mut set = |name: &axum::http::HeaderName, value: &str| {
-        if let Ok(value) = HeaderValue::from_str(value) {
-            headers.insert(name.clone(), value);
-        }
-    };
-    set(&names::REQUEST_ID, request_id);
+    set_text(headers, &names::REQUEST_ID, request_id);
     let vendor_id =
         if api == Api::OpenAi { &names::OPENAI_REQUEST_ID } else { &names::ANTHROPIC_REQUEST_ID };
-    set(vendor_id, request_id);
+    set_text(headers, vendor_id, request_id);
     if let Some(report) = report {
-        set(&names::ROUTE, &report.route);
+        set_text(headers, &names::ROUTE, &report.route);
         headers.insert(names::OUTCOME.clone(), HeaderValue::from_static(report.outcome.as_str()));
         headers.insert(names::ATTEMPTS.clone(), HeaderValue::from(report.attempt_count()));
         headers.insert(names::REASKS.clone(), HeaderValue::from(report.reask_count()));
@@ -411,15 +406,17 @@ fn report_headers(
             headers.insert(names::SETTINGS_VERSION.clone(), HeaderValue::from(version));
         }
         if let Some(served) = &report.served_by {
-            let mut set = |name: &axum::http::HeaderName, value: &str| {
-                if let Ok(value) = HeaderValue::from_str(value) {
-                    headers.insert(name.clone(), value);
-                }
-            };
-            set(&names::TIER, &served.tier_name);
-            set(&names::PROVIDER, &served.provider);
-            set(&names::MODEL, &served.model);
+            set_text(headers, &names::TIER, &served.tier_name);
+            set_text(headers, &names::PROVIDER, &served.provider);
+            set_text(headers, &names::MODEL, &served.model);
         }
+    }
+}
+
+/// Sets a header to `value`, or leaves it out when `value` is not a valid header value.
+fn set_text(headers: &mut HeaderMap, name: &axum::http::HeaderName, value: &str) {
+    if let Ok(value) = HeaderValue::from_str(value) {
+        headers.insert(name.clone(), value);
     }
 }
 
