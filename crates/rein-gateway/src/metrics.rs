@@ -79,6 +79,16 @@ struct ToolBulkheadLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabel {
+    route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HttpLabels {
     api: String,
     status: String,
@@ -109,6 +119,9 @@ pub struct Metrics {
     outbox_depth: Gauge,
     outbox_failed: Gauge,
     outbox_oldest_age: Gauge,
+    calls_abandoned: Family<RouteLabel, Counter>,
+    connections_open: Gauge,
+    connections_closed: Family<ReasonLabel, Counter>,
     /// The first rung's source per tool: a call served by any other rung is a fallback.
     primaries: std::sync::RwLock<std::collections::HashMap<String, String>>,
 }
@@ -204,6 +217,24 @@ impl Metrics {
             prometheus_client::registry::Unit::Seconds,
             outbox_oldest_age.clone(),
         );
+        let calls_abandoned = Family::<RouteLabel, Counter>::default();
+        registry.register(
+            "calls_abandoned",
+            "Model calls whose client went away before the answer was complete (cancelled upstream)",
+            calls_abandoned.clone(),
+        );
+        let connections_open = Gauge::default();
+        registry.register(
+            "connections_open",
+            "Client connections open now",
+            connections_open.clone(),
+        );
+        let connections_closed = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "connections_closed",
+            "Client connections rein closed itself, by reason (header_timeout, idle_timeout, limit, tls_handshake)",
+            connections_closed.clone(),
+        );
         Self {
             registry,
             requests,
@@ -221,6 +252,9 @@ impl Metrics {
             outbox_depth,
             outbox_failed,
             outbox_oldest_age,
+            calls_abandoned,
+            connections_open,
+            connections_closed,
             primaries: Default::default(),
         }
     }
@@ -243,6 +277,21 @@ impl Metrics {
             .oldest_pending_created_unix_ms
             .map_or(0, |created| (now_unix_ms - created).max(0) / 1000);
         self.outbox_oldest_age.set(age_s);
+    }
+
+    /// Count a model call on `route` whose client went away before its answer was complete.
+    pub fn call_abandoned(&self, route: &str) {
+        self.calls_abandoned.get_or_create(&RouteLabel { route: route.to_string() }).inc();
+    }
+
+    /// A client connection opened (+1) or closed (-1).
+    pub fn connection_open(&self, delta: i64) {
+        self.connections_open.inc_by(delta);
+    }
+
+    /// Count a client connection rein closed itself, by why.
+    pub fn connection_closed(&self, reason: &str) {
+        self.connections_closed.get_or_create(&ReasonLabel { reason: reason.to_string() }).inc();
     }
 
     /// Count a request the gateway refused (auth, bad input) by API and status.

@@ -193,7 +193,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
     {
         // Nobody may be reading stdout (a closed pipe): the gateway runs on regardless.
         let mut stdout = std::io::stdout().lock();
-        let _ = writeln!(stdout, "rein listening on http://{addr}");
+        let scheme = if gateway.runtime().config.server.tls.is_some() { "https" } else { "http" };
+        let _ = writeln!(stdout, "rein listening on {scheme}://{addr}");
         let _ = writeln!(stdout, "routes: {}", gateway.engine.route_names().join(", "));
         let _ = stdout.flush();
     }

@@ -117,9 +117,60 @@ pub struct ServerConfig {
     /// How often this replica applies kill-switch flips recorded by others.
     #[serde(rename = "kill_sync_ms", with = "rein_core::clock::millis")]
     pub kill_sync: Duration,
+    /// The client connections' clocks and cap (`server.header_read_timeout_ms`, ...).
+    pub edge: EdgeLimits,
+    /// `/metrics` and the dashboard answer without the admin key off loopback.
+    pub metrics_public: bool,
+    /// TLS on the listener (`server.tls`).
+    pub tls: Option<TlsFiles>,
+}
+
+/// What bounds a client connection: the clocks on its reads and how many may be open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct EdgeLimits {
+    #[serde(rename = "header_read_timeout_ms", with = "rein_core::clock::millis")]
+    pub header_read_timeout: Duration,
+    #[serde(rename = "body_read_timeout_ms", with = "rein_core::clock::millis")]
+    pub body_read_timeout: Duration,
+    #[serde(rename = "idle_timeout_ms", with = "rein_core::clock::millis")]
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+}
+
+/// The listener's certificate chain and key, as PEM files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TlsFiles {
+    pub cert_path: String,
+    pub key_path: String,
 }
 
 impl ServerConfig {
+    /// What makes this server unsafe to run on `listen`: client keys are required off
+    /// loopback, and the admin key must differ from every client key (else any caller could
+    /// flip the kill switch). Checked at start, at every reload and by `rein check`, against the
+    /// address actually served (a `--listen` override included).
+    pub fn auth_problems(&self, listen: SocketAddr) -> Vec<ConfigProblem> {
+        let mut problems = Vec::new();
+        if !listen.ip().is_loopback() && self.client_keys.is_empty() {
+            problems.push(ConfigProblem {
+                key: "server.client_keys_env".into(),
+                message: format!(
+                    "rein refuses to listen on the non-loopback address {listen} without client keys: set `server.client_keys_env` to the environment variables holding them, or listen on 127.0.0.1"
+                ),
+            });
+        }
+        if let Some(admin) = &self.admin_key
+            && self.client_keys.iter().any(|client| client.expose() == admin.expose())
+        {
+            problems.push(ConfigProblem {
+                key: "server.admin_key_env".into(),
+                message: "the admin key equals a client key: give the admin API a key of its own"
+                    .into(),
+            });
+        }
+        problems
+    }
+
     /// The number of worker threads to run: `workers`, or one per CPU core.
     pub fn worker_threads(&self) -> usize {
         match self.workers {
@@ -283,16 +334,27 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
         },
         None => None,
     };
-    if let Some(addr) = listen
-        && !addr.ip().is_loopback()
-        && raw.server.client_keys_env.is_empty()
+    for (key, value) in [
+        ("server.header_read_timeout_ms", raw.server.header_read_timeout_ms),
+        ("server.body_read_timeout_ms", raw.server.body_read_timeout_ms),
+        ("server.idle_timeout_ms", raw.server.idle_timeout_ms),
+    ] {
+        if value == 0 {
+            problems.add(key, "must be at least 1 (milliseconds)");
+        }
+    }
+    if raw.server.max_connections == 0 {
+        problems.add("server.max_connections", "must be at least 1");
+    }
+    let tls = raw
+        .server
+        .tls
+        .as_ref()
+        .map(|tls| TlsFiles { cert_path: tls.cert_path.clone(), key_path: tls.key_path.clone() });
+    if let Some(tls) = &tls
+        && let Err(problem) = crate::server::tls::load(tls)
     {
-        problems.add(
-            "server.client_keys_env",
-            format!(
-                "rein refuses to listen on the non-loopback address {addr} without client keys: set `server.client_keys_env` to the environment variables holding them, or listen on 127.0.0.1"
-            ),
-        );
+        problems.add(problem.key, problem.message);
     }
     if raw.upstream.connect_ms == 0 {
         problems.add("upstream.connect_ms", "must be greater than 0");
@@ -346,22 +408,37 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
         }
     }
 
+    let Some(listen) = listen else {
+        problems.add("server.listen", "invalid");
+        return Err(ConfigError { problems: problems.0 });
+    };
+    let server = ServerConfig {
+        listen,
+        client_keys,
+        admin_key,
+        max_body_bytes: raw.server.max_body_bytes,
+        drain_timeout: ms(raw.server.drain_timeout_ms),
+        workers: raw.server.workers,
+        kill_sync: ms(raw.server.kill_sync_ms),
+        edge: EdgeLimits {
+            header_read_timeout: ms(raw.server.header_read_timeout_ms),
+            body_read_timeout: ms(raw.server.body_read_timeout_ms),
+            idle_timeout: ms(raw.server.idle_timeout_ms),
+            max_connections: raw.server.max_connections,
+        },
+        metrics_public: raw.server.metrics_public,
+        tls,
+    };
+    // A key variable that is not set is a problem of its own already: the auth rules judge the
+    // keys once all are set.
+    if server.client_keys.len() == raw.server.client_keys_env.len() {
+        problems.0.extend(server.auth_problems(listen));
+    }
     if !problems.0.is_empty() {
         return Err(ConfigError { problems: problems.0 });
     }
-    let Some(listen) = listen else {
-        return Err(single("server.listen", "invalid".into()));
-    };
     Ok(Config {
-        server: ServerConfig {
-            listen,
-            client_keys,
-            admin_key,
-            max_body_bytes: raw.server.max_body_bytes,
-            drain_timeout: ms(raw.server.drain_timeout_ms),
-            workers: raw.server.workers,
-            kill_sync: ms(raw.server.kill_sync_ms),
-        },
+        server,
         store: StoreConfig { sqlite_path: raw.store.sqlite_path, postgres_url },
         retry_budget: RetryBudgetPolicy {
             ratio: budget.ratio,

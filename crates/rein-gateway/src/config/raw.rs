@@ -56,6 +56,33 @@ pub struct RawServer {
     /// How often a replica applies kill-switch flips recorded by the others.
     #[serde(default = "default_kill_sync_ms")]
     pub kill_sync_ms: u64,
+    /// How long a client may take to send a request's headers, from its first byte.
+    #[serde(default = "default_header_read_timeout_ms")]
+    pub header_read_timeout_ms: u64,
+    /// How long a client may take to send a request's body, from its headers.
+    #[serde(default = "default_body_read_timeout_ms")]
+    pub body_read_timeout_ms: u64,
+    /// How long a connection with no request in flight stays open.
+    #[serde(default = "default_idle_timeout_ms")]
+    pub idle_timeout_ms: u64,
+    /// Open client connections at most, over all workers; more are closed as they arrive.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Serve `/metrics` and the dashboard without the admin key on a non-loopback address.
+    #[serde(default)]
+    pub metrics_public: bool,
+    /// TLS on the listener: PEM files, re-read on every reload.
+    #[serde(default)]
+    pub tls: Option<RawTls>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    /// The certificate chain (PEM), leaf first.
+    pub cert_path: String,
+    /// The private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key_path: String,
 }
 
 impl Default for RawServer {
@@ -68,8 +95,35 @@ impl Default for RawServer {
             drain_timeout_ms: default_drain_ms(),
             workers: 0,
             kill_sync_ms: default_kill_sync_ms(),
+            header_read_timeout_ms: default_header_read_timeout_ms(),
+            body_read_timeout_ms: default_body_read_timeout_ms(),
+            idle_timeout_ms: default_idle_timeout_ms(),
+            max_connections: default_max_connections(),
+            metrics_public: false,
+            tls: None,
         }
     }
+}
+
+// A real client sends its headers in milliseconds; 10 s is Go's common `ReadHeaderTimeout` and
+// closes slow-header (slowloris) connections long before they pile up.
+fn default_header_read_timeout_ms() -> u64 {
+    10_000
+}
+
+// nginx's `client_body_timeout` (60 s); a 32 MiB body needs about 4.5 Mbit/s to make it.
+fn default_body_read_timeout_ms() -> u64 {
+    60_000
+}
+
+// nginx's `keepalive_timeout` (75 s): longer than the SDKs' own pool idle times, so a client
+// rarely reuses a connection rein is closing.
+fn default_idle_timeout_ms() -> u64 {
+    75_000
+}
+
+fn default_max_connections() -> usize {
+    4_096
 }
 
 fn default_kill_sync_ms() -> u64 {
@@ -80,8 +134,9 @@ fn default_listen() -> String {
     "127.0.0.1:8787".to_string()
 }
 
+// The providers' own limits: Anthropic's Messages API takes 32 MB, and images travel base64.
 fn default_body_limit() -> usize {
-    4 * 1024 * 1024
+    32 * 1024 * 1024
 }
 
 fn default_drain_ms() -> u64 {

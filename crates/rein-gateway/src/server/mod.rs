@@ -7,7 +7,9 @@
 mod admin;
 mod admin_tools;
 mod chat;
+mod edge;
 mod error;
+pub(crate) mod tls;
 mod tools;
 
 use std::future::Future;
@@ -22,13 +24,12 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use rand::RngExt;
 use rein_core::Engine;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
-use crate::config::{Config, Secret, process_env};
+use crate::config::{Config, ConfigError, ConfigProblem, Secret, process_env};
 use crate::metrics::{Metrics, MetricsObserver};
 use crate::runtime::{BuildError, Upstreams};
 use crate::wire::ErrorKind;
@@ -108,6 +109,71 @@ pub struct Gateway {
     pub runs: crate::runs::RunEvidence,
     /// Wakes the outbox replay worker (an approval or an operator's replay made an item due).
     pub replay_kick: tokio::sync::Notify,
+    /// What was fixed at start and a reload cannot change (the socket, the stores, TLS on/off).
+    fixed: Fixed,
+    /// TLS on the listener: the resolver a reload gives a renewed certificate to.
+    tls: Option<(Arc<tls::CertResolver>, tokio_rustls::TlsAcceptor)>,
+    /// Client connections open now, over every worker.
+    edge: edge::OpenConnections,
+    overrides: Overrides,
+}
+
+/// Settings taken once at start. A reload whose config differs in one of them is refused by
+/// key: it would otherwise be reported as applied while the old value stays in force.
+#[derive(Debug, Clone, PartialEq)]
+struct Fixed {
+    listen: std::net::SocketAddr,
+    workers: usize,
+    sqlite_path: String,
+    postgres_url: Option<String>,
+    tls: bool,
+}
+
+impl Fixed {
+    fn of(config: &Config) -> Self {
+        Self {
+            listen: config.server.listen,
+            workers: config.server.workers,
+            sqlite_path: config.store.sqlite_path.clone(),
+            postgres_url: config.store.postgres_url.as_ref().map(|url| url.expose().to_string()),
+            tls: config.server.tls.is_some(),
+        }
+    }
+
+    /// The keys of `config` that differ from what is in force, each as a problem.
+    fn changed_in(&self, config: &Config) -> Vec<ConfigProblem> {
+        let new = Self::of(config);
+        let mut changed = Vec::new();
+        let mut check = |key: &str, same: bool| {
+            if !same {
+                changed.push(ConfigProblem {
+                    key: key.to_string(),
+                    message: "changed: restart to apply (a reload cannot change it)".into(),
+                });
+            }
+        };
+        check("server.listen", new.listen == self.listen);
+        check("server.workers", new.workers == self.workers);
+        check("server.tls", new.tls == self.tls);
+        check("store.sqlite_path", new.sqlite_path == self.sqlite_path);
+        check("store.postgres_url_env", new.postgres_url == self.postgres_url);
+        changed
+    }
+}
+
+/// What the command line sets over the config file, kept across reloads.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Overrides {
+    /// `rein serve --listen` / `--port`: the address served instead of `server.listen`.
+    pub listen: Option<std::net::SocketAddr>,
+}
+
+impl Overrides {
+    fn apply(&self, config: &mut Config) {
+        if let Some(listen) = self.listen {
+            config.server.listen = listen;
+        }
+    }
 }
 
 /// A source of environment variables.
@@ -142,10 +208,19 @@ impl Gateway {
         path: Option<PathBuf>,
         default_config: Option<String>,
     ) -> Result<Arc<Self>, StartError> {
+        Self::with_overrides(path, default_config, Overrides::default()).await
+    }
+
+    /// [`Gateway::new`] with command-line settings over the file's, kept across reloads.
+    pub async fn with_overrides(
+        path: Option<PathBuf>,
+        default_config: Option<String>,
+        overrides: Overrides,
+    ) -> Result<Arc<Self>, StartError> {
         let env: EnvSource = Arc::new(process_env);
         let text = read_config(path.as_ref(), default_config.as_deref()).await?;
         let config = Config::from_toml(&text, &*env)?;
-        Self::from_config(config, path, default_config, env).await
+        Self::build(config, path, default_config, env, overrides).await
     }
 
     /// Build a gateway from an already validated config.
@@ -155,6 +230,34 @@ impl Gateway {
         default_config: Option<String>,
         env: EnvSource,
     ) -> Result<Arc<Self>, StartError> {
+        Self::build(config, config_path, default_config, env, Overrides::default()).await
+    }
+
+    async fn build(
+        mut config: Config,
+        config_path: Option<PathBuf>,
+        default_config: Option<String>,
+        env: EnvSource,
+        overrides: Overrides,
+    ) -> Result<Arc<Self>, StartError> {
+        overrides.apply(&mut config);
+        // The file was checked against its own `server.listen`; check the address served.
+        let unsafe_auth = config.server.auth_problems(config.server.listen);
+        if !unsafe_auth.is_empty() {
+            return Err(ConfigError { problems: unsafe_auth }.into());
+        }
+        let tls = match &config.server.tls {
+            Some(files) => {
+                let key =
+                    tls::load(files).map_err(|problem| ConfigError { problems: vec![problem] })?;
+                let resolver = tls::CertResolver::new(key);
+                let acceptor = tls::acceptor(resolver.clone())
+                    .map_err(|error| BuildError::Client(format!("TLS: {error}")))?;
+                Some((resolver, acceptor))
+            }
+            None => None,
+        };
+        let fixed = Fixed::of(&config);
         let metrics = Arc::new(Metrics::new());
         let upstreams = Upstreams::new(&config)?;
         let engine = Engine::builder()
@@ -202,7 +305,16 @@ impl Gateway {
             reloads: AtomicU64::new(0),
             runs: crate::runs::RunEvidence::default(),
             replay_kick: tokio::sync::Notify::new(),
+            fixed,
+            overrides,
+            tls,
+            edge: edge::OpenConnections::default(),
         }))
+    }
+
+    /// The TLS acceptor for new connections, when the listener speaks TLS.
+    fn tls_acceptor(&self) -> Option<tokio_rustls::TlsAcceptor> {
+        self.tls.as_ref().map(|(_, acceptor)| acceptor.clone())
     }
 
     /// Apply the kill-switch flips recorded since the last sync, by any replica sharing the
@@ -247,8 +359,29 @@ impl Gateway {
         self.apply(config).await
     }
 
-    /// Swap in a validated config.
-    pub async fn apply(&self, config: Config) -> Result<u64, StartError> {
+    /// Swap in a validated config, refusing it whole (by key) when it changes a setting fixed at
+    /// start or would leave the served socket less protected than the rules require. A renewed
+    /// TLS certificate is read and takes effect for new connections.
+    pub async fn apply(&self, mut config: Config) -> Result<u64, StartError> {
+        self.overrides.apply(&mut config);
+        let mut problems = self.fixed.changed_in(&config);
+        problems.extend(config.server.auth_problems(self.fixed.listen));
+        let renewed = match (&config.server.tls, &self.tls) {
+            (Some(files), Some(_)) => match tls::load(files) {
+                Ok(key) => Some(key),
+                Err(problem) => {
+                    problems.push(problem);
+                    None
+                }
+            },
+            _ => None,
+        };
+        if !problems.is_empty() {
+            return Err(ConfigError { problems }.into());
+        }
+        if let (Some(key), Some((resolver, _))) = (renewed, &self.tls) {
+            resolver.replace(key);
+        }
         crate::runtime::record_config_settings(&config, &self.store).map_err(BuildError::Store)?;
         let routes = self.upstreams.routes(&config, Some(&self.engine), &self.store).await?;
         let tools =
@@ -351,7 +484,7 @@ impl Gateway {
                     .and_then(|runtime| {
                         runtime.block_on(async move {
                             let socket = TcpListener::from_std(socket)?;
-                            serve_connections(gateway, socket, stop).await
+                            edge::serve_connections(gateway, socket, stop).await
                         })
                     });
                 let _ = done_tx.send(result);
@@ -359,7 +492,7 @@ impl Gateway {
             finished.push(done_rx);
         }
         let first = TcpListener::from_std(listener)?;
-        let mut local = tokio::spawn(serve_connections(self.clone(), first, stop_rx.clone()));
+        let mut local = tokio::spawn(edge::serve_connections(self.clone(), first, stop_rx.clone()));
         let all = async move {
             let mut result = (&mut local).await.map_err(std::io::Error::other)?;
             for done in finished {
@@ -387,26 +520,6 @@ impl Gateway {
             }
         }
     }
-}
-
-/// One event loop's share of the connections: accept until `stop`, then finish what is open.
-async fn serve_connections(
-    gateway: Arc<Gateway>,
-    listener: TcpListener,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) -> std::io::Result<()> {
-    // Small SSE writes must leave at once, not wait for Nagle's algorithm and the peer's
-    // delayed ACK (which adds ~40 ms to a streamed answer).
-    let listener = listener.tap_io(|tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!("cannot set TCP_NODELAY: {error}");
-        }
-    });
-    axum::serve(listener, router(gateway))
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|stop| *stop).await;
-        })
-        .await
 }
 
 /// How often the replay worker runs the tool store's retention pass.
@@ -561,7 +674,26 @@ async fn readyz(State(gateway): State<Arc<Gateway>>) -> Response {
     }
 }
 
-async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
+/// Off loopback, `/metrics` and the dashboard (route names, tiers, kill-switch reasons) are for
+/// operators: they need the admin key unless `server.metrics_public = true`.
+fn operator_view_refused(gateway: &Gateway, headers: &HeaderMap) -> Option<Response> {
+    let runtime = gateway.runtime();
+    if gateway.fixed.listen.ip().is_loopback()
+        || runtime.config.server.metrics_public
+        || runtime.admin_allowed(headers)
+    {
+        return None;
+    }
+    let message = "this page needs the admin key (`Authorization: Bearer <admin key>`) when rein listens off loopback, or `server.metrics_public = true`\n";
+    Some(
+        (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], message).into_response(),
+    )
+}
+
+async fn metrics(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    if let Some(refused) = operator_view_refused(&gateway, &headers) {
+        return refused;
+    }
     let tools = gateway.runtime().tools.clone();
     match tools.outbox_stats().await {
         Ok(stats) => gateway.metrics.set_outbox(&stats, tools.now_unix_ms()),
@@ -572,7 +704,10 @@ async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
         .into_response()
 }
 
-async fn dashboard(State(gateway): State<Arc<Gateway>>) -> Html<String> {
+async fn dashboard(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    if let Some(refused) = operator_view_refused(&gateway, &headers) {
+        return refused;
+    }
     let runtime = gateway.runtime();
     let mut rows = String::new();
     for tier in gateway.engine.tier_states() {
@@ -604,6 +739,7 @@ async fn dashboard(State(gateway): State<Arc<Gateway>>) -> Html<String> {
         runtime.version,
         escape(&gateway.engine.route_names().join(", ")),
     ))
+    .into_response()
 }
 
 fn escape(text: &str) -> String {

@@ -105,11 +105,11 @@ model = "gpt-4o-mini"
 "#;
     insta::assert_snapshot!(problems(text), @r"
     the config has 5 problems:
-      - `server.client_keys_env`: rein refuses to listen on the non-loopback address 0.0.0.0:8787 without client keys: set `server.client_keys_env` to the environment variables holding them, or listen on 127.0.0.1
       - `providers.openai.api_key_env`: environment variable `NOT_SET_ANYWHERE` is not set
       - `routes.chat.tiers[0].provider`: `openia` is not a configured provider (known: openai)
       - `routes.chat.failover.share`: (1.5) must be between 0.0 and 1.0
       - `routes.chat.failover.tier`: `nope` is not a tier of this route
+      - `server.client_keys_env`: rein refuses to listen on the non-loopback address 0.0.0.0:8787 without client keys: set `server.client_keys_env` to the environment variables holding them, or listen on 127.0.0.1
     ");
 }
 

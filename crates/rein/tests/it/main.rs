@@ -6,4 +6,5 @@
 
 mod cli;
 mod crash;
+mod edge;
 mod engine_e2e;
