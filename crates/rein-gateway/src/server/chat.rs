@@ -49,10 +49,13 @@ async fn handle(gateway: Arc<Gateway>, api: Api, headers: HeaderMap, body: Body)
     let request_id = super::new_id("req_");
     match prepare(&gateway, api, &headers, body, &request_id).await {
         Ok((parsed, options)) => {
+            let mut abandoned = Abandoned::new(&gateway, &parsed.route, &request_id);
             if parsed.stream {
-                stream(gateway, api, parsed, options, request_id).await
+                stream(gateway, api, parsed, options, request_id, abandoned).await
             } else {
-                complete(gateway, api, parsed, options, request_id).await
+                let response = complete(gateway, api, parsed, options, request_id).await;
+                abandoned.finished();
+                response
             }
         }
         Err(error) => {
@@ -88,21 +91,15 @@ async fn prepare(
         let message = format!("Content-Type must be application/json (got {shown})");
         return Err(ApiError::new(api, ErrorKind::UnsupportedMediaType, &message, request_id));
     }
-    let limit = runtime.config.server.max_body_bytes;
-    let too_large = || {
-        let message = format!(
-            "The request body is larger than this gateway accepts ({limit} bytes, `server.max_body_bytes`)."
-        );
-        ApiError::new(api, ErrorKind::RequestTooLarge, &message, request_id)
-    };
+    let server = &runtime.config.server;
+    let limit = server.max_body_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(too_large());
-    }
-    let bytes: Bytes = axum::body::to_bytes(body, limit).await.map_err(|_| too_large())?;
+    let bytes = super::body::read(body, declared, limit, server.edge.body_read_timeout)
+        .await
+        .map_err(|error| body_error(api, &error, limit, server, request_id))?;
 
     let mut parsed = match api {
         Api::OpenAi => wire::openai::parse_request(&bytes).map(|p| Parsed {
@@ -155,6 +152,74 @@ async fn prepare(
         }
     }
     Ok((parsed, options))
+}
+
+/// A body that could not be read, in the caller's format: 413 over the limit (the connection
+/// then closes), 408 past the read clock, 400 for a broken stream.
+fn body_error(
+    api: Api,
+    error: &super::body::BodyError,
+    limit: usize,
+    server: &crate::config::ServerConfig,
+    request_id: &str,
+) -> ApiError {
+    use super::body::BodyError;
+    match error {
+        BodyError::TooLarge => {
+            let message = format!(
+                "The request body is larger than this gateway accepts ({limit} bytes, `server.max_body_bytes`)."
+            );
+            ApiError::new(api, ErrorKind::RequestTooLarge, &message, request_id).closing()
+        }
+        BodyError::Timeout => {
+            let message = format!(
+                "The request body did not arrive within {} ms (`server.body_read_timeout_ms`).",
+                server.edge.body_read_timeout.as_millis()
+            );
+            ApiError::new(api, ErrorKind::RequestTimeout, &message, request_id).closing()
+        }
+        BodyError::Broken(why) => {
+            let message = format!("The request body could not be read: {why}.");
+            ApiError::new(api, ErrorKind::InvalidRequest, &message, request_id).closing()
+        }
+    }
+}
+
+/// Counts and logs a call whose client went away before its answer was complete (hyper drops
+/// the handler, or the streamed body, and the engine's call with it, cancelling upstream).
+struct Abandoned {
+    gateway: Arc<Gateway>,
+    route: String,
+    request_id: String,
+    armed: bool,
+}
+
+impl Abandoned {
+    fn new(gateway: &Arc<Gateway>, route: &str, request_id: &str) -> Self {
+        Self {
+            gateway: gateway.clone(),
+            route: route.to_string(),
+            request_id: request_id.to_string(),
+            armed: true,
+        }
+    }
+
+    fn finished(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if self.armed {
+            self.gateway.metrics.call_abandoned(&self.route);
+            tracing::info!(
+                request_id = %self.request_id,
+                route = %self.route,
+                "client went away before the answer was complete: call cancelled upstream"
+            );
+        }
+    }
 }
 
 fn meta(api: Api) -> ResponseMeta {
@@ -232,12 +297,16 @@ async fn stream(
     parsed: Parsed,
     options: CallOptions,
     request_id: String,
+    mut abandoned: Abandoned,
 ) -> Response {
     let engine = gateway.engine.clone();
     let mode = engine.release_mode(&parsed.route);
     let mut released = match engine.stream(&parsed.route, parsed.request, options) {
         Ok(stream) => stream,
-        Err(error) => return ApiError::call(api, &error, &request_id).into_response(),
+        Err(error) => {
+            abandoned.finished();
+            return ApiError::call(api, &error, &request_id).into_response();
+        }
     };
     // Hold items until the outcome is known (checked mode: the whole answer is held anyway) or,
     // in passthrough mode, until the first piece of content, which must not wait.
@@ -250,6 +319,7 @@ async fn stream(
                 if let Some(report) = error.report() {
                     log_call(&request_id, report);
                 }
+                abandoned.finished();
                 let mut response = ApiError::call(api, &error, &request_id).into_response();
                 report_headers(response.headers_mut(), api, &request_id, error.report());
                 return response;
@@ -291,11 +361,15 @@ async fn stream(
     // The encoder finishes itself on `Completed`/`Failed`; the rest of the stream is needed
     // only when neither has arrived yet.
     let finished = report.is_some();
+    if finished {
+        abandoned.finished();
+    }
     let rest = Rest {
         first: (!first.is_empty()).then(|| first.freeze()),
         released: if finished { None } else { Some(released) },
         encoder,
         request_id: request_id.clone(),
+        abandoned,
     };
     let body_stream = rest;
     let mut response = Response::new(Body::from_stream(body_stream));
@@ -318,6 +392,8 @@ struct Rest {
     released: Option<ReleaseStream>,
     encoder: Encoder,
     request_id: String,
+    /// Disarmed when the stream ends; dropped armed when the client goes away first.
+    abandoned: Abandoned,
 }
 
 impl futures_util::Stream for Rest {
@@ -354,6 +430,7 @@ impl futures_util::Stream for Rest {
                         batch.extend_from_slice(&frame);
                     }
                     this.released = None;
+                    this.abandoned.finished();
                 }
                 Poll::Pending => break,
             }
@@ -421,6 +498,7 @@ fn set_text(headers: &mut HeaderMap, name: &axum::http::HeaderName, value: &str)
 }
 
 fn log_call(request_id: &str, report: &CallReport) {
+    let reason = (report.served_by.is_none()).then(|| not_served_reason(report));
     tracing::info!(
         request_id,
         route = %report.route,
@@ -428,6 +506,34 @@ fn log_call(request_id: &str, report: &CallReport) {
         attempts = report.attempt_count(),
         tier = report.served_by.as_ref().map(|s| s.tier_name.as_str()).unwrap_or("-"),
         elapsed_ms = report.elapsed_ms,
+        reason = reason.as_deref().unwrap_or("-"),
         "call finished"
     );
+}
+
+/// Why no tier served the call, from its steps: the kill switch, or each tier given up on and
+/// why (`primary: attempts_exhausted (overloaded); fallback: cooling_down`).
+fn not_served_reason(report: &CallReport) -> String {
+    use rein_core::report::Step;
+    let mut reasons = Vec::new();
+    for step in &report.steps {
+        match step {
+            Step::KillSwitch { reason } => reasons.push(format!("kill switch: {reason}")),
+            Step::TierSkipped { tier, tier_name, reason, .. } => {
+                let why = serde_json::to_value(reason)
+                    .ok()
+                    .and_then(|v| v.get("why").and_then(|w| w.as_str()).map(str::to_string))
+                    .unwrap_or_else(|| "skipped".into());
+                let last_failure = report
+                    .attempts()
+                    .filter(|a| a.tier == *tier)
+                    .last()
+                    .and_then(|a| a.classified.as_ref())
+                    .map(|classified| format!(" ({})", classified.reason));
+                reasons.push(format!("{tier_name}: {why}{}", last_failure.unwrap_or_default()));
+            }
+            _ => {}
+        }
+    }
+    if reasons.is_empty() { "no tier answered".into() } else { reasons.join("; ") }
 }

@@ -33,6 +33,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub body: Value,
     pub request_id: String,
+    /// Close the connection after this answer (the request body was not read whole).
+    pub close: bool,
 }
 
 impl ApiError {
@@ -41,7 +43,7 @@ impl ApiError {
             Api::OpenAi => wire::openai::error_body(kind, message, None),
             Api::Anthropic => wire::anthropic::error_body(kind, message),
         };
-        Self { api, status: kind.status(), body, request_id: request_id.to_string() }
+        Self { api, status: kind.status(), body, request_id: request_id.to_string(), close: false }
     }
 
     /// A body that failed to parse, naming the field.
@@ -50,7 +52,13 @@ impl ApiError {
             Api::OpenAi => wire::openai::wire_error_body(error),
             Api::Anthropic => wire::anthropic::wire_error_body(error),
         };
-        Self { api, status: error.kind().status(), body, request_id: request_id.to_string() }
+        Self {
+            api,
+            status: error.kind().status(),
+            body,
+            request_id: request_id.to_string(),
+            close: false,
+        }
     }
 
     /// A call the engine ended with an error.
@@ -59,7 +67,15 @@ impl ApiError {
             Api::OpenAi => wire::openai::call_error_body(error),
             Api::Anthropic => wire::anthropic::call_error_body(error),
         };
-        Self { api, status, body, request_id: request_id.to_string() }
+        Self { api, status, body, request_id: request_id.to_string(), close: false }
+    }
+}
+
+impl ApiError {
+    /// The same error, answered with `Connection: close`.
+    pub fn closing(mut self) -> Self {
+        self.close = true;
+        self
     }
 }
 
@@ -77,6 +93,11 @@ impl IntoResponse for ApiError {
         // The SDKs retry some statuses on their own; rein has already done what retrying made
         // sense, so it tells them not to.
         response.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
+        if self.close {
+            response
+                .headers_mut()
+                .insert(axum::http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
         response
     }
 }

@@ -6,6 +6,7 @@
 
 mod admin;
 mod admin_tools;
+mod body;
 mod chat;
 mod edge;
 mod error;
@@ -588,6 +589,7 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/", get(dashboard))
         .nest("/admin", admin::router())
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(gateway)
 }
 
@@ -609,9 +611,12 @@ async fn models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
         .into_response();
     }
     let created = rein_core::clock::unix_ms() / 1000;
-    let mut response =
-        axum::Json(crate::wire::openai::models_body(&gateway.engine.route_names(), created))
-            .into_response();
+    let routes = gateway.engine.route_names();
+    let body = match api {
+        Api::OpenAi => crate::wire::openai::models_body(&routes, created),
+        Api::Anthropic => crate::wire::anthropic::models_body(&routes, created),
+    };
+    let mut response = axum::Json(body).into_response();
     set_request_id(&mut response, api, &request_id);
     response
 }
@@ -638,10 +643,13 @@ async fn model(
         return ApiError::new(api, ErrorKind::NotFound, &message, &request_id).into_response();
     }
     let created = rein_core::clock::unix_ms() / 1000;
-    let mut response = axum::Json(serde_json::json!({
-        "id": id, "object": "model", "created": created, "owned_by": "rein", "type": "model", "display_name": id
-    }))
-    .into_response();
+    let body = match api {
+        Api::OpenAi => {
+            serde_json::json!({"id": id, "object": "model", "created": created, "owned_by": "rein"})
+        }
+        Api::Anthropic => crate::wire::anthropic::model_object(&id, created),
+    };
+    let mut response = axum::Json(body).into_response();
     set_request_id(&mut response, api, &request_id);
     response
 }
@@ -649,7 +657,19 @@ async fn model(
 /// Any other path: a 404 in the caller's format, so an SDK raises `NotFoundError` with a message.
 async fn not_found(headers: HeaderMap, uri: axum::http::Uri) -> Response {
     let message = format!("rein does not serve `{}`", uri.path());
-    ApiError::new(api_of(&headers), ErrorKind::NotFound, &message, &new_id("req_")).into_response()
+    ApiError::new(api_of(&headers), ErrorKind::UnknownPath, &message, &new_id("req_"))
+        .into_response()
+}
+
+/// A known path with a method it does not take: a 405 in the caller's format.
+async fn method_not_allowed(
+    headers: HeaderMap,
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+) -> Response {
+    let message = format!("`{}` does not take {method}", uri.path());
+    ApiError::new(api_of(&headers), ErrorKind::MethodNotAllowed, &message, &new_id("req_"))
+        .into_response()
 }
 
 fn set_request_id(response: &mut Response, api: Api, request_id: &str) {

@@ -169,6 +169,9 @@ fn translate(
     if raw.messages.is_empty() {
         return Err(WireError::invalid("messages", "must contain at least one message"));
     }
+    if raw.max_tokens == 0 {
+        return Err(WireError::invalid("max_tokens", "must be at least 1"));
+    }
 
     let system = match raw.system {
         None => None,
@@ -260,6 +263,7 @@ fn structured_output(
     };
     match (format.get("type").and_then(Value::as_str), format.get("schema")) {
         (Some("json_schema"), Some(schema)) if schema.is_object() => {
+            super::check_caller_schema(schema, &format!("{at}.schema"))?;
             Ok(Some(ResponseFormat::JsonSchema {
                 name: "output".to_string(),
                 schema: schema.clone(),
@@ -477,7 +481,8 @@ pub(crate) fn error_type(kind: ErrorKind) -> &'static str {
         ErrorKind::InvalidRequest | ErrorKind::UnsupportedMediaType => "invalid_request_error",
         ErrorKind::Authentication => "authentication_error",
         ErrorKind::PermissionDenied => "permission_error",
-        ErrorKind::NotFound => "not_found_error",
+        ErrorKind::NotFound | ErrorKind::UnknownPath => "not_found_error",
+        ErrorKind::MethodNotAllowed | ErrorKind::RequestTimeout => "invalid_request_error",
         ErrorKind::RequestTooLarge => "request_too_large",
         ErrorKind::RateLimited => "rate_limit_error",
         ErrorKind::Internal => "api_error",
@@ -505,6 +510,36 @@ pub fn call_error_body(error: &CallError) -> (axum::http::StatusCode, Value) {
         map.insert("rein".into(), rein_summary(report));
     }
     (kind.status(), body)
+}
+
+/// One route as an Anthropic model object (`GET /v1/models/{id}`); `created_at` is RFC 3339.
+pub fn model_object(route: &str, created_unix_s: u64) -> Value {
+    json!({
+        "type": "model",
+        "id": route,
+        "display_name": route,
+        "created_at": rfc3339(created_unix_s),
+    })
+}
+
+/// The routes as Anthropic's model list (`GET /v1/models` with `anthropic-version`).
+pub fn models_body(routes: &[String], created_unix_s: u64) -> Value {
+    let data: Vec<Value> = routes.iter().map(|route| model_object(route, created_unix_s)).collect();
+    json!({
+        "data": data,
+        "has_more": false,
+        "first_id": routes.first(),
+        "last_id": routes.last(),
+    })
+}
+
+/// `2026-12-01T09:46:44Z` for a Unix time in seconds.
+fn rfc3339(unix_s: u64) -> String {
+    i64::try_from(unix_s)
+        .ok()
+        .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+        .and_then(|at| at.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_else(|| "1970-01-01T00:00:00Z".into())
 }
 
 #[cfg(test)]

@@ -53,6 +53,12 @@ pub enum ErrorKind {
     PermissionDenied,
     /// 404: no route with the requested `model` name.
     NotFound,
+    /// 404: no such path.
+    UnknownPath,
+    /// 405: the path exists, the method does not.
+    MethodNotAllowed,
+    /// 408: the request body did not arrive in time.
+    RequestTimeout,
     /// 413: the body is larger than rein accepts.
     RequestTooLarge,
     /// 415: the body is not `application/json`.
@@ -73,7 +79,9 @@ impl ErrorKind {
             ErrorKind::InvalidRequest => StatusCode::BAD_REQUEST,
             ErrorKind::Authentication => StatusCode::UNAUTHORIZED,
             ErrorKind::PermissionDenied => StatusCode::FORBIDDEN,
-            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::NotFound | ErrorKind::UnknownPath => StatusCode::NOT_FOUND,
+            ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ErrorKind::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorKind::RequestTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
@@ -94,6 +102,17 @@ impl ErrorKind {
             CallError::Interrupted { .. } => ErrorKind::Internal,
         }
     }
+}
+
+/// A caller's JSON Schema must compile: rein checks answers against it, and a schema it cannot
+/// use would leave the answer silently unchecked.
+pub(crate) fn check_caller_schema(
+    schema: &serde_json::Value,
+    field: &str,
+) -> Result<(), WireError> {
+    rein_core::validate::CompiledSchema::new(schema)
+        .map(|_| ())
+        .map_err(|error| WireError::invalid(field, format!("not a usable JSON Schema: {error}")))
 }
 
 /// A request body that cannot be translated. Always a 400; `param` is the JSON path of the

@@ -229,6 +229,13 @@ fn translate(
     if raw.audio.is_some() {
         return Err(WireError::unsupported("audio", "audio output"));
     }
+    for (field, value) in
+        [("max_completion_tokens", raw.max_completion_tokens), ("max_tokens", raw.max_tokens)]
+    {
+        if value == Some(0) {
+            return Err(WireError::invalid(field, "must be at least 1"));
+        }
+    }
     // `modalities: ["text"]` asks for the default and goes nowhere (it is a known field), rather
     // than confuse a provider that has no such field.
     if let Some(modality) = raw.modalities.iter().flatten().find(|m| m.as_str() != "text") {
@@ -414,9 +421,11 @@ fn response_format(raw: RawResponseFormat) -> Result<ResponseFormat, WireError> 
             let Some(schema) = raw.json_schema else {
                 return Err(WireError::missing("response_format.json_schema"));
             };
+            let body = schema.schema.unwrap_or_else(|| json!({}));
+            super::check_caller_schema(&body, "response_format.json_schema.schema")?;
             ResponseFormat::JsonSchema {
                 name: schema.name,
-                schema: schema.schema.unwrap_or_else(|| json!({})),
+                schema: body,
                 strict: schema.strict.unwrap_or(false),
             }
         }
@@ -636,6 +645,10 @@ fn type_and_code(kind: ErrorKind) -> (&'static str, Option<&'static str>) {
         ErrorKind::Authentication => ("invalid_request_error", Some("invalid_api_key")),
         ErrorKind::PermissionDenied => ("invalid_request_error", Some("permission_denied")),
         ErrorKind::NotFound => ("invalid_request_error", Some("model_not_found")),
+        // As OpenAI answers an unknown URL: no code, so no client reads it as a model problem.
+        ErrorKind::UnknownPath => ("invalid_request_error", None),
+        ErrorKind::MethodNotAllowed => ("invalid_request_error", Some("method_not_allowed")),
+        ErrorKind::RequestTimeout => ("invalid_request_error", Some("request_timeout")),
         ErrorKind::RequestTooLarge => ("invalid_request_error", Some("request_too_large")),
         ErrorKind::UnsupportedMediaType => {
             ("invalid_request_error", Some("unsupported_media_type"))

@@ -6,3 +6,4 @@ mod config;
 mod gateway;
 mod ladder;
 mod tools;
+mod wire_edges;

@@ -417,3 +417,31 @@ async fn tls_on_the_listener_with_a_certificate_a_reload_renews() {
     assert!(log.contains("server.tls.key_path"), "{log}");
     assert_eq!(https_status(gw.port, &renewed_pem).await.unwrap(), 200);
 }
+
+#[tokio::test]
+async fn a_degraded_answer_logs_why_no_tier_served_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n\n[store]\nsqlite_path = \"{}\"\n\n[providers.sim]\nkind = \"sim\"\n\n[routes.down]\ndeadline_ms = 3000\nattempt_ms = 1000\nfirst_token_ms = 500\nstream_idle_ms = 500\nbackoff_base_ms = 10\nbackoff_floor_ms = 5\nbackoff_cap_ms = 20\ndegraded = {{ template = \"A person will reply.\" }}\n[[routes.down.tiers]]\nname = \"primary\"\nprovider = \"sim\"\nmodel = \"sim:529\"\n",
+            dir.path().join("rein.sqlite").display()
+        ),
+    )
+    .unwrap();
+    let gw = Serve::start(&path, &[]);
+    let response = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(
+            &serde_json::json!({"model": "down", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["x-rein-outcome"], "degraded");
+    let log = gw.log_says("call finished", 1).await;
+    let line = log.lines().find(|l| l.contains("call finished")).unwrap();
+    assert!(line.contains("degraded"), "{line}");
+    assert!(line.contains("primary: attempts_exhausted"), "{line}");
+}

@@ -1,0 +1,81 @@
+//! Reading a caller's request body within its bounds: at most `server.max_body_bytes`, within
+//! `server.body_read_timeout_ms`. A body over the limit is drained (up to [`DRAIN_BYTES`], within
+//! [`DRAIN_TIME`]) before the 413 goes out, so a client still sending sees the status instead of
+//! a broken pipe; the 413 closes the connection.
+
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use http_body_util::BodyExt;
+
+/// How much of an oversize body is read and dropped so that the client sees the 413.
+pub const DRAIN_BYTES: usize = 64 * 1024 * 1024;
+/// How long draining may take at most.
+pub const DRAIN_TIME: Duration = Duration::from_secs(5);
+
+/// Why a body could not be read.
+#[derive(Debug)]
+pub enum BodyError {
+    /// Longer than the limit (declared or sent).
+    TooLarge,
+    /// Not all sent within the read timeout.
+    Timeout,
+    /// The client's stream broke (reset, malformed chunking).
+    Broken(String),
+}
+
+/// The whole body, or why not. `declared` is the request's `Content-Length`, if any.
+pub async fn read(
+    body: Body,
+    declared: Option<usize>,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, BodyError> {
+    if declared.is_some_and(|length| length > limit) {
+        drain(body).await;
+        return Err(BodyError::TooLarge);
+    }
+    let mut body = body;
+    let collected = tokio::time::timeout(timeout, async {
+        let mut bytes = bytes::BytesMut::new();
+        loop {
+            match body.frame().await {
+                None => return Ok(bytes.freeze()),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        if bytes.len() + data.len() > limit {
+                            return Err(BodyError::TooLarge);
+                        }
+                        bytes.extend_from_slice(&data);
+                    }
+                }
+                Some(Err(error)) => return Err(BodyError::Broken(error.to_string())),
+            }
+        }
+    })
+    .await;
+    match collected {
+        Ok(Err(BodyError::TooLarge)) => {
+            drain(body).await;
+            Err(BodyError::TooLarge)
+        }
+        Ok(result) => result,
+        Err(_) => Err(BodyError::Timeout),
+    }
+}
+
+/// Read and drop what the client still sends, within [`DRAIN_BYTES`] and [`DRAIN_TIME`].
+async fn drain(mut body: Body) {
+    let _ = tokio::time::timeout(DRAIN_TIME, async {
+        let mut drained = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Ok(data) = frame.into_data() {
+                drained += data.len();
+                if drained >= DRAIN_BYTES {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+}
