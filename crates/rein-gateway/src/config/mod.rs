@@ -112,6 +112,8 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     #[serde(rename = "drain_timeout_ms", with = "rein_core::clock::millis")]
     pub drain_timeout: Duration,
+    #[serde(rename = "drain_delay_ms", with = "rein_core::clock::millis")]
+    pub drain_delay: Duration,
     /// Worker threads (`server.workers`); 0 = one per CPU core.
     pub workers: usize,
     /// How often this replica applies kill-switch flips recorded by others.
@@ -418,6 +420,7 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
         admin_key,
         max_body_bytes: raw.server.max_body_bytes,
         drain_timeout: ms(raw.server.drain_timeout_ms),
+        drain_delay: ms(raw.server.drain_delay_ms),
         workers: raw.server.workers,
         kill_sync: ms(raw.server.kill_sync_ms),
         edge: EdgeLimits {

@@ -49,6 +49,10 @@ pub struct RawServer {
     /// How long shutdown waits for in-flight requests and streams.
     #[serde(default = "default_drain_ms")]
     pub drain_timeout_ms: u64,
+    /// How long, after the shutdown signal, `/readyz` says draining while rein still accepts
+    /// (so a load balancer takes it out first); 0 stops accepting at once.
+    #[serde(default)]
+    pub drain_delay_ms: u64,
     /// Worker threads, each with its own event loop and upstream connection pool; 0 = one per
     /// CPU core.
     #[serde(default)]
@@ -93,6 +97,7 @@ impl Default for RawServer {
             admin_key_env: None,
             max_body_bytes: default_body_limit(),
             drain_timeout_ms: default_drain_ms(),
+            drain_delay_ms: 0,
             workers: 0,
             kill_sync_ms: default_kill_sync_ms(),
             header_read_timeout_ms: default_header_read_timeout_ms(),

@@ -464,6 +464,16 @@ impl Gateway {
         tokio::spawn(async move {
             shutdown.await;
             gateway.draining.store(true, Ordering::SeqCst);
+            // Load balancers see `/readyz` answer 503 "draining" and move traffic away while
+            // new connections are still served, then the listener closes.
+            let delay = gateway.runtime().config.server.drain_delay;
+            if !delay.is_zero() {
+                tracing::info!(
+                    delay_ms = delay.as_millis() as u64,
+                    "shutting down: /readyz says draining; still serving until the delay ends"
+                );
+                tokio::time::sleep(delay).await;
+            }
             tracing::info!("shutting down: draining in-flight requests");
             stop_tx.send_replace(true);
         });

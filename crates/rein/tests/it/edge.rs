@@ -445,3 +445,29 @@ async fn a_degraded_answer_logs_why_no_tier_served_it() {
     assert!(line.contains("degraded"), "{line}");
     assert!(line.contains("primary: attempts_exhausted"), "{line}");
 }
+
+#[tokio::test]
+async fn on_shutdown_readyz_says_draining_while_calls_are_still_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "listen = \"127.0.0.1:0\"\ndrain_delay_ms = 1500");
+    let gw = Serve::start(&config, &[]);
+    let client = reqwest::Client::new();
+    assert_eq!(client.get(gw.url("/readyz")).send().await.unwrap().status().as_u16(), 200);
+    let status = Command::new("kill").arg(gw.child.id().to_string()).status().unwrap();
+    assert!(status.success());
+    gw.log_says("/readyz says draining", 1).await;
+    let ready = client.get(gw.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status().as_u16(), 503);
+    assert_eq!(ready.text().await.unwrap(), "draining\n");
+    assert_eq!(chat_status(&gw, None).await, 200, "a call during the drain delay");
+    // After the delay the listener closes.
+    let mut refused = false;
+    for _ in 0..100 {
+        if TcpStream::connect(("127.0.0.1", gw.port)).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(refused, "still accepting 5 s after the drain delay");
+}
