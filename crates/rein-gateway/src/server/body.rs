@@ -49,7 +49,17 @@ pub async fn read(
                         bytes.extend_from_slice(&data);
                     }
                 }
-                Some(Err(error)) => return Err(BodyError::Broken(error.to_string())),
+                Some(Err(error)) => {
+                    let error = error.into_inner();
+                    let timed_out = error
+                        .downcast_ref::<std::io::Error>()
+                        .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut);
+                    return Err(if timed_out {
+                        BodyError::Timeout
+                    } else {
+                        BodyError::Broken(error.to_string())
+                    });
+                }
             }
         }
     })

@@ -377,11 +377,57 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Tracked {
     fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
         let in_flight = self.conn.request_started();
         let mut router = self.router.clone();
-        let answer = tower_service::Service::call(&mut router, request.map(Body::new));
+        let deadline = Instant::now() + self.conn.limits.body_read_timeout;
+        let request = request.map(|body| Body::new(TimedBody { body, deadline, timer: None }));
+        let answer = tower_service::Service::call(&mut router, request);
         Box::pin(async move {
             let response = answer.await?;
             Ok(response.map(|body| Body::new(Finishing { body, _in_flight: in_flight })))
         })
+    }
+}
+
+/// A request body that must arrive whole within `server.body_read_timeout_ms` of its headers,
+/// whichever handler reads it (the chat handlers answer 408 first with their own clock).
+struct TimedBody {
+    body: Incoming,
+    deadline: Instant,
+    /// Made on the first read that has to wait.
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl http_body::Body for TimedBody {
+    type Data = bytes::Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.body).poll_frame(cx) {
+            Poll::Ready(frame) => Poll::Ready(frame.map(|frame| frame.map_err(io::Error::other))),
+            Poll::Pending => {
+                let deadline = this.deadline;
+                let timer =
+                    this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the request body did not arrive within server.body_read_timeout_ms",
+                    )))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 

@@ -86,6 +86,27 @@ async fn a_body_that_stalls_gets_a_408_in_the_callers_format() {
 }
 
 #[tokio::test]
+async fn a_stalled_body_on_any_route_is_cut_by_the_body_clock() {
+    let config = CONFIG
+        .replace("drain_timeout_ms = 5000", "drain_timeout_ms = 5000\nbody_read_timeout_ms = 300");
+    let gw = start_with(&config, None).await;
+    for path in ["/admin/kill", "/v1/tools/anything", "/admin/reload"] {
+        let mut stream = TcpStream::connect(gw.addr).await.unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer admin-secret-1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"a\":"
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let ended =
+            tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+        assert!(ended.is_ok(), "{path}: a stalled body held the request for 5 s");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 4"), "{path}: {answer}");
+    }
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn methods_paths_and_the_models_list_answer_in_the_callers_format() {
     let gw = start().await;
     // A known path, the wrong method: 405 with a body, in each format.
