@@ -232,7 +232,7 @@ impl Metrics {
         let connections_closed = Family::<ReasonLabel, Counter>::default();
         registry.register(
             "connections_closed",
-            "Client connections rein closed itself, by reason (header_timeout, idle_timeout, limit, tls_handshake)",
+            "Client connections rein closed itself, by reason (header_timeout, idle_timeout, write_stall, limit, tls_handshake)",
             connections_closed.clone(),
         );
         Self {

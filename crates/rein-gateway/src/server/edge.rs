@@ -8,8 +8,8 @@
 //! A request is in flight from its complete headers until its response body has been sent or
 //! dropped, so a long call or a slow stream is never cut by these clocks (its own deadline and
 //! `body_read_timeout_ms` bound it). Every close is counted by reason
-//! (`rein_connections_closed_total`). Only the read side is watched: hyper's own backpressure
-//! bounds what a slow reader can make rein hold.
+//! (`rein_connections_closed_total`). A client that stops reading its answer is cut when a write
+//! has made no progress for `idle_timeout_ms` (`write_stall`).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -41,6 +41,7 @@ enum CloseReason {
     IdleTimeout,
     Limit,
     TlsHandshake,
+    WriteStall,
 }
 
 impl CloseReason {
@@ -50,6 +51,7 @@ impl CloseReason {
             CloseReason::IdleTimeout => "idle_timeout",
             CloseReason::Limit => "limit",
             CloseReason::TlsHandshake => "tls_handshake",
+            CloseReason::WriteStall => "write_stall",
         }
     }
 }
@@ -197,6 +199,11 @@ struct ClockState {
     head_started: Option<Instant>,
     /// Woken when the last request finishes, so the idle clock starts without waiting for a read.
     reader: Option<Waker>,
+    /// A write is waiting for the client to read (hyper may still be sending an answer whose
+    /// body it has already dropped): the idle clock does not run.
+    write_blocked: bool,
+    /// When a blocked write last went through.
+    last_unblocked: Option<Instant>,
     closed_by: Option<CloseReason>,
 }
 
@@ -209,6 +216,8 @@ impl ConnClock {
                 idle_since: Instant::now(),
                 head_started: None,
                 reader: None,
+                write_blocked: false,
+                last_unblocked: None,
                 closed_by: None,
             }),
         }
@@ -238,7 +247,7 @@ impl ConnClock {
     /// When the connection must close, and why: `None` while a request is in flight.
     fn deadline(&self, reader: &Waker) -> Option<(Instant, CloseReason)> {
         let mut state = self.lock();
-        if state.in_flight > 0 {
+        if state.in_flight > 0 || state.write_blocked {
             if !state.reader.as_ref().is_some_and(|known| known.will_wake(reader)) {
                 state.reader = Some(reader.clone());
             }
@@ -248,8 +257,29 @@ impl ConnClock {
             Some(started) => {
                 (started + self.limits.header_read_timeout, CloseReason::HeaderTimeout)
             }
-            None => (state.idle_since + self.limits.idle_timeout, CloseReason::IdleTimeout),
+            None => {
+                let since =
+                    state.last_unblocked.map_or(state.idle_since, |at| at.max(state.idle_since));
+                (since + self.limits.idle_timeout, CloseReason::IdleTimeout)
+            }
         })
+    }
+
+    /// A write returned `pending` (`true`) or went through after being blocked (`false`).
+    fn write_blocked(&self, blocked: bool) {
+        let reader = {
+            let mut state = self.lock();
+            state.write_blocked = blocked;
+            if blocked {
+                None
+            } else {
+                state.last_unblocked = Some(Instant::now());
+                state.reader.take()
+            }
+        };
+        if let Some(reader) = reader {
+            reader.wake();
+        }
     }
 
     fn close(&self, reason: CloseReason) {
@@ -283,17 +313,37 @@ impl Drop for InFlight {
     }
 }
 
-/// The connection's socket, ending the read side (a clean EOF for hyper) when a clock fires.
+/// The connection's socket, ending the read side (a clean EOF for hyper) when a clock fires,
+/// and failing a write that has made no progress for `idle_timeout_ms` (a client that stopped
+/// reading its answer).
 struct Watched<T> {
     io: T,
     conn: Arc<ConnClock>,
     timer: Pin<Box<Sleep>>,
+    /// Armed while a write waits for the client to read.
+    write_stall: Option<Pin<Box<Sleep>>>,
 }
 
 impl<T> Watched<T> {
     fn new(io: T, conn: Arc<ConnClock>) -> Self {
         let timer = Box::pin(tokio::time::sleep_until(Instant::now() + conn.limits.idle_timeout));
-        Self { io, conn, timer }
+        Self { io, conn, timer, write_stall: None }
+    }
+
+    /// After a write returned `pending`: an error once the stall has lasted too long.
+    fn stalled(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        let limit = self.conn.limits.idle_timeout;
+        if self.write_stall.is_none() {
+            self.conn.write_blocked(true);
+        }
+        let stall = self.write_stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match stall.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                self.conn.close(CloseReason::WriteStall);
+                Poll::Ready(io::Error::new(io::ErrorKind::TimedOut, "the client stopped reading"))
+            }
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
 
@@ -336,7 +386,16 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        let this = self.get_mut();
+        match Pin::new(&mut this.io).poll_write(cx, buf) {
+            Poll::Pending => this.stalled(cx).map(Err),
+            ready => {
+                if this.write_stall.take().is_some() {
+                    this.conn.write_blocked(false);
+                }
+                ready
+            }
+        }
     }
 
     fn poll_write_vectored(
@@ -344,7 +403,16 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        match Pin::new(&mut this.io).poll_write_vectored(cx, bufs) {
+            Poll::Pending => this.stalled(cx).map(Err),
+            ready => {
+                if this.write_stall.take().is_some() {
+                    this.conn.write_blocked(false);
+                }
+                ready
+            }
+        }
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -83,6 +83,20 @@ impl Serve {
         panic!("the log never said `{text}` {count} time(s):\n{}", self.log());
     }
 
+    /// The metric once it reaches `least` (the server counts a close just after the client
+    /// sees it), or its value after 2 s.
+    async fn metric_reaching(&self, line: &str, least: f64) -> f64 {
+        let mut value = 0.0;
+        for _ in 0..40 {
+            value = self.metric(line, None).await;
+            if value >= least {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        value
+    }
+
     async fn metric(&self, line: &str, admin: Option<&str>) -> f64 {
         let mut request = reqwest::Client::new().get(self.url("/metrics"));
         if let Some(key) = admin {
@@ -270,7 +284,8 @@ async fn slow_header_clients_are_closed_on_the_header_clock_while_normal_clients
         let lasted = handle.await.unwrap();
         assert!(lasted < Duration::from_secs(5), "closed after {lasted:?}");
     }
-    let closed = gw.metric("rein_connections_closed_total{reason=\"header_timeout\"}", None).await;
+    let closed =
+        gw.metric_reaching("rein_connections_closed_total{reason=\"header_timeout\"}", 50.0).await;
     assert!(closed >= 50.0, "{closed} header timeouts counted");
 }
 
@@ -331,7 +346,8 @@ async fn idle_connections_close_on_the_idle_clock_but_a_long_call_is_not_cut() {
     assert!(text.contains("x-rein-outcome: answered"), "{text}");
     // Then the connection is idle, and closed on the idle clock.
     assert!(closed_within(&mut stream, Duration::from_secs(5)).await, "kept open after the call");
-    let closed = gw.metric("rein_connections_closed_total{reason=\"idle_timeout\"}", None).await;
+    let closed =
+        gw.metric_reaching("rein_connections_closed_total{reason=\"idle_timeout\"}", 2.0).await;
     assert!(closed >= 2.0, "{closed} idle closes counted");
 }
 
@@ -357,7 +373,7 @@ async fn connections_past_the_cap_are_closed_and_counted() {
     assert_eq!(chat_status(&gw, None).await, 200);
     drop(held);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let closed = gw.metric("rein_connections_closed_total{reason=\"limit\"}", None).await;
+    let closed = gw.metric_reaching("rein_connections_closed_total{reason=\"limit\"}", 1.0).await;
     assert!(closed >= 1.0, "{closed} limit closes counted");
 }
 
@@ -470,4 +486,40 @@ async fn on_shutdown_readyz_says_draining_while_calls_are_still_served() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(refused, "still accepting 5 s after the drain delay");
+}
+
+#[tokio::test]
+async fn a_client_that_stops_reading_its_answer_is_cut_after_the_idle_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.toml");
+    // An answer far larger than the socket buffers: 8 MiB from a canned rung.
+    let big = "x".repeat(8 * 1024 * 1024);
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nidle_timeout_ms = 500\n\n[store]\nsqlite_path = \"{}\"\n{ROUTE}\n[tools.big]\nkind = \"read\"\n[[tools.big.rungs]]\nkind = \"static\"\nsource = \"canned\"\nfidelity = \"exact\"\nresult = {{ text = \"{big}\" }}\n",
+            dir.path().join("rein.sqlite").display()
+        ),
+    )
+    .unwrap();
+    let gw = Serve::start(&path, &[]);
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(([127, 0, 0, 1], gw.port).into()).await.unwrap();
+    stream
+        .write_all(b"POST /v1/tools/big HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+        .await
+        .unwrap();
+    // Never read: the server's writes stall, and it gives up after the idle clock.
+    let mut closed = 0.0;
+    for _ in 0..100 {
+        closed = gw.metric("rein_connections_closed_total{reason=\"write_stall\"}", None).await;
+        if closed >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(closed, 1.0, "a client that stopped reading was never cut");
+    // The rest of what reached the socket ends, and the connection is closed.
+    assert!(closed_within(&mut stream, Duration::from_secs(10)).await);
 }
