@@ -124,6 +124,12 @@ const MIGRATIONS: &[&str] = &[
         reason TEXT NOT NULL,
         at_unix_ms INTEGER NOT NULL
     );",
+    // 4: an outbox item's conversation (for a tool's lookup), whether an earlier send's outcome
+    // is unknown, and whether it is held for a person's review (a pending row with `review`
+    // set, so the state column's CHECK needs no table rebuild).
+    "ALTER TABLE tool_outbox ADD COLUMN conversation_id TEXT;
+    ALTER TABLE tool_outbox ADD COLUMN outcome_unknown INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE tool_outbox ADD COLUMN review INTEGER NOT NULL DEFAULT 0;",
 ];
 
 /// How long a writer waits for another connection's write transaction (another process on the
@@ -243,6 +249,41 @@ mod tests {
         store.conn().execute("INSERT INTO rein_schema VALUES (999, 0)", []).unwrap();
         drop(store);
         assert!(matches!(Store::open(&path), Err(StoreError::TooNew { found: 999, .. })));
+    }
+
+    #[test]
+    fn outbox_items_written_before_the_unknown_outcome_columns_stay_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rein.sqlite");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE rein_schema (version INTEGER PRIMARY KEY, applied_unix_ms INTEGER NOT NULL);
+                 INSERT INTO rein_schema VALUES (1, 0), (2, 0), (3, 0);",
+            )
+            .unwrap();
+            for sql in &MIGRATIONS[..3] {
+                conn.execute_batch(sql).unwrap();
+            }
+            conn.execute(
+                "INSERT INTO tool_outbox (idempotency_key, tool, args, queued_result, state,
+                     created_unix_ms, next_attempt_unix_ms)
+                 VALUES ('k', 'refund', '{}', '{}', 'pending', 5, 5)",
+                [],
+            )
+            .unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), MIGRATIONS.len() as i64);
+        let (unknown, review, conversation): (bool, bool, Option<String>) = store
+            .conn()
+            .query_row(
+                "SELECT outcome_unknown, review, conversation_id FROM tool_outbox WHERE idempotency_key = 'k'",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!((unknown, review, conversation), (false, false, None));
     }
 
     #[test]

@@ -97,6 +97,11 @@ pub enum KeyBegin {
 pub enum OutboxState {
     /// Waiting to be sent (or being sent under a lease).
     Pending,
+    /// An earlier send's outcome is unknown and the tool has no duplicate guard a machine can
+    /// run (`idempotency = "none"`): held for a person, never claimed, until an operator marks
+    /// it executed, releases it for replay or drops it. Stored as a pending row with its
+    /// `review` flag set, so the states' column needs no rebuild.
+    Review,
     /// Sent and acknowledged by the primary.
     Done,
     /// The primary refused it for good (a 4xx that retrying cannot fix); kept for an operator.
@@ -107,19 +112,30 @@ pub enum OutboxState {
 
 impl OutboxState {
     /// The name stored in the backends' `state` columns (the serde name).
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "pending",
+            Self::Review => "review",
             Self::Done => "done",
             Self::Failed => "failed",
             Self::Dropped => "dropped",
         }
     }
 
-    pub(crate) fn parse(name: &str) -> Option<Self> {
-        [Self::Pending, Self::Done, Self::Failed, Self::Dropped]
+    /// The state column's value for this state (a review item is a pending row).
+    pub(crate) fn column(self) -> &'static str {
+        match self {
+            Self::Review => Self::Pending.as_str(),
+            other => other.as_str(),
+        }
+    }
+
+    /// The state of a row from its state column and its `review` flag.
+    pub(crate) fn from_row(name: &str, review: bool) -> Option<Self> {
+        let state = [Self::Pending, Self::Done, Self::Failed, Self::Dropped]
             .into_iter()
-            .find(|state| state.as_str() == name)
+            .find(|state| state.as_str() == name)?;
+        Some(if state == Self::Pending && review { Self::Review } else { state })
     }
 }
 
@@ -141,13 +157,48 @@ pub struct OutboxItem {
     pub finished_unix_ms: Option<i64>,
     /// The primary's result once done.
     pub result: Option<Value>,
+    /// The conversation the write was made in, for a tool's lookup (`{conversation_id}`).
+    pub conversation_id: Option<String>,
+    /// An earlier send may have executed: the next one must pass the tool's duplicate guard
+    /// (the backend honours the key, a lookup finds nothing, or a person released it).
+    pub outcome_unknown: bool,
+}
+
+/// A write to put in the outbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewOutboxItem {
+    pub idempotency_key: String,
+    pub tool: String,
+    pub args: Value,
+    pub conversation_id: Option<String>,
+    /// A send before the enqueue may have executed (see [`OutboxItem::outcome_unknown`]).
+    pub outcome_unknown: bool,
+    /// Enqueue in [`OutboxState::Review`]: held for a person, never claimed.
+    pub review: bool,
+}
+
+impl NewOutboxItem {
+    /// A write nothing has been sent for yet that could have executed.
+    pub fn new(key: &str, tool: &str, args: &Value) -> Self {
+        Self {
+            idempotency_key: key.to_owned(),
+            tool: tool.to_owned(),
+            args: args.clone(),
+            conversation_id: None,
+            outcome_unknown: false,
+            review: false,
+        }
+    }
 }
 
 /// Queue depth and the age of its oldest pending item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct OutboxStats {
+    /// Pending items (review items aside).
     pub pending: i64,
     pub failed: i64,
+    /// Items held for a person's review.
+    pub review: i64,
     pub oldest_pending_created_unix_ms: Option<i64>,
 }
 
@@ -266,23 +317,22 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
 
     // ---- outbox ----
 
-    /// In one transaction: add a pending item for `key` (due now) and set the key's record to
-    /// `Queued` with `queued_result`. If the key already has an item, return that item instead
-    /// (and change nothing). The key's record is the one `key_begin` made; without one, only the
-    /// item is written.
+    /// In one transaction: add a pending item (due now; in review when `item.review`) and set
+    /// the key's record to `Queued` with `queued_result`. If the key already has an item, return
+    /// that item instead (and change nothing). The key's record is the one `key_begin` made;
+    /// without one, only the item is written.
     async fn outbox_enqueue(
         &self,
-        key: &str,
-        tool: &str,
-        args: &Value,
+        item: &NewOutboxItem,
         queued_result: &Value,
         now_unix_ms: i64,
     ) -> Result<OutboxItem, StoreError>;
 
     /// Claim up to `limit` pending items that are due (`next_attempt <= now`) and not under a
-    /// live lease, oldest first: lease each to `owner` until `now + lease_ms` and count an
-    /// attempt. Postgres uses `FOR UPDATE SKIP LOCKED`, so replicas never claim the same item
-    /// under live leases.
+    /// live lease, oldest first (never one in review): lease each to `owner` until
+    /// `now + lease_ms` and count an attempt. An item whose earlier lease was never released (its
+    /// worker died mid-send) comes back with `outcome_unknown` set. Postgres uses
+    /// `FOR UPDATE SKIP LOCKED`, so replicas never claim the same item under live leases.
     async fn outbox_claim(
         &self,
         owner: &str,
@@ -291,8 +341,9 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
         limit: i64,
     ) -> Result<Vec<OutboxItem>, StoreError>;
 
-    /// In one transaction: mark a pending item `Done` with the primary's `result` and store that
-    /// result as the key's final result. Returns false if the item was no longer pending.
+    /// In one transaction: mark a pending (or review) item `Done` with the primary's `result`
+    /// and store that result as the key's final result. Returns false if the item was no longer
+    /// pending.
     ///
     /// The lease owner is not checked (as in `outbox_retry_later` and `outbox_fail`): a worker
     /// whose lease expired may still report, and the item's state decides who was first.
@@ -304,12 +355,25 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
     ) -> Result<bool, StoreError>;
 
     /// A send failed transiently: release the lease, record `error`, and make the item due again
-    /// at `next_attempt_unix_ms`. Returns false if the item was no longer pending.
+    /// at `next_attempt_unix_ms`; `outcome_unknown` (the send may have executed) is kept once
+    /// set. Returns false if the item was no longer pending.
     async fn outbox_retry_later(
         &self,
         id: i64,
         error: &str,
         next_attempt_unix_ms: i64,
+        outcome_unknown: bool,
+    ) -> Result<bool, StoreError>;
+
+    /// A send's outcome is unknown and the tool has no machine duplicate guard: move a pending
+    /// item to review (lease released, `error` recorded, `outcome_unknown` set); the key's
+    /// stored result becomes `review_result`. Returns false if the item was no longer pending.
+    async fn outbox_review(
+        &self,
+        id: i64,
+        error: &str,
+        review_result: &Value,
+        now_unix_ms: i64,
     ) -> Result<bool, StoreError>;
 
     /// The primary refused the item for good: mark it `Failed` with `error`; the key's stored
@@ -334,11 +398,13 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
 
     /// Make a pending or failed item due now (a failed one becomes pending again, keeping its
     /// key, whose stored result goes back to the `queued` envelope the item was enqueued with).
-    /// A live lease on a pending item is kept: the item is not handed to a second sender. Returns
-    /// false if there is no such item or it is done or dropped.
+    /// A review item is released: pending, due now, `outcome_unknown` cleared (the operator
+    /// checked that it did not execute). A live lease on a pending item is kept: the item is not
+    /// handed to a second sender. Returns false if there is no such item or it is done or
+    /// dropped.
     async fn outbox_replay_now(&self, id: i64, now_unix_ms: i64) -> Result<bool, StoreError>;
 
-    /// Drop a pending or failed item: it is never sent; the key's stored result becomes
+    /// Drop a pending, review or failed item: it is never sent; the key's stored result becomes
     /// `dropped_result`. Returns false if there is no such item, it is done or dropped, or a
     /// worker holds it under a live lease (it may be executing right now).
     async fn outbox_drop(

@@ -26,8 +26,8 @@ use rein_core::KillFlip;
 
 use crate::StoreError;
 use crate::tools::{
-    CachedResult, Decision, Hold, HoldState, KeyBegin, KeyState, NewHold, OutboxItem, OutboxState,
-    OutboxStats, Pruned, ToolStore,
+    CachedResult, Decision, Hold, HoldState, KeyBegin, KeyState, NewHold, NewOutboxItem,
+    OutboxItem, OutboxState, OutboxStats, Pruned, ToolStore,
 };
 
 /// Connections per store (per gateway replica).
@@ -39,7 +39,7 @@ const POOL_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
 
 const OUTBOX_COLUMNS: &str = "id, idempotency_key, tool, args, state, attempts, last_error, \
      created_unix_ms, next_attempt_unix_ms, lease_owner, lease_until_unix_ms, finished_unix_ms, \
-     result";
+     result, conversation_id, outcome_unknown, review";
 
 const HOLD_COLUMNS: &str = "id, idempotency_key, tool, args, reason, conversation_id, state, \
      created_unix_ms, decided_by, decision_note, decided_unix_ms, outbox_id";
@@ -78,13 +78,20 @@ fn state<T>(row: &Row, index: usize, parse: fn(&str) -> Option<T>) -> Result<T, 
     parse(name).ok_or_else(|| corrupt(format!("unknown state `{name}`")))
 }
 
+/// An outbox row's state, from its state column and its `review` flag.
+fn outbox_state(row: &Row, index: usize, review: usize) -> Result<OutboxState, Failure> {
+    let name: &str = row.try_get(index)?;
+    let review: bool = row.try_get(review)?;
+    OutboxState::from_row(name, review).ok_or_else(|| corrupt(format!("unknown state `{name}`")))
+}
+
 fn outbox_item(row: &Row) -> Result<OutboxItem, Failure> {
     Ok(OutboxItem {
         id: row.try_get(0)?,
         idempotency_key: row.try_get(1)?,
         tool: row.try_get(2)?,
         args: json(row, 3)?,
-        state: state(row, 4, OutboxState::parse)?,
+        state: outbox_state(row, 4, 15)?,
         attempts: row.try_get(5)?,
         last_error: row.try_get(6)?,
         created_unix_ms: row.try_get(7)?,
@@ -93,6 +100,8 @@ fn outbox_item(row: &Row) -> Result<OutboxItem, Failure> {
         lease_until_unix_ms: row.try_get(10)?,
         finished_unix_ms: row.try_get(11)?,
         result: json_opt(row, 12)?,
+        conversation_id: row.try_get(13)?,
+        outcome_unknown: row.try_get(14)?,
     })
 }
 
@@ -165,21 +174,29 @@ async fn set_key(
 /// Add a pending item for `key` and mark the key `Queued`, or return the key's existing item.
 async fn enqueue(
     tx: &Transaction<'_>,
-    key: &str,
-    tool: &str,
-    args: &Value,
+    new: &NewOutboxItem,
     queued_result: &Value,
     now_unix_ms: i64,
 ) -> Result<OutboxItem, Failure> {
+    let key = new.idempotency_key.as_str();
     let sql = format!(
         "INSERT INTO tool_outbox (idempotency_key, tool, args, queued_result, state, attempts,
-             created_unix_ms, next_attempt_unix_ms)
-         VALUES ($1, $2, $3, $4, 'pending', 0, $5, $5)
+             created_unix_ms, next_attempt_unix_ms, conversation_id, outcome_unknown, review)
+         VALUES ($1, $2, $3, $4, 'pending', 0, $5, $5, $6, $7, $8)
          ON CONFLICT (idempotency_key) DO NOTHING
          RETURNING {OUTBOX_COLUMNS}"
     );
-    let params: Params<'_> =
-        &[&key, &tool, &args.to_string(), &queued_result.to_string(), &now_unix_ms];
+    let unknown = new.outcome_unknown || new.review;
+    let params: Params<'_> = &[
+        &key,
+        &new.tool,
+        &new.args.to_string(),
+        &queued_result.to_string(),
+        &now_unix_ms,
+        &new.conversation_id,
+        &unknown,
+        &new.review,
+    ];
     if let Some(row) = query_opt(tx, &sql, params).await? {
         set_key(tx, key, KeyState::Queued, queued_result, now_unix_ms).await?;
         return outbox_item(&row);
@@ -196,12 +213,12 @@ async fn lock_item(
 ) -> Result<Option<(OutboxState, String, Value)>, Failure> {
     let row = query_opt(
         tx,
-        "SELECT state, idempotency_key, queued_result FROM tool_outbox WHERE id = $1 FOR UPDATE",
+        "SELECT state, idempotency_key, queued_result, review FROM tool_outbox
+         WHERE id = $1 FOR UPDATE",
         &[&id],
     )
     .await?;
-    row.map(|row| Ok((state(&row, 0, OutboxState::parse)?, row.try_get(1)?, json(&row, 2)?)))
-        .transpose()
+    row.map(|row| Ok((outbox_state(&row, 0, 3)?, row.try_get(1)?, json(&row, 2)?))).transpose()
 }
 
 impl PostgresToolStore {
@@ -377,16 +394,14 @@ impl ToolStore for PostgresToolStore {
 
     async fn outbox_enqueue(
         &self,
-        key: &str,
-        tool: &str,
-        args: &Value,
+        item: &NewOutboxItem,
         queued_result: &Value,
         now_unix_ms: i64,
     ) -> Result<OutboxItem, StoreError> {
         self.guard(async {
             let mut client = self.pool.get().await?;
             let tx = client.transaction().await?;
-            let item = enqueue(&tx, key, tool, args, queued_result, now_unix_ms).await?;
+            let item = enqueue(&tx, item, queued_result, now_unix_ms).await?;
             tx.commit().await?;
             Ok(item)
         })
@@ -411,10 +426,11 @@ impl ToolStore for PostgresToolStore {
             // locked here, so it drops out.
             let sql = format!(
                 "UPDATE tool_outbox
-                 SET lease_owner = $1, lease_until_unix_ms = $3, attempts = attempts + 1
+                 SET lease_owner = $1, lease_until_unix_ms = $3, attempts = attempts + 1,
+                     outcome_unknown = outcome_unknown OR lease_owner IS NOT NULL
                  WHERE id IN (
                      SELECT id FROM tool_outbox
-                     WHERE state = 'pending' AND next_attempt_unix_ms <= $2
+                     WHERE state = 'pending' AND NOT review AND next_attempt_unix_ms <= $2
                        AND (lease_until_unix_ms IS NULL OR lease_until_unix_ms <= $2)
                      ORDER BY id
                      LIMIT $4
@@ -462,18 +478,48 @@ impl ToolStore for PostgresToolStore {
         id: i64,
         error: &str,
         next_attempt_unix_ms: i64,
+        outcome_unknown: bool,
     ) -> Result<bool, StoreError> {
         self.guard(async {
             let client = self.pool.get().await?;
             let changed = execute(
                 &client,
                 "UPDATE tool_outbox SET last_error = $2, next_attempt_unix_ms = $3,
-                     lease_owner = NULL, lease_until_unix_ms = NULL
+                     lease_owner = NULL, lease_until_unix_ms = NULL,
+                     outcome_unknown = outcome_unknown OR $4
                  WHERE id = $1 AND state = 'pending'",
-                &[&id, &error, &next_attempt_unix_ms],
+                &[&id, &error, &next_attempt_unix_ms, &outcome_unknown],
             )
             .await?;
             Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn outbox_review(
+        &self,
+        id: i64,
+        error: &str,
+        review_result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.guard(async {
+            let mut client = self.pool.get().await?;
+            let tx = client.transaction().await?;
+            let row = query_opt(
+                &tx,
+                "UPDATE tool_outbox SET review = TRUE, outcome_unknown = TRUE, last_error = $2,
+                     lease_owner = NULL, lease_until_unix_ms = NULL
+                 WHERE id = $1 AND state = 'pending'
+                 RETURNING idempotency_key",
+                &[&id, &error],
+            )
+            .await?;
+            let Some(row) = row else { return Ok(false) };
+            let key: &str = row.try_get(0)?;
+            set_key(&tx, key, KeyState::Queued, review_result, now_unix_ms).await?;
+            tx.commit().await?;
+            Ok(true)
         })
         .await
     }
@@ -515,11 +561,12 @@ impl ToolStore for PostgresToolStore {
             let client = self.pool.get().await?;
             let sql = format!(
                 "SELECT {OUTBOX_COLUMNS} FROM tool_outbox
-                 WHERE $1::TEXT IS NULL OR state = $1
+                 WHERE $1::TEXT IS NULL OR (state = $1 AND (state <> 'pending' OR review = $3))
                  ORDER BY id DESC LIMIT $2"
             );
-            let state = state.map(OutboxState::as_str);
-            let rows = query(&client, &sql, &[&state, &limit.max(0)]).await?;
+            let review = state == Some(OutboxState::Review);
+            let state = state.map(OutboxState::column);
+            let rows = query(&client, &sql, &[&state, &limit.max(0), &review]).await?;
             rows.iter().map(outbox_item).collect()
         })
         .await
@@ -546,6 +593,16 @@ impl ToolStore for PostgresToolStore {
                     execute(
                         &tx,
                         "UPDATE tool_outbox SET next_attempt_unix_ms = $2 WHERE id = $1",
+                        &[&id, &now_unix_ms],
+                    )
+                    .await?;
+                }
+                OutboxState::Review => {
+                    execute(
+                        &tx,
+                        "UPDATE tool_outbox SET review = FALSE, outcome_unknown = FALSE,
+                             next_attempt_unix_ms = $2
+                         WHERE id = $1",
                         &[&id, &now_unix_ms],
                     )
                     .await?;
@@ -581,7 +638,7 @@ impl ToolStore for PostgresToolStore {
             let tx = client.transaction().await?;
             let Some((found, key, _)) = lock_item(&tx, id).await? else { return Ok(false) };
             match found {
-                OutboxState::Pending | OutboxState::Failed => {}
+                OutboxState::Pending | OutboxState::Review | OutboxState::Failed => {}
                 OutboxState::Done | OutboxState::Dropped => return Ok(false),
             }
             // An item a worker is sending under a live lease may be executing right now:
@@ -610,9 +667,10 @@ impl ToolStore for PostgresToolStore {
             let row = query_opt(
                 &client,
                 "SELECT
-                     COUNT(*) FILTER (WHERE state = 'pending'),
+                     COUNT(*) FILTER (WHERE state = 'pending' AND NOT review),
                      COUNT(*) FILTER (WHERE state = 'failed'),
-                     MIN(created_unix_ms) FILTER (WHERE state = 'pending')
+                     COUNT(*) FILTER (WHERE state = 'pending' AND review),
+                     MIN(created_unix_ms) FILTER (WHERE state = 'pending' AND NOT review)
                  FROM tool_outbox",
                 &[],
             )
@@ -621,7 +679,8 @@ impl ToolStore for PostgresToolStore {
             Ok(OutboxStats {
                 pending: row.try_get(0)?,
                 failed: row.try_get(1)?,
-                oldest_pending_created_unix_ms: row.try_get(2)?,
+                review: row.try_get(2)?,
+                oldest_pending_created_unix_ms: row.try_get(3)?,
             })
         })
         .await
@@ -841,15 +900,13 @@ impl ToolStore for PostgresToolStore {
             let mut decided_hold = hold(&row)?;
             match decision {
                 Decision::Approve { queued_result } => {
-                    let item = enqueue(
-                        &tx,
+                    let mut new = NewOutboxItem::new(
                         &decided_hold.idempotency_key,
                         &decided_hold.tool,
                         &decided_hold.args,
-                        queued_result,
-                        now_unix_ms,
-                    )
-                    .await?;
+                    );
+                    new.conversation_id = decided_hold.conversation_id.clone();
+                    let item = enqueue(&tx, &new, queued_result, now_unix_ms).await?;
                     execute(
                         &tx,
                         "UPDATE tool_holds SET outbox_id = $2 WHERE id = $1",

@@ -16,8 +16,8 @@ use serde_json::Value;
 use rein_core::KillFlip;
 
 use crate::tools::{
-    CachedResult, Decision, Hold, HoldState, KeyBegin, KeyState, NewHold, OutboxItem, OutboxState,
-    OutboxStats, Pruned, ToolStore,
+    CachedResult, Decision, Hold, HoldState, KeyBegin, KeyState, NewHold, NewOutboxItem,
+    OutboxItem, OutboxState, OutboxStats, Pruned, ToolStore,
 };
 use crate::{Store, StoreError};
 
@@ -73,7 +73,7 @@ impl SqliteToolStore {
 
 const OUTBOX_COLUMNS: &str = "id, idempotency_key, tool, args, state, attempts, last_error, \
      created_unix_ms, next_attempt_unix_ms, lease_owner, lease_until_unix_ms, finished_unix_ms, \
-     result";
+     result, conversation_id, outcome_unknown, review";
 
 const HOLD_COLUMNS: &str = "id, idempotency_key, tool, args, reason, conversation_id, state, \
      created_unix_ms, decided_by, decision_note, decided_unix_ms, outbox_id";
@@ -119,13 +119,26 @@ fn state<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> rusqli
     })
 }
 
+/// An outbox row's state, from its state column and its `review` flag.
+fn outbox_state(row: &Row<'_>, index: usize, review: usize) -> rusqlite::Result<OutboxState> {
+    let name: String = row.get(index)?;
+    let review: bool = row.get(review)?;
+    OutboxState::from_row(&name, review).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            index,
+            Type::Text,
+            format!("unknown state `{name}`").into(),
+        )
+    })
+}
+
 fn outbox_item(row: &Row<'_>) -> rusqlite::Result<OutboxItem> {
     Ok(OutboxItem {
         id: row.get(0)?,
         idempotency_key: row.get(1)?,
         tool: row.get(2)?,
         args: json(row, 3)?,
-        state: state(row, 4, OutboxState::parse)?,
+        state: outbox_state(row, 4, 15)?,
         attempts: row.get(5)?,
         last_error: row.get(6)?,
         created_unix_ms: row.get(7)?,
@@ -134,6 +147,8 @@ fn outbox_item(row: &Row<'_>) -> rusqlite::Result<OutboxItem> {
         lease_until_unix_ms: row.get(10)?,
         finished_unix_ms: row.get(11)?,
         result: json_opt(row, 12)?,
+        conversation_id: row.get(13)?,
+        outcome_unknown: row.get(14)?,
     })
 }
 
@@ -184,23 +199,31 @@ fn set_key(
 /// Add a pending item for `key` and mark the key `Queued`, or return the key's existing item.
 fn enqueue(
     tx: &Transaction<'_>,
-    key: &str,
-    tool: &str,
-    args: &Value,
+    new: &NewOutboxItem,
     queued_result: &Value,
     now_unix_ms: i64,
 ) -> Result<OutboxItem, StoreError> {
+    let key = new.idempotency_key.as_str();
     let sql = format!(
         "INSERT INTO tool_outbox (idempotency_key, tool, args, queued_result, state, attempts,
-             created_unix_ms, next_attempt_unix_ms)
-         VALUES (?1, ?2, ?3, ?4, 'pending', 0, ?5, ?5)
+             created_unix_ms, next_attempt_unix_ms, conversation_id, outcome_unknown, review)
+         VALUES (?1, ?2, ?3, ?4, 'pending', 0, ?5, ?5, ?6, ?7, ?8)
          ON CONFLICT (idempotency_key) DO NOTHING
          RETURNING {OUTBOX_COLUMNS}"
     );
     let inserted = tx
         .query_row(
             &sql,
-            params![key, tool, JsonText(args), JsonText(queued_result), now_unix_ms],
+            params![
+                key,
+                new.tool,
+                JsonText(&new.args),
+                JsonText(queued_result),
+                now_unix_ms,
+                new.conversation_id,
+                new.outcome_unknown || new.review,
+                new.review
+            ],
             outbox_item,
         )
         .optional()?;
@@ -215,9 +238,11 @@ fn enqueue(
 /// An item's state and key, for the operator moves that depend on where it stands.
 fn item_state(tx: &Transaction<'_>, id: i64) -> Result<Option<(OutboxState, String)>, StoreError> {
     Ok(tx
-        .query_row("SELECT state, idempotency_key FROM tool_outbox WHERE id = ?1", [id], |row| {
-            Ok((state(row, 0, OutboxState::parse)?, row.get(1)?))
-        })
+        .query_row(
+            "SELECT state, idempotency_key, review FROM tool_outbox WHERE id = ?1",
+            [id],
+            |row| Ok((outbox_state(row, 0, 2)?, row.get(1)?)),
+        )
         .optional()?)
 }
 
@@ -302,15 +327,12 @@ impl ToolStore for SqliteToolStore {
 
     async fn outbox_enqueue(
         &self,
-        key: &str,
-        tool: &str,
-        args: &Value,
+        item: &NewOutboxItem,
         queued_result: &Value,
         now_unix_ms: i64,
     ) -> Result<OutboxItem, StoreError> {
-        let (key, tool) = (key.to_owned(), tool.to_owned());
-        let (args, queued_result) = (args.clone(), queued_result.clone());
-        self.write(move |tx| enqueue(tx, &key, &tool, &args, &queued_result, now_unix_ms)).await
+        let (item, queued_result) = (item.clone(), queued_result.clone());
+        self.write(move |tx| enqueue(tx, &item, &queued_result, now_unix_ms)).await
     }
 
     async fn outbox_claim(
@@ -327,10 +349,12 @@ impl ToolStore for SqliteToolStore {
         self.write(move |tx| {
             let sql = format!(
                 "UPDATE tool_outbox
-                 SET lease_owner = ?1, lease_until_unix_ms = ?3, attempts = attempts + 1
+                 SET lease_owner = ?1, lease_until_unix_ms = ?3, attempts = attempts + 1,
+                     outcome_unknown = CASE WHEN lease_owner IS NULL THEN outcome_unknown
+                                            ELSE 1 END
                  WHERE id IN (
                      SELECT id FROM tool_outbox
-                     WHERE state = 'pending' AND next_attempt_unix_ms <= ?2
+                     WHERE state = 'pending' AND review = 0 AND next_attempt_unix_ms <= ?2
                        AND (lease_until_unix_ms IS NULL OR lease_until_unix_ms <= ?2)
                      ORDER BY id
                      LIMIT ?4
@@ -378,16 +402,44 @@ impl ToolStore for SqliteToolStore {
         id: i64,
         error: &str,
         next_attempt_unix_ms: i64,
+        outcome_unknown: bool,
     ) -> Result<bool, StoreError> {
         let error = error.to_owned();
         self.write(move |tx| {
             let changed = tx.execute(
                 "UPDATE tool_outbox SET last_error = ?2, next_attempt_unix_ms = ?3,
-                     lease_owner = NULL, lease_until_unix_ms = NULL
+                     lease_owner = NULL, lease_until_unix_ms = NULL,
+                     outcome_unknown = MAX(outcome_unknown, ?4)
                  WHERE id = ?1 AND state = 'pending'",
-                params![id, error, next_attempt_unix_ms],
+                params![id, error, next_attempt_unix_ms, outcome_unknown],
             )?;
             Ok(changed == 1)
+        })
+        .await
+    }
+
+    async fn outbox_review(
+        &self,
+        id: i64,
+        error: &str,
+        review_result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let (error, review_result) = (error.to_owned(), review_result.clone());
+        self.write(move |tx| {
+            let key: Option<String> = tx
+                .query_row(
+                    "UPDATE tool_outbox SET review = 1, outcome_unknown = 1, last_error = ?2,
+                         lease_owner = NULL, lease_until_unix_ms = NULL
+                     WHERE id = ?1 AND state = 'pending'
+                     RETURNING idempotency_key",
+                    params![id, error],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            let Some(key) = key else { return Ok(false) };
+            set_key(tx, &key, KeyState::Queued, &review_result, now_unix_ms)?;
+            Ok(true)
         })
         .await
     }
@@ -426,12 +478,16 @@ impl ToolStore for SqliteToolStore {
         self.run(move |conn| {
             let sql = format!(
                 "SELECT {OUTBOX_COLUMNS} FROM tool_outbox
-                 WHERE ?1 IS NULL OR state = ?1
+                 WHERE ?1 IS NULL OR (state = ?1 AND (state <> 'pending' OR review = ?3))
                  ORDER BY id DESC LIMIT ?2"
             );
+            let review = state == Some(OutboxState::Review);
             let mut statement = conn.prepare(&sql)?;
             let items = statement
-                .query_map(params![state.map(OutboxState::as_str), limit.max(0)], outbox_item)?
+                .query_map(
+                    params![state.map(OutboxState::column), limit.max(0), review],
+                    outbox_item,
+                )?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(items)
         })
@@ -449,6 +505,14 @@ impl ToolStore for SqliteToolStore {
                 OutboxState::Pending => {
                     tx.execute(
                         "UPDATE tool_outbox SET next_attempt_unix_ms = ?2 WHERE id = ?1",
+                        params![id, now_unix_ms],
+                    )?;
+                }
+                OutboxState::Review => {
+                    tx.execute(
+                        "UPDATE tool_outbox SET review = 0, outcome_unknown = 0,
+                             next_attempt_unix_ms = ?2
+                         WHERE id = ?1",
                         params![id, now_unix_ms],
                     )?;
                 }
@@ -481,7 +545,7 @@ impl ToolStore for SqliteToolStore {
         self.write(move |tx| {
             let Some((found, key)) = item_state(tx, id)? else { return Ok(false) };
             match found {
-                OutboxState::Pending | OutboxState::Failed => {}
+                OutboxState::Pending | OutboxState::Review | OutboxState::Failed => {}
                 OutboxState::Done | OutboxState::Dropped => return Ok(false),
             }
             // An item a worker is sending under a live lease may be executing right now:
@@ -510,16 +574,18 @@ impl ToolStore for SqliteToolStore {
         self.run(|conn| {
             Ok(conn.query_row(
                 "SELECT
-                     COUNT(*) FILTER (WHERE state = 'pending'),
+                     COUNT(*) FILTER (WHERE state = 'pending' AND review = 0),
                      COUNT(*) FILTER (WHERE state = 'failed'),
-                     MIN(created_unix_ms) FILTER (WHERE state = 'pending')
+                     COUNT(*) FILTER (WHERE state = 'pending' AND review = 1),
+                     MIN(created_unix_ms) FILTER (WHERE state = 'pending' AND review = 0)
                  FROM tool_outbox",
                 [],
                 |row| {
                     Ok(OutboxStats {
                         pending: row.get(0)?,
                         failed: row.get(1)?,
-                        oldest_pending_created_unix_ms: row.get(2)?,
+                        review: row.get(2)?,
+                        oldest_pending_created_unix_ms: row.get(3)?,
                     })
                 },
             )?)
@@ -678,14 +744,10 @@ impl ToolStore for SqliteToolStore {
             }
             let (state, outbox_id) = match &decision {
                 Decision::Approve { queued_result } => {
-                    let item = enqueue(
-                        tx,
-                        &pending.idempotency_key,
-                        &pending.tool,
-                        &pending.args,
-                        queued_result,
-                        now_unix_ms,
-                    )?;
+                    let mut new =
+                        NewOutboxItem::new(&pending.idempotency_key, &pending.tool, &pending.args);
+                    new.conversation_id = pending.conversation_id.clone();
+                    let item = enqueue(tx, &new, queued_result, now_unix_ms)?;
                     (HoldState::Approved, Some(item.id))
                 }
                 Decision::Reject { rejected_result } => {

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use rein_store::testing::TempPostgres;
 use rein_store::tools::{
-    Decision, Hold, HoldState, KeyBegin, KeyState, NewHold, OutboxItem, OutboxState, OutboxStats,
-    Pruned, ToolStore,
+    Decision, Hold, HoldState, KeyBegin, KeyState, NewHold, NewOutboxItem, OutboxItem, OutboxState,
+    OutboxStats, Pruned, ToolStore,
 };
 use rein_store::{PostgresToolStore, SqliteToolStore, Store, open_tool_store};
 use serde_json::{Value, json};
@@ -72,6 +72,7 @@ on_both_backends!(
     json_values_round_trip_exactly,
     prune_forgets_only_finished_records_past_their_retention,
     kill_flips_are_numbered_in_order_and_read_after_a_number,
+    review_items_wait_for_a_person_and_unknown_outcomes_are_remembered,
 );
 
 /// Where a backend's data lives, so more instances can be opened on it.
@@ -143,7 +144,10 @@ async fn stored(store: &dyn ToolStore, key: &str) -> KeyBegin {
 }
 
 async fn enqueue(store: &dyn ToolStore, key: &str, now: i64) -> OutboxItem {
-    store.outbox_enqueue(key, TOOL, &args(key), &queued(key), now).await.unwrap()
+    store
+        .outbox_enqueue(&NewOutboxItem::new(key, TOOL, &args(key)), &queued(key), now)
+        .await
+        .unwrap()
 }
 
 /// A key begun and its write enqueued at `now`, as the gateway does it.
@@ -290,7 +294,11 @@ async fn enqueue_is_idempotent_per_key_and_marks_the_key_queued(backend: Backend
     );
 
     let again = store
-        .outbox_enqueue("k", TOOL, &json!({ "other": true }), &json!("other"), T0 + 5)
+        .outbox_enqueue(
+            &NewOutboxItem::new("k", TOOL, &json!({ "other": true })),
+            &json!("other"),
+            T0 + 5,
+        )
         .await
         .unwrap();
     assert_eq!(again, first);
@@ -364,7 +372,7 @@ async fn complete_stores_the_result_as_the_keys_final_result(backend: Backend) {
 
     let other = json!("other");
     assert!(!store.outbox_complete(queued_item.id, &other, T0 + 8).await.unwrap());
-    assert!(!store.outbox_retry_later(queued_item.id, "late", T0 + 8).await.unwrap());
+    assert!(!store.outbox_retry_later(queued_item.id, "late", T0 + 8, false).await.unwrap());
     assert!(!store.outbox_fail(queued_item.id, "late", &other, T0 + 8).await.unwrap());
     assert!(!store.outbox_complete(987_654, &other, T0 + 8).await.unwrap());
     assert_eq!(item(store, queued_item.id).await, done);
@@ -376,7 +384,10 @@ async fn retry_later_releases_the_lease_and_delays_the_item(backend: Backend) {
     let queued_item = begin_and_enqueue(store, "k", T0).await;
     claim(store, "w1", T0, 1).await;
     assert!(
-        store.outbox_retry_later(queued_item.id, "503 from the primary", T0 + 1_000).await.unwrap()
+        store
+            .outbox_retry_later(queued_item.id, "503 from the primary", T0 + 1_000, false)
+            .await
+            .unwrap()
     );
 
     let waiting = item(store, queued_item.id).await;
@@ -394,7 +405,72 @@ async fn retry_later_releases_the_lease_and_delays_the_item(backend: Backend) {
         stored(store, "k").await,
         KeyBegin::Stored { state: KeyState::Queued, result: queued("k") }
     );
-    assert!(!store.outbox_retry_later(987_654, "x", T0).await.unwrap());
+    assert!(!store.outbox_retry_later(987_654, "x", T0, false).await.unwrap());
+}
+
+async fn review_items_wait_for_a_person_and_unknown_outcomes_are_remembered(backend: Backend) {
+    let store = &*backend.store;
+    // Enqueued for review: never claimed, counted apart from the queue, listed as `review`.
+    assert_eq!(begin(store, "held", T0).await, KeyBegin::Fresh);
+    let mut new = NewOutboxItem::new("held", TOOL, &args("held"));
+    new.review = true;
+    new.conversation_id = Some("conv-1".to_owned());
+    let held = store.outbox_enqueue(&new, &json!("in review"), T0).await.unwrap();
+    assert_eq!(held.state, OutboxState::Review);
+    assert!(held.outcome_unknown, "a review item's outcome is unknown");
+    assert_eq!(held.conversation_id.as_deref(), Some("conv-1"));
+    assert!(claim(store, "w", T0 + 10, 10).await.is_empty(), "a review item is never claimed");
+    let stats = store.outbox_stats().await.unwrap();
+    assert_eq!((stats.pending, stats.review, stats.oldest_pending_created_unix_ms), (0, 1, None));
+    assert_eq!(ids(&store.outbox_list(Some(OutboxState::Review), 10).await.unwrap()), [held.id]);
+    assert!(store.outbox_list(Some(OutboxState::Pending), 10).await.unwrap().is_empty());
+    assert_eq!(
+        stored(store, "held").await,
+        KeyBegin::Stored { state: KeyState::Queued, result: json!("in review") }
+    );
+
+    // Released by an operator (it did not execute): claimable, its outcome known again.
+    assert!(store.outbox_replay_now(held.id, T0 + 20).await.unwrap());
+    let released = claim(store, "w1", T0 + 20, 10).await;
+    assert_eq!(ids(&released), [held.id]);
+    assert_eq!(released[0].state, OutboxState::Pending);
+    assert!(!released[0].outcome_unknown);
+    // Its worker dies mid-send: whoever claims it next knows the send may have executed.
+    let after_crash = claim(store, "w2", T0 + 20 + LEASE, 10).await;
+    assert_eq!(ids(&after_crash), [held.id]);
+    assert!(after_crash[0].outcome_unknown, "{:?}", after_crash[0]);
+    // A later attempt that sent nothing keeps it unknown.
+    assert!(
+        store.outbox_retry_later(held.id, "breaker open", T0 + 30 + LEASE, false).await.unwrap()
+    );
+    assert!(item(store, held.id).await.outcome_unknown);
+
+    // A plain item: an attempt that may have executed marks it; review moves it aside.
+    let plain = begin_and_enqueue(store, "plain", T0).await;
+    assert!(!plain.outcome_unknown);
+    assert_eq!(plain.conversation_id, None);
+    claim(store, "w", T0 + 40 + LEASE, 10).await;
+    assert!(store.outbox_retry_later(plain.id, "timed out", T0 + 50 + LEASE, true).await.unwrap());
+    assert!(item(store, plain.id).await.outcome_unknown);
+    assert!(store.outbox_review(plain.id, "timed out", &json!("review"), T0).await.unwrap());
+    let reviewed = item(store, plain.id).await;
+    assert_eq!(reviewed.state, OutboxState::Review);
+    assert_eq!(reviewed.last_error.as_deref(), Some("timed out"));
+    assert_eq!(
+        stored(store, "plain").await,
+        KeyBegin::Stored { state: KeyState::Queued, result: json!("review") }
+    );
+    assert!(claim(store, "w", T0 + 10 * LEASE, 10).await.iter().all(|i| i.id != plain.id));
+
+    // An operator marks it executed: done, with the key's final result.
+    assert!(store.outbox_complete(plain.id, &json!("executed"), T0 + 60).await.unwrap());
+    assert_eq!(item(store, plain.id).await.state, OutboxState::Done);
+    assert_eq!(ids(&store.outbox_list(Some(OutboxState::Done), 10).await.unwrap()), [plain.id]);
+    assert!(!store.outbox_review(plain.id, "late", &json!("x"), T0).await.unwrap());
+    assert_eq!(
+        stored(store, "plain").await,
+        KeyBegin::Stored { state: KeyState::Done, result: json!("executed") }
+    );
 }
 
 async fn fail_keeps_the_item_and_finalizes_the_key(backend: Backend) {
@@ -421,7 +497,7 @@ async fn fail_keeps_the_item_and_finalizes_the_key(backend: Backend) {
     assert!(claim(store, "w", T0 + 10 * LEASE, 10).await.is_empty());
     assert_eq!(
         store.outbox_stats().await.unwrap(),
-        OutboxStats { pending: 0, failed: 1, oldest_pending_created_unix_ms: None }
+        OutboxStats { pending: 0, failed: 1, review: 0, oldest_pending_created_unix_ms: None }
     );
     assert!(!store.outbox_fail(queued_item.id, "again", &failed_result, T0 + 4).await.unwrap());
     assert!(!store.outbox_complete(queued_item.id, &json!("late"), T0 + 4).await.unwrap());
@@ -433,7 +509,7 @@ async fn replay_now_makes_pending_and_failed_items_due(backend: Backend) {
     // A pending item waiting for its next attempt is due at once.
     let waiting = begin_and_enqueue(store, "waiting", T0).await;
     claim(store, "w", T0, 1).await;
-    store.outbox_retry_later(waiting.id, "timeout", T0 + 1_000_000).await.unwrap();
+    store.outbox_retry_later(waiting.id, "timeout", T0 + 1_000_000, false).await.unwrap();
     assert!(store.outbox_replay_now(waiting.id, T0 + 10).await.unwrap());
     assert_eq!(item(store, waiting.id).await.next_attempt_unix_ms, T0 + 10);
     assert_eq!(ids(&claim(store, "w", T0 + 10, 10).await), vec![waiting.id]);
@@ -510,7 +586,7 @@ async fn stats_count_the_queue_and_its_oldest_item(backend: Backend) {
     begin_and_enqueue(store, "c", T0 + 200).await;
     assert_eq!(
         store.outbox_stats().await.unwrap(),
-        OutboxStats { pending: 3, failed: 0, oldest_pending_created_unix_ms: Some(T0) }
+        OutboxStats { pending: 3, failed: 0, review: 0, oldest_pending_created_unix_ms: Some(T0) }
     );
     // A claimed item is still in the queue.
     claim(store, "w", T0 + 200, 2).await;
@@ -520,7 +596,12 @@ async fn stats_count_the_queue_and_its_oldest_item(backend: Backend) {
     begin_and_enqueue(store, "d", T0 + 300).await;
     assert_eq!(
         store.outbox_stats().await.unwrap(),
-        OutboxStats { pending: 2, failed: 1, oldest_pending_created_unix_ms: Some(T0 + 200) }
+        OutboxStats {
+            pending: 2,
+            failed: 1,
+            review: 0,
+            oldest_pending_created_unix_ms: Some(T0 + 200)
+        }
     );
 }
 
@@ -820,7 +901,10 @@ async fn json_values_round_trip_exactly(backend: Backend) {
         );
     }
     assert_eq!(begin(store, "write", T0).await, KeyBegin::Fresh);
-    let enqueued = store.outbox_enqueue("write", TOOL, &odd, &Value::Null, T0).await.unwrap();
+    let enqueued = store
+        .outbox_enqueue(&NewOutboxItem::new("write", TOOL, &odd), &Value::Null, T0)
+        .await
+        .unwrap();
     assert_eq!(enqueued.args, odd);
     assert_eq!(
         stored(store, "write").await,

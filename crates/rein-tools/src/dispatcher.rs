@@ -2,8 +2,10 @@
 //! budget (never past the call's deadline) and its own breaker; an open breaker, a fired budget
 //! or a hard failure (connection error, 5xx, unparseable body), and a cache rung that declines
 //! (miss, or older than its `max_age_ms`) step down to the next rung; a full bulkhead answers
-//! `busy` at once and steps nowhere; a 4xx is the tool's own answer and ends as `refused`; the
-//! ladder ends in a structured refusal, never an error or an empty success. Writes take the
+//! `busy` at once and steps nowhere; a 4xx is the tool's own answer and ends as `refused`, but
+//! a 401 or 403 is rein's credentials failing, a hard failure of the rung; the ladder ends in a
+//! structured refusal, never an error or an empty success. Arguments the URLs cannot take (a
+//! missing one, an object, a `..` path segment) are refused before any rung runs. Writes take the
 //! same walk with idempotency keys, gates and the outbox (`write.rs`); queued writes replay in
 //! `replay.rs`.
 
@@ -25,6 +27,7 @@ use crate::http::{self, HttpOutcome};
 use crate::keys::args_hash;
 use crate::ladder::{HttpRung, OutboxSettings, Rung, RungAction, Tool, Tools};
 use crate::observer::{LADDER_EXHAUSTED, NoopObserver, ToolObserver};
+use crate::redact::Redactor;
 use crate::wording::Situation;
 
 /// Per-call context (from the gateway's headers, or set by a Rust agent).
@@ -71,6 +74,8 @@ pub struct Dispatcher {
     pub(crate) observer: Arc<dyn ToolObserver>,
     pub(crate) jitter: Arc<dyn Jitter>,
     pub(crate) clock: Arc<dyn WallClock>,
+    /// The secrets the tools send, stripped from whatever a backend says back.
+    pub(crate) redactor: Redactor,
 }
 
 impl Dispatcher {
@@ -96,6 +101,7 @@ impl Dispatcher {
         Ok(Dispatcher {
             tools: compiled.tools,
             outbox: compiled.outbox,
+            redactor: compiled.redactor,
             store,
             http,
             observer: Arc::new(NoopObserver),
@@ -171,15 +177,22 @@ impl Dispatcher {
                 json_kind(&args)
             )));
         }
+        let urls = fill_urls(tool, &args)?;
         match tool.kind {
-            ToolKind::Read => Ok(self.call_read(tool, &args, &timing).await),
-            ToolKind::Write => self.call_write(tool, args, ctx, &timing).await,
+            ToolKind::Read => Ok(self.call_read(tool, &args, &urls, &timing).await),
+            ToolKind::Write => self.call_write(tool, args, &urls, ctx, &timing).await,
         }
     }
 
-    async fn call_read(&self, tool: &Tool, args: &Value, timing: &Timing) -> ToolOutcome {
+    async fn call_read(
+        &self,
+        tool: &Tool,
+        args: &Value,
+        urls: &[Option<String>],
+        timing: &Timing,
+    ) -> ToolOutcome {
         let hash = args_hash(args);
-        for rung in &tool.rungs {
+        for (rung, url) in tool.rungs.iter().zip(urls) {
             let budget = timing.budget(rung.timeout, Duration::ZERO);
             let needs_time = !matches!(rung.action, RungAction::Static { .. });
             if needs_time && budget.is_zero() {
@@ -192,26 +205,17 @@ impl Dispatcher {
             };
             match &rung.action {
                 RungAction::Http(http) => {
-                    let url = match http.url.fill(args) {
-                        Ok(url) => url,
-                        Err(problem) => {
-                            resolve(permit, Resolution::Unused);
-                            let envelope = envelope::refused(
-                                tool,
-                                Situation::RejectedArgs,
-                                Some(rung),
-                                Some(&problem),
-                                None,
-                                timing.elapsed_ms(),
-                            );
-                            return self.finish(tool, envelope, Some(rung));
-                        }
+                    let Some(url) = url else {
+                        resolve(permit, Resolution::Unused);
+                        continue;
                     };
                     let Some(_slot) = http.bulkhead.try_enter() else {
                         resolve(permit, Resolution::Unused);
                         return self.busy(tool, rung, http, None, timing);
                     };
-                    match http::send(&self.http, http, &url, args, None, budget).await {
+                    let sent =
+                        http::send(&self.http, http, url, args, None, budget, &self.redactor);
+                    match sent.await {
                         HttpOutcome::Answered(result) => {
                             resolve(permit, Resolution::Succeeded);
                             self.remember(tool, &hash, &result).await;
@@ -241,6 +245,10 @@ impl Dispatcher {
                         HttpOutcome::Unparseable { .. } => {
                             resolve(permit, Resolution::Failed);
                             tracing::warn!(tool = %tool.name, rung = %rung.source, "stepping down: unparseable body");
+                        }
+                        HttpOutcome::Unauthorized { status, message } => {
+                            resolve(permit, Resolution::Failed);
+                            tracing::error!(tool = %tool.name, rung = %rung.source, status, %message, "stepping down: the backend refused rein's credentials (check the rung's headers_env)");
                         }
                         HttpOutcome::Failed { reason, .. } => {
                             resolve(permit, Resolution::Failed);
@@ -423,6 +431,20 @@ impl Timing {
     pub fn elapsed_ms(&self) -> u64 {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
+}
+
+/// Each rung's URL for these arguments (`None` for rungs that are not http), or the first
+/// argument the URLs cannot take: the caller's mistake (400), found before anything runs.
+fn fill_urls(tool: &Tool, args: &Value) -> Result<Vec<Option<String>>, ToolError> {
+    tool.rungs
+        .iter()
+        .map(|rung| match &rung.action {
+            RungAction::Http(http) => http.url.fill(args).map(Some).map_err(|problem| {
+                ToolError::BadArgument { argument: problem.argument, message: problem.message }
+            }),
+            _ => Ok(None),
+        })
+        .collect()
 }
 
 fn json_kind(value: &Value) -> &'static str {

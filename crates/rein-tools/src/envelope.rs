@@ -80,6 +80,8 @@ pub struct Envelope {
     pub hold_id: Option<i64>,
     pub retry_after_ms: Option<u64>,
     pub rung: Option<RungRef>,
+    /// A write that may or may not have executed (shown only when true).
+    pub outcome_unknown: bool,
     pub elapsed_ms: u64,
 }
 
@@ -98,6 +100,7 @@ impl Envelope {
             hold_id: None,
             retry_after_ms: None,
             rung: None,
+            outcome_unknown: false,
             elapsed_ms,
         }
     }
@@ -129,6 +132,9 @@ impl Envelope {
         }
         if let Some(retry_after_ms) = self.retry_after_ms {
             map.insert("retry_after_ms".into(), json!(retry_after_ms));
+        }
+        if self.outcome_unknown {
+            map.insert("outcome_unknown".into(), json!(true));
         }
         if let Some(detail) = &self.detail {
             map.insert("detail".into(), json!(detail));
@@ -182,16 +188,37 @@ pub(crate) fn served(
     envelope
 }
 
-/// A write durably queued by the `queue` rung.
-pub(crate) fn queued(tool: &Tool, rung: &Rung, key: &str, elapsed_ms: u64) -> Envelope {
+/// A write durably queued by the `queue` rung; `outcome_unknown` when an earlier send may have
+/// executed it (then it never says "not executed").
+pub(crate) fn queued(
+    tool: &Tool,
+    rung: &Rung,
+    key: &str,
+    outcome_unknown: bool,
+    elapsed_ms: u64,
+) -> Envelope {
     let mut envelope = Envelope::new(ToolStatus::Queued, &tool.name, elapsed_ms);
     envelope.fidelity = Some(Fidelity::Deferred);
     envelope.source = Some(rung.source.clone());
     envelope.idempotency_key = Some(key.to_string());
     envelope.rung = rung_ref(rung);
+    envelope.outcome_unknown = outcome_unknown;
     let vars =
         Vars { tool: &tool.name, source: Some(&rung.source), key: Some(key), ..Vars::default() };
-    envelope.detail = Some(tool.wording.render(Situation::Queued, &vars));
+    let situation = if outcome_unknown { Situation::QueuedUnknown } else { Situation::Queued };
+    envelope.detail = Some(tool.wording.render(situation, &vars));
+    envelope
+}
+
+/// A write whose outcome is unknown, held in the outbox for a person (`idempotency = "none"`).
+pub(crate) fn held_for_review(tool: &Tool, source: &str, key: &str, elapsed_ms: u64) -> Envelope {
+    let mut envelope = Envelope::new(ToolStatus::Queued, &tool.name, elapsed_ms);
+    envelope.fidelity = Some(Fidelity::Deferred);
+    envelope.source = Some(source.to_string());
+    envelope.idempotency_key = Some(key.to_string());
+    envelope.outcome_unknown = true;
+    let vars = Vars { tool: &tool.name, source: Some(source), key: Some(key), ..Vars::default() };
+    envelope.detail = Some(tool.wording.render(Situation::HeldForReview, &vars));
     envelope
 }
 
@@ -209,6 +236,7 @@ pub(crate) fn refused(
     envelope.source = source.map(|rung| rung.source.clone());
     envelope.rung = source.and_then(rung_ref);
     envelope.idempotency_key = key.map(str::to_string);
+    envelope.outcome_unknown = situation == Situation::UnknownOutcome;
     let vars = Vars {
         tool: &tool.name,
         source: source.map(|rung| rung.source.as_str()),

@@ -14,6 +14,10 @@ pub enum ToolError {
     /// The arguments are not a JSON object (400).
     #[error("bad arguments: {0}")]
     BadArgs(String),
+    /// One argument cannot be used as it is (400): the URL needs it and it is missing, not a
+    /// scalar, or would make a `.`/`..` path segment. Nothing was sent or stored.
+    #[error("{message}")]
+    BadArgument { argument: String, message: String },
     /// The key was used before with another tool or other arguments (422, as Stripe).
     #[error("idempotency key `{key}` was already used for `{tool}` with different arguments")]
     KeyMismatch { key: String, tool: String },

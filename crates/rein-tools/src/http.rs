@@ -1,18 +1,23 @@
 //! One call of an http rung: fill the URL template from the arguments, send under the rung's
-//! budget (on tokio's clock, covering connect, headers and body), and say what was observed. It
-//! never retries or sleeps; the ladder decides what an outcome means.
+//! budget (on tokio's clock, covering connect, headers and body), read at most the rung's
+//! `max_response_bytes` of the body (in chunks, stopping at the cap), and say what was
+//! observed, with every secret rein sent redacted from it. It never retries or sleeps; the
+//! ladder decides what an outcome means.
 //!
-//! Whether a failed request may have reached the backend matters for writes: only a refused
-//! connection proves nothing was sent; anything after that (a timeout, a 5xx, a dropped
-//! connection) is an unknown outcome, and the key must stay with the request.
+//! Whether a failed request may have executed matters for writes: a refused connection proves
+//! nothing was sent, and 408, 425, 429 and 503 say the backend did not process it (and 401/403
+//! that it refused rein's credentials); anything else after sending (a timeout, another 5xx, a
+//! dropped connection, an unreadable 2xx) is an unknown outcome, and the key must stay with
+//! the request.
 
 use std::time::Duration;
 
-use reqwest::header::HeaderValue;
+use reqwest::header::{CONTENT_LENGTH, HeaderValue};
 use serde_json::Value;
 
 use crate::config::compile::Problems;
 use crate::ladder::HttpRung;
+use crate::redact::Redactor;
 
 /// The header that carries a write's idempotency key, on every attempt and every replay.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
@@ -26,9 +31,15 @@ pub(crate) enum HttpOutcome {
     Unparseable { body: String },
     /// A 4xx that waiting cannot fix: the tool's own answer to these arguments.
     Rejected { status: u16, message: String },
-    /// A transient status (408, 409, 425, 429, 5xx), a connection failure or a broken body.
-    /// `sent` is false only when the connection was refused, i.e. nothing reached the backend.
-    Failed { reason: String, sent: bool },
+    /// 401 or 403: the backend refused rein's credentials. A configuration failure, not the
+    /// tool's answer: nothing executed, and a retry once the credentials are fixed must reach
+    /// the backend.
+    Unauthorized { status: u16, message: String },
+    /// A transient status (408, 409, 425, 429, 5xx), a connection failure, a broken body or one
+    /// over `max_response_bytes`. `may_have_executed` is false only when nothing can have
+    /// executed: the connection was refused, or the status says the request was not processed
+    /// (408, 425, 429, 503).
+    Failed { reason: String, may_have_executed: bool },
     /// The rung's budget ran out (anywhere from connect to the last body byte).
     TimedOut,
 }
@@ -95,26 +106,93 @@ impl UrlTemplate {
     }
 
     /// The URL for these arguments, or what is wrong with them.
-    pub fn fill(&self, args: &Value) -> Result<String, String> {
+    pub fn fill(&self, args: &Value) -> Result<String, ArgProblem> {
+        self.fill_with(args, &[])
+    }
+
+    /// The URL for these arguments, with `context` (name, value) filling placeholders first.
+    /// A value that would make a whole path segment `.` or `..` is refused: it would walk the
+    /// URL's path up a segment (`/search/{q}` with `q = ".."` reaches `/`).
+    pub fn fill_with(&self, args: &Value, context: &[(&str, &str)]) -> Result<String, ArgProblem> {
         let mut problem = None;
-        let url = self.render(|name| match args.get(name) {
-            Some(Value::String(s)) => Some(encode(s)),
-            Some(Value::Number(n)) => Some(encode(&n.to_string())),
-            Some(Value::Bool(b)) => Some(b.to_string()),
-            Some(_) => {
-                problem.get_or_insert_with(|| {
-                    format!("argument `{name}` must be a string or a number (it goes in the URL)")
-                });
-                None
+        let mut note = |argument: &str, message: String| {
+            problem.get_or_insert_with(|| ArgProblem { argument: argument.to_string(), message });
+        };
+        let mut out = String::new();
+        // The current path segment, and the placeholders in it.
+        let mut segment = String::new();
+        let mut in_segment: Vec<&str> = Vec::new();
+        let mut in_path = true;
+        let check = |segment: &str, names: &[&str], note: &mut dyn FnMut(&str, String)| {
+            if let Some(name) = names.first()
+                && is_dot_segment(segment)
+            {
+                note(
+                    name,
+                    format!(
+                        "argument `{name}` cannot make a URL path segment `{segment}`: it would walk up the backend's path"
+                    ),
+                );
             }
-            None => {
-                problem.get_or_insert_with(|| format!("argument `{name}` is required"));
-                None
+        };
+        for part in &self.parts {
+            match part {
+                UrlPart::Literal(text) => {
+                    for c in text.chars() {
+                        out.push(c);
+                        if !in_path {
+                            continue;
+                        }
+                        match c {
+                            '/' => {
+                                check(&segment, &in_segment, &mut note);
+                                segment.clear();
+                                in_segment.clear();
+                            }
+                            '?' | '#' => {
+                                check(&segment, &in_segment, &mut note);
+                                in_path = false;
+                            }
+                            c => segment.push(c),
+                        }
+                    }
+                }
+                UrlPart::Arg(name) => {
+                    let from_context =
+                        context.iter().find(|(key, _)| key == name).map(|(_, v)| encode(v));
+                    let value = match (from_context, args.get(name)) {
+                        (Some(value), _) => value,
+                        (None, Some(Value::String(s))) => encode(s),
+                        (None, Some(Value::Number(n))) => encode(&n.to_string()),
+                        (None, Some(Value::Bool(b))) => b.to_string(),
+                        (None, Some(_)) => {
+                            note(
+                                name,
+                                format!(
+                                    "argument `{name}` must be a string or a number (it goes in the URL)"
+                                ),
+                            );
+                            String::new()
+                        }
+                        (None, None) => {
+                            note(name, format!("argument `{name}` is required"));
+                            String::new()
+                        }
+                    };
+                    if in_path {
+                        segment.push_str(&value);
+                        in_segment.push(name);
+                    }
+                    out.push_str(&value);
+                }
             }
-        });
+        }
+        if in_path {
+            check(&segment, &in_segment, &mut note);
+        }
         match problem {
             Some(problem) => Err(problem),
-            None => Ok(url),
+            None => Ok(out),
         }
     }
 
@@ -128,6 +206,19 @@ impl UrlTemplate {
         }
         out
     }
+}
+
+/// What is wrong with an argument the URL needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ArgProblem {
+    pub argument: String,
+    pub message: String,
+}
+
+/// `.` or `..`, also percent-encoded (URL parsers treat `%2e` as a dot here).
+fn is_dot_segment(segment: &str) -> bool {
+    let lowered = segment.to_ascii_lowercase().replace("%2e", ".");
+    lowered == "." || lowered == ".."
 }
 
 /// Percent-encode everything but RFC 3986's unreserved characters, so an argument stays inside
@@ -144,7 +235,8 @@ fn encode(value: &str) -> String {
     out
 }
 
-/// Send one request for `rung` to `url`, bounded by `budget`.
+/// Send one request for `rung` to `url`, bounded by `budget`; `redactor` strips the secrets
+/// rein sends from everything the backend says back.
 pub(crate) async fn send(
     client: &reqwest::Client,
     rung: &HttpRung,
@@ -152,6 +244,7 @@ pub(crate) async fn send(
     args: &Value,
     idempotency_key: Option<&str>,
     budget: Duration,
+    redactor: &Redactor,
 ) -> HttpOutcome {
     let mut request = client.request(rung.method.clone(), url).headers(rung.headers.clone());
     if let Some(key) = idempotency_key {
@@ -160,7 +253,7 @@ pub(crate) async fn send(
             Err(_) => {
                 return HttpOutcome::Failed {
                     reason: "the idempotency key is not a valid header value".into(),
-                    sent: false,
+                    may_have_executed: false,
                 };
             }
         }
@@ -168,57 +261,112 @@ pub(crate) async fn send(
     if rung.body_args {
         request = request.json(args);
     }
+    let cap = rung.max_response_bytes;
     let exchange = async {
-        let response = match request.send().await {
+        let mut response = match request.send().await {
             Ok(response) => response,
             Err(error) => {
-                return HttpOutcome::Failed { reason: describe(&error), sent: !error.is_connect() };
+                return HttpOutcome::Failed {
+                    reason: describe(&error, redactor),
+                    may_have_executed: !error.is_connect(),
+                };
             }
         };
         let status = response.status().as_u16();
-        match response.bytes().await {
-            Ok(body) => classify(status, &body),
-            Err(error) => HttpOutcome::Failed {
-                reason: format!("status {status}, body cut off: {}", describe(&error)),
-                sent: true,
-            },
+        let success = (200..300).contains(&status);
+        let declared = response
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if success && declared.is_some_and(|length| length > cap) {
+            return too_large(status, cap);
         }
+        // Read in chunks and stop at the cap: a huge or endless body never sits in memory.
+        let mut body: Vec<u8> = Vec::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    let room = usize::try_from(cap).unwrap_or(usize::MAX) - body.len();
+                    if chunk.len() > room {
+                        if success {
+                            return too_large(status, cap);
+                        }
+                        // A failure's status says what happened; its first bytes say why.
+                        body.extend_from_slice(&chunk[..room]);
+                        break;
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                Err(error) => {
+                    return HttpOutcome::Failed {
+                        reason: format!(
+                            "status {status}, body cut off: {}",
+                            describe(&error, redactor)
+                        ),
+                        may_have_executed: true,
+                    };
+                }
+            }
+        }
+        classify(status, &body, redactor)
     };
     tokio::time::timeout(budget, exchange).await.unwrap_or(HttpOutcome::TimedOut)
 }
 
-/// What a response means, from its status and body.
-pub(crate) fn classify(status: u16, body: &[u8]) -> HttpOutcome {
+/// A 2xx whose body is over the cap: the request may have executed, its result is unreadable.
+fn too_large(status: u16, cap: u64) -> HttpOutcome {
+    HttpOutcome::Failed {
+        reason: format!(
+            "status {status}, body larger than max_response_bytes ({cap} bytes): stopped reading"
+        ),
+        may_have_executed: true,
+    }
+}
+
+/// What a response means, from its status and body, with `redactor`'s secrets taken out of
+/// everything kept.
+pub(crate) fn classify(status: u16, body: &[u8], redactor: &Redactor) -> HttpOutcome {
+    let message = || backend_message(body, redactor);
     match status {
         200..=299 => {
             if body.iter().all(u8::is_ascii_whitespace) {
                 return HttpOutcome::Answered(Value::Null);
             }
             match serde_json::from_slice(body) {
-                Ok(value) => HttpOutcome::Answered(value),
+                Ok(value) => HttpOutcome::Answered(redactor.value(value)),
                 Err(_) => {
-                    HttpOutcome::Unparseable { body: String::from_utf8_lossy(body).into_owned() }
+                    HttpOutcome::Unparseable { body: redactor.text(&String::from_utf8_lossy(body)) }
                 }
             }
         }
+        401 | 403 => HttpOutcome::Unauthorized {
+            status,
+            message: message().unwrap_or_else(|| format!("status {status}")),
+        },
         408 | 409 | 425 | 429 | 500..=599 => HttpOutcome::Failed {
-            reason: match backend_message(body) {
+            reason: match message() {
                 Some(message) => format!("status {status}: {message}"),
                 None => format!("status {status}"),
             },
-            sent: true,
+            // These say the request was not processed; the others leave it unknown.
+            may_have_executed: !matches!(status, 408 | 425 | 429 | 503),
         },
         400..=499 => HttpOutcome::Rejected {
             status,
-            message: backend_message(body).unwrap_or_else(|| format!("status {status}")),
+            message: message().unwrap_or_else(|| format!("status {status}")),
         },
-        _ => HttpOutcome::Failed { reason: format!("unexpected status {status}"), sent: true },
+        _ => HttpOutcome::Failed {
+            reason: format!("unexpected status {status}"),
+            may_have_executed: true,
+        },
     }
 }
 
 /// The backend's own words about a failure: `message`, `error` (or `error.message`), `detail`,
-/// else the body's text, cut to a sentence's length.
-pub(crate) fn backend_message(body: &[u8]) -> Option<String> {
+/// else the body's text, redacted, then cut to a sentence's length.
+pub(crate) fn backend_message(body: &[u8], redactor: &Redactor) -> Option<String> {
     const MAX: usize = 300;
     let text = match serde_json::from_slice::<Value>(body) {
         Ok(value) => {
@@ -233,6 +381,8 @@ pub(crate) fn backend_message(body: &[u8]) -> Option<String> {
         }
         Err(_) => String::from_utf8_lossy(body).trim().to_string(),
     };
+    // Redacted before the cut, so a cut never keeps part of a secret.
+    let text = redactor.text(&text);
     if text.is_empty() || text == "null" {
         return None;
     }
@@ -245,7 +395,7 @@ pub(crate) fn backend_message(body: &[u8]) -> Option<String> {
 }
 
 /// A transport error in words, without the URL (it may carry argument values).
-fn describe(error: &reqwest::Error) -> String {
+fn describe(error: &reqwest::Error, redactor: &Redactor) -> String {
     let kind = if error.is_connect() {
         "connection failed"
     } else if error.is_timeout() {
@@ -262,7 +412,7 @@ fn describe(error: &reqwest::Error) -> String {
         source = cause.source();
     }
     match root {
-        Some(root) => format!("{kind}: {root}"),
+        Some(root) => format!("{kind}: {}", redactor.text(&root)),
         None => kind.to_string(),
     }
 }
@@ -285,8 +435,35 @@ mod tests {
             url.fill(&json!({"q": "runbook restore/ü?&", "team": 7})).unwrap(),
             "http://127.0.0.1:9000/search/runbook%20restore%2F%C3%BC%3F%26?team=7"
         );
-        assert_eq!(url.fill(&json!({"team": 7})).unwrap_err(), "argument `q` is required");
-        assert!(url.fill(&json!({"q": {"a": 1}, "team": 1})).unwrap_err().contains("`q`"));
+        assert_eq!(url.fill(&json!({"team": 7})).unwrap_err().message, "argument `q` is required");
+        assert_eq!(url.fill(&json!({"q": {"a": 1}, "team": 1})).unwrap_err().argument, "q");
+    }
+
+    #[test]
+    fn dot_segments_are_refused_and_named() {
+        let url = template("http://127.0.0.1:9000/search/{q}/{p}?team={team}").unwrap();
+        for dots in [".", "..", "%2e%2E"] {
+            // `%` is encoded, so only real dots can make a dot segment; `%2e` stays literal.
+            let filled = url.fill(&json!({"q": dots, "p": "x", "team": 1}));
+            if dots.starts_with('%') {
+                assert!(filled.is_ok(), "{filled:?}");
+            } else {
+                let problem = filled.unwrap_err();
+                assert_eq!(problem.argument, "q", "{dots}");
+                assert!(problem.message.contains("walk up"), "{}", problem.message);
+            }
+        }
+        assert_eq!(url.fill(&json!({"q": "x", "p": "..", "team": 1})).unwrap_err().argument, "p");
+        assert!(url.fill(&json!({"q": "...", "p": "a..b", "team": ".."})).is_ok(), "not segments");
+        let joined = template("http://h/a/{x}{y}/b").unwrap();
+        assert_eq!(joined.fill(&json!({"x": ".", "y": "."})).unwrap_err().argument, "x");
+        assert_eq!(
+            joined.fill_with(&json!({"x": "1"}), &[("y", "2")]).unwrap(),
+            "http://h/a/12/b",
+            "context fills placeholders"
+        );
+        let dotted = template("http://h/a/%2E{x}").unwrap();
+        assert!(dotted.fill(&json!({"x": "."})).is_err(), "an encoded dot counts");
     }
 
     #[test]
@@ -306,6 +483,8 @@ mod tests {
 
     #[test]
     fn classifies_statuses() {
+        let none = Redactor::default();
+        let classify = |status, body: &[u8]| classify(status, body, &none);
         assert_eq!(classify(200, br#"{"a":1}"#), HttpOutcome::Answered(json!({"a": 1})));
         assert_eq!(classify(204, b""), HttpOutcome::Answered(Value::Null));
         assert!(matches!(classify(200, b"<html>"), HttpOutcome::Unparseable { .. }));
@@ -317,21 +496,51 @@ mod tests {
             classify(404, b"no such order"),
             HttpOutcome::Rejected { status: 404, message: "no such order".into() }
         );
-        for transient in [408, 409, 425, 429, 500, 503] {
+        for unknown in [409, 500, 502, 504] {
             assert!(
-                matches!(classify(transient, b""), HttpOutcome::Failed { sent: true, .. }),
-                "{transient}"
+                matches!(
+                    classify(unknown, b""),
+                    HttpOutcome::Failed { may_have_executed: true, .. }
+                ),
+                "{unknown}"
             );
+        }
+        for not_processed in [408, 425, 429, 503] {
+            assert!(
+                matches!(
+                    classify(not_processed, b""),
+                    HttpOutcome::Failed { may_have_executed: false, .. }
+                ),
+                "{not_processed}"
+            );
+        }
+        for auth in [401, 403] {
+            assert!(matches!(classify(auth, b""), HttpOutcome::Unauthorized { .. }), "{auth}");
         }
         assert!(matches!(classify(302, b""), HttpOutcome::Failed { .. }));
     }
 
     #[test]
-    fn backend_messages_are_cut_short() {
+    fn backend_messages_are_redacted_then_cut_short() {
+        let none = Redactor::default();
         let long = "x".repeat(1000);
-        let message = backend_message(long.as_bytes()).unwrap();
+        let message = backend_message(long.as_bytes(), &none).unwrap();
         assert_eq!(message.chars().count(), 301);
-        assert_eq!(backend_message(b"  "), None);
-        assert_eq!(backend_message(br#"{"detail":"bad q"}"#).as_deref(), Some("bad q"));
+        assert_eq!(backend_message(b"  ", &none), None);
+        assert_eq!(backend_message(br#"{"detail":"bad q"}"#, &none).as_deref(), Some("bad q"));
+
+        let mut redactor = Redactor::default();
+        redactor.add("Bearer sekrit-token");
+        // The token straddles the 300-character cut: redacting first leaves no part of it.
+        let body = format!("{} got Bearer sekrit-token", "y".repeat(290));
+        let message = backend_message(body.as_bytes(), &redactor).unwrap();
+        assert!(!message.contains("sekrit") && !message.contains("sek"), "{message}");
+        let outcome = classify(401, br#"{"error":"bad auth: Bearer sekrit-token"}"#, &redactor);
+        assert_eq!(
+            outcome,
+            HttpOutcome::Unauthorized { status: 401, message: "bad auth: [redacted]".into() }
+        );
+        let answered = classify(200, br#"{"echo":"sekrit-token"}"#, &redactor);
+        assert_eq!(answered, HttpOutcome::Answered(json!({"echo": "[redacted]"})));
     }
 }

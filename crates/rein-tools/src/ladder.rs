@@ -13,7 +13,7 @@ use reqwest::header::HeaderMap;
 use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::config::{Fidelity, KeyFrom, ToolKind};
+use crate::config::{Fidelity, Idempotency, KeyFrom, ToolKind};
 use crate::gate::Gate;
 use crate::http::UrlTemplate;
 use crate::wording::Wording;
@@ -26,6 +26,10 @@ pub(crate) struct Tool {
     pub rungs: Vec<Rung>,
     pub gates: Vec<Gate>,
     pub key_from: Option<KeyFrom>,
+    /// How a resend after an unknown outcome is kept from duplicating the write.
+    pub idempotency: Idempotency,
+    /// The request an `idempotency = "lookup"` tool runs before such a resend.
+    pub lookup: Option<Lookup>,
     pub wording: Wording,
     /// How long a write's key stays `InFlight` before another request may take it over: the
     /// whole ladder's budgets plus a margin, so a live request is never taken over.
@@ -50,6 +54,15 @@ impl Tool {
             .find(|rung| matches!(rung.action, RungAction::Queue))
             .map(|rung| rung.source.as_str())
     }
+}
+
+/// A compiled lookup request.
+#[derive(Debug)]
+pub(crate) struct Lookup {
+    pub http: HttpRung,
+    pub timeout: Duration,
+    /// JSON Pointer to the earlier result in the answer ("" for the whole answer).
+    pub found_at: String,
 }
 
 /// A compiled rung.
@@ -81,6 +94,8 @@ pub(crate) struct HttpRung {
     pub headers: HeaderMap,
     pub body_args: bool,
     pub bulkhead: Arc<Bulkhead>,
+    /// The largest response body read.
+    pub max_response_bytes: u64,
 }
 
 /// A concurrency partition: at most `max_concurrent` calls in flight to one dependency, so a dead

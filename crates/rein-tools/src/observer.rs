@@ -16,6 +16,8 @@ pub enum ReplayResult {
     Retry,
     /// The primary refused it for good; kept for an operator.
     Failed,
+    /// Its outcome is unknown and the tool has no machine duplicate guard: held for a person.
+    Review,
 }
 
 impl ReplayResult {
@@ -24,6 +26,7 @@ impl ReplayResult {
             ReplayResult::Done => "done",
             ReplayResult::Retry => "retry",
             ReplayResult::Failed => "failed",
+            ReplayResult::Review => "review",
         }
     }
 }

@@ -1,10 +1,12 @@
 //! What an operator does to the outbox (through the admin API or `rein outbox`): list and show
-//! queued writes, make one due now, or drop one so it is never sent; and the retention pass that
-//! forgets finished records. Dropping a write gives its idempotency key a final `refused` result,
-//! so a repeat of the call says what happened instead of queueing it again.
+//! queued writes, make one due now (for one held for review: release it, having checked that it
+//! did not execute), mark one executed (having found its result), or drop one so it is never
+//! sent; and the retention pass that forgets finished records. Dropping a write gives its
+//! idempotency key a final `refused` result, so a repeat of the call says what happened instead
+//! of queueing it again; one whose outcome is unknown is never said not to have executed.
 
 use rein_store::tools::{OutboxItem, OutboxState};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::dispatcher::Dispatcher;
 use crate::error::ToolError;
@@ -30,8 +32,8 @@ impl Dispatcher {
         Ok(self.store.outbox_replay_now(id, self.clock.now_unix_ms()).await?)
     }
 
-    /// Drop a pending or failed write: it is never sent, and its key's final result says so.
-    /// False when there is no such item or it is done or dropped.
+    /// Drop a pending, review or failed write: it is never sent, and its key's final result
+    /// says so. False when there is no such item or it is done or dropped.
     pub async fn outbox_drop(&self, id: i64, by: &str, reason: &str) -> Result<bool, ToolError> {
         let Some(item) = self.store.outbox_get(id).await? else {
             return Ok(false);
@@ -40,19 +42,69 @@ impl Dispatcher {
             return Ok(false);
         }
         let reason = if reason.trim().is_empty() { "no reason given" } else { reason.trim() };
-        let result = json!({
+        let tool = &item.tool;
+        let detail = if item.outcome_unknown {
+            format!(
+                "{tool} may or may not have executed (an earlier attempt was not confirmed); an operator ({by}) dropped it: {reason}. rein will not send it again. Do not tell the user it is done or that it failed."
+            )
+        } else {
+            format!(
+                "{tool} was queued but an operator ({by}) dropped it before it executed: {reason}. It has NOT executed and will not. Tell the user it was not done."
+            )
+        };
+        let mut result = json!({
             "status": "refused",
             "tool": item.tool,
             "degraded": true,
             "fidelity": "deferred",
             "idempotency_key": item.idempotency_key,
+            "detail": detail,
+            "elapsed_ms": 0,
+        });
+        if item.outcome_unknown
+            && let Some(map) = result.as_object_mut()
+        {
+            map.insert("outcome_unknown".into(), json!(true));
+        }
+        Ok(self.store.outbox_drop(id, &result, self.clock.now_unix_ms()).await?)
+    }
+
+    /// Record that a pending or review write did execute (an operator found it at the
+    /// backend), with `result` if they have it: it is never sent again, and its key's final
+    /// result is `ok`. False when there is no such item, it is not pending or in review, or a
+    /// worker is sending it right now.
+    pub async fn outbox_mark_executed(
+        &self,
+        id: i64,
+        by: &str,
+        result: Option<Value>,
+        note: &str,
+    ) -> Result<bool, ToolError> {
+        let Some(item) = self.store.outbox_get(id).await? else {
+            return Ok(false);
+        };
+        let now = self.clock.now_unix_ms();
+        let leased = item.lease_until_unix_ms.is_some_and(|until| until > now);
+        if !matches!(item.state, OutboxState::Pending | OutboxState::Review) || leased {
+            return Ok(false);
+        }
+        let note =
+            if note.trim().is_empty() { String::new() } else { format!(": {}", note.trim()) };
+        let envelope = json!({
+            "status": "ok",
+            "tool": item.tool,
+            "result": result.unwrap_or(Value::Null),
+            "degraded": true,
+            "fidelity": "exact",
+            "source": "operator",
+            "idempotency_key": item.idempotency_key,
             "detail": format!(
-                "{} was queued but an operator ({by}) dropped it before it executed: {reason}. It has NOT executed and will not. Tell the user it was not done.",
+                "an operator ({by}) confirmed that {} executed{note}. This result is final; rein will not send it again.",
                 item.tool
             ),
             "elapsed_ms": 0,
         });
-        Ok(self.store.outbox_drop(id, &result, self.clock.now_unix_ms()).await?)
+        Ok(self.store.outbox_complete(id, &envelope, now).await?)
     }
 
     /// The store's queue numbers, for metrics.

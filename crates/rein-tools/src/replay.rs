@@ -1,9 +1,12 @@
 //! The replay worker: sends queued writes to their tool's primary (the first http rung) with the
-//! ORIGINAL `Idempotency-Key`, so a write that partly executed before the outage, or one whose
-//! worker crashed mid-send (its lease expires and another worker claims it), still executes
-//! once. A 2xx completes the item and makes the final `ok` envelope the key's result; a
-//! transient failure (408, 409, 425, 429, 5xx, connection error, timeout) makes it due again
-//! after full-jitter exponential backoff; any other 4xx fails it for good, for an operator.
+//! ORIGINAL `Idempotency-Key`. An item whose earlier send's outcome is unknown (a timeout, a
+//! 5xx, a worker that died mid-send) is resent only behind the tool's duplicate guard: the
+//! backend honours the key (`idempotency = "key"`), a lookup finds no earlier result
+//! (`"lookup"`; a result found is recorded as the write's), or neither, and the item is held
+//! for a person (`"none"`). A 2xx completes the item and makes the final `ok` envelope the
+//! key's result; a transient failure (408, 409, 425, 429, 5xx, connection error, timeout) or
+//! refused credentials (401, 403: a configuration failure, never final) make it due again after
+//! full-jitter exponential backoff; any other 4xx fails it for good, for an operator.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,8 +18,10 @@ use rein_store::tools::OutboxItem;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::config::Idempotency;
 use crate::dispatcher::{Dispatcher, Resolution, admit, resolve};
 use crate::envelope;
+use crate::guard::{Guard, Write};
 use crate::http::{self, HttpOutcome};
 use crate::ladder::{Rung, Tool};
 use crate::observer::ReplayResult;
@@ -32,6 +37,8 @@ pub struct ReplayReport {
     pub retried: usize,
     /// Refused for good by the primary.
     pub failed: usize,
+    /// Outcome unknown and no machine duplicate guard: held for a person.
+    pub review: usize,
     /// Store operations that failed (the item's lease expires and it is claimed again).
     pub store_errors: usize,
 }
@@ -59,6 +66,7 @@ impl Dispatcher {
                 Ok(Some(ReplayResult::Done)) => report.done += 1,
                 Ok(Some(ReplayResult::Retry)) => report.retried += 1,
                 Ok(Some(ReplayResult::Failed)) => report.failed += 1,
+                Ok(Some(ReplayResult::Review)) => report.review += 1,
                 Ok(None) => {}
                 Err(error) => {
                     tracing::error!(%error, "could not record a replay");
@@ -96,7 +104,7 @@ impl Dispatcher {
             .and_then(|tool| tool.primary_http().map(|(rung, http)| (tool, rung, http)))
         else {
             let error = format!("tool `{}` has no http rung in the config", item.tool);
-            return self.retry_later(&item, &error, None).await;
+            return self.retry_later(&item, &error, None, false).await;
         };
         let Some(permit) = admit(rung) else {
             // Not sent: due again when the breaker lets a probe through (or after the backoff,
@@ -104,26 +112,56 @@ impl Dispatcher {
             let error = format!("breaker of `{}` is open", rung.source);
             let backoff = self.backoff(item.attempts);
             let wait = rung.breaker.as_ref().map_or(backoff, |b| b.policy().cooldown.min(backoff));
-            return self.retry_later(&item, &error, Some(wait)).await;
+            return self.retry_later(&item, &error, Some(wait), false).await;
         };
         let url = match http.url.fill(&item.args) {
             Ok(url) => url,
             Err(problem) => {
                 resolve(permit, Resolution::Unused);
+                let problem = problem.message;
+                if item.outcome_unknown {
+                    // An earlier send may have executed: "refused for good" would say it did not.
+                    return self.review(&item, tool, &problem).await;
+                }
                 let envelope =
                     envelope::replay_final(tool, rung, &item.idempotency_key, Err(&problem), 0);
                 return self.fail(&item, &problem, &envelope.to_json()).await;
             }
         };
+        if item.outcome_unknown {
+            let write = Write {
+                key: &item.idempotency_key,
+                args: &item.args,
+                conversation_id: item.conversation_id.as_deref(),
+            };
+            match self.duplicate_guard(tool, write, rung.timeout).await {
+                Guard::Send => {}
+                Guard::Found(result) => {
+                    resolve(permit, Resolution::Unused);
+                    return self.complete(&item, tool, rung, result, 0).await;
+                }
+                Guard::Wait(reason) => {
+                    resolve(permit, Resolution::Unused);
+                    return self.retry_later(&item, &reason, None, false).await;
+                }
+                Guard::Review => {
+                    resolve(permit, Resolution::Unused);
+                    let why = "an earlier send's outcome is unknown and the tool's idempotency is \"none\"";
+                    return self.review(&item, tool, why).await;
+                }
+            }
+        }
         let Some(_slot) = http.bulkhead.try_enter() else {
             resolve(permit, Resolution::Unused);
             let error = format!("bulkhead `{}` is full", http.bulkhead.name);
             let wait = Duration::from_millis(http.bulkhead.retry_after_ms);
-            return self.retry_later(&item, &error, Some(wait)).await;
+            return self.retry_later(&item, &error, Some(wait), false).await;
         };
         let started = Instant::now();
         let key = item.idempotency_key.as_str();
-        let sent = http::send(&self.http, http, &url, &item.args, Some(key), rung.timeout).await;
+        let sent =
+            http::send(&self.http, http, &url, &item.args, Some(key), rung.timeout, &self.redactor)
+                .await;
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         match sent {
             HttpOutcome::Answered(result) => {
@@ -141,14 +179,21 @@ impl Dispatcher {
                 let error = format!("status {status}: {message}");
                 self.fail(&item, &error, &envelope.to_json()).await
             }
-            HttpOutcome::Failed { reason, .. } => {
+            HttpOutcome::Unauthorized { status, message } => {
+                // A configuration failure: due again, so the write goes once they are fixed.
                 resolve(permit, Resolution::Failed);
-                self.retry_later(&item, &reason, None).await
+                tracing::error!(tool = %item.tool, id = item.id, status, %message, "the backend refused rein's credentials (check the rung's headers_env)");
+                let error = format!("status {status} (rein's credentials refused): {message}");
+                self.retry_later(&item, &error, None, false).await
+            }
+            HttpOutcome::Failed { reason, may_have_executed } => {
+                resolve(permit, Resolution::Failed);
+                self.unconfirmed(&item, tool, &reason, may_have_executed).await
             }
             HttpOutcome::TimedOut => {
                 resolve(permit, Resolution::Failed);
                 let error = format!("timed out after {} ms", rung.timeout.as_millis());
-                self.retry_later(&item, &error, None).await
+                self.unconfirmed(&item, tool, &error, true).await
             }
         }
     }
@@ -170,17 +215,50 @@ impl Dispatcher {
         Ok(completed.then_some(ReplayResult::Done))
     }
 
+    /// A send that was not confirmed: due again later, remembering when it may have executed;
+    /// for a tool with no machine duplicate guard such an item goes to review instead.
+    async fn unconfirmed(
+        &self,
+        item: &OutboxItem,
+        tool: &Tool,
+        error: &str,
+        may_have_executed: bool,
+    ) -> Result<Option<ReplayResult>, StoreError> {
+        if may_have_executed && tool.idempotency == Idempotency::Review {
+            return self.review(item, tool, error).await;
+        }
+        self.retry_later(item, error, None, may_have_executed).await
+    }
+
+    /// Hold the item for a person: its outcome is unknown and nothing may resend it on its own.
+    async fn review(
+        &self,
+        item: &OutboxItem,
+        tool: &Tool,
+        error: &str,
+    ) -> Result<Option<ReplayResult>, StoreError> {
+        tracing::warn!(tool = %item.tool, id = item.id, %error, "queued write's outcome unknown: held for review");
+        let source = tool.queue_source().unwrap_or(crate::write::REVIEW_SOURCE);
+        let envelope = envelope::held_for_review(tool, source, &item.idempotency_key, 0);
+        let now = self.clock.now_unix_ms();
+        let held = self.store.outbox_review(item.id, error, &envelope.to_json(), now).await?;
+        self.observer.replayed(&item.tool, ReplayResult::Review);
+        Ok(held.then_some(ReplayResult::Review))
+    }
+
     /// Make the item due again: after `wait`, or after the backoff for its attempt count.
+    /// `may_have_executed`: this attempt's outcome is unknown.
     async fn retry_later(
         &self,
         item: &OutboxItem,
         error: &str,
         wait: Option<Duration>,
+        may_have_executed: bool,
     ) -> Result<Option<ReplayResult>, StoreError> {
         let wait = wait.unwrap_or_else(|| self.backoff(item.attempts));
         let due = self.clock.now_unix_ms() + i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
         tracing::warn!(tool = %item.tool, id = item.id, attempts = item.attempts, %error, "replay failed; due again later");
-        let pending = self.store.outbox_retry_later(item.id, error, due).await?;
+        let pending = self.store.outbox_retry_later(item.id, error, due, may_have_executed).await?;
         self.observer.replayed(&item.tool, ReplayResult::Retry);
         Ok(pending.then_some(ReplayResult::Retry))
     }

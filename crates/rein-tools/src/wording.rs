@@ -20,6 +20,8 @@ pub(crate) enum Situation {
     Refused,
     RefusedWrite,
     UnknownOutcome,
+    QueuedUnknown,
+    HeldForReview,
     RejectedArgs,
     Busy,
     PendingApproval,
@@ -56,7 +58,13 @@ impl Situation {
                 "{tool} is unavailable and the request could not be queued. It has NOT executed. Do not tell the user it is done; tell them it cannot be done right now."
             }
             Situation::UnknownOutcome => {
-                "{tool} did not confirm the request: it may or may not have executed. Do not tell the user it is done or that it failed; retrying with the same idempotency key ({key}) is safe and will not repeat it."
+                "{tool} did not confirm the request: it may or may not have executed; rein will settle it with the same key ({key}). Do not tell the user it is done or that it failed; retrying with the same idempotency key is safe and will not repeat it."
+            }
+            Situation::QueuedUnknown => {
+                "{tool} did not confirm the request: it may or may not have executed; rein will settle it with the same key ({key}). Do not tell the user it is done or that it failed; tell them it is being confirmed."
+            }
+            Situation::HeldForReview => {
+                "{tool} did not confirm the request: it may or may not have executed. rein will not send it again until a person has checked whether it did (key {key}). Do not tell the user it is done or that it failed; tell them a person is confirming it."
             }
             Situation::RejectedArgs => {
                 "{tool} rejected the arguments: {reason}. Nothing was returned or changed; fix the arguments or ask the user."
@@ -110,6 +118,8 @@ impl Wording {
             ("refused", Situation::Refused, &detail.refused),
             ("refused_write", Situation::RefusedWrite, &detail.refused_write),
             ("unknown_outcome", Situation::UnknownOutcome, &detail.unknown_outcome),
+            ("queued_unknown", Situation::QueuedUnknown, &detail.queued_unknown),
+            ("held_for_review", Situation::HeldForReview, &detail.held_for_review),
             ("rejected_args", Situation::RejectedArgs, &detail.rejected_args),
             ("busy", Situation::Busy, &detail.busy),
             ("pending_approval", Situation::PendingApproval, &detail.pending_approval),

@@ -6,24 +6,32 @@
 //! in the durable outbox for the replay worker.
 //!
 //! The key's fate when the ladder runs out depends on what may have happened. If nothing could
-//! have executed (breaker open, connection refused, busy), the key is abandoned, so a retry with
-//! it starts afresh. If a request may have reached the backend (a timeout after sending, a 5xx,
-//! a dropped connection) the key is kept `InFlight`: a retry within the key's lease gets
-//! `KeyInFlight` (409), and once the lease expires `key_begin` answers `TakenOver` and the retry
-//! sends again with the same key, which the backend deduplicates. A 4xx is the backend's final
-//! answer for those arguments and is stored, as Stripe stores it.
+//! have executed (breaker open, connection refused, busy, a 503 or 429, rein's credentials
+//! refused with 401/403), the key is abandoned, so a retry with it starts afresh. If a request
+//! may have executed (a timeout after sending, another 5xx, a dropped connection) the outcome
+//! is unknown, and it is never reported as not executed: the write is queued with
+//! `outcome_unknown` (or held for review when the tool declares no guard, `idempotency =
+//! "none"`), or without a queue rung the key is kept `InFlight`: a retry within the key's lease
+//! gets `KeyInFlight` (409), and once the lease expires `key_begin` answers `TakenOver`. Every
+//! resend after an unknown outcome, live or replayed, passes the tool's duplicate guard first
+//! (`guard.rs`). A 4xx other than 401/403 is the backend's final answer for those arguments
+//! and is stored, as Stripe stores it.
+
+use std::time::Duration;
 
 use rein_store::StoreError;
-use rein_store::tools::{Decision, Hold, HoldState, KeyBegin, NewHold};
+use rein_store::tools::{Decision, Hold, HoldState, KeyBegin, NewHold, NewOutboxItem};
 use serde_json::Value;
 
-use crate::config::KeyFrom;
+use crate::config::compile::DEFAULT_QUEUE_TIMEOUT_MS;
+use crate::config::{Idempotency, KeyFrom};
 use crate::dispatcher::{
     CallContext, Dispatcher, Resolution, Timing, ToolOutcome, admit, outcome, resolve,
 };
 use crate::envelope::{self, Envelope, ToolStatus};
 use crate::error::ToolError;
 use crate::gate::{Gate, first_hold};
+use crate::guard::{Guard, Write, lookup_url};
 use crate::http::{self, HttpOutcome};
 use crate::keys::{args_hash, conversation_key, mint_key};
 use crate::ladder::{Rung, RungAction, Tool};
@@ -34,6 +42,7 @@ impl Dispatcher {
         &self,
         tool: &Tool,
         args: Value,
+        urls: &[Option<String>],
         ctx: CallContext,
         timing: &Timing,
     ) -> Result<ToolOutcome, ToolError> {
@@ -48,13 +57,28 @@ impl Dispatcher {
             (None, None) => mint_key(),
         };
         check_key(&key)?;
+        let conversation = ctx.conversation_id.as_deref();
+        let write = Write { key: &key, args: &args, conversation_id: conversation };
+        if let Some(lookup) = &tool.lookup {
+            // The lookup must be possible before anything is sent that it may have to find.
+            if let Err(message) = lookup_url(lookup, write) {
+                if conversation.is_none() && message.contains("`conversation_id`") {
+                    return Err(ToolError::MissingConversation { tool: tool.name.clone() });
+                }
+                return Err(ToolError::BadArgs(format!(
+                    "the lookup of `{}`: {message}",
+                    tool.name
+                )));
+            }
+        }
         let hash = args_hash(&args);
         let now = self.clock.now_unix_ms();
         let lease_ms = i64::try_from(tool.key_lease.as_millis()).unwrap_or(i64::MAX);
         let mut maybe_executed =
             match self.store.key_begin(&key, &tool.name, &hash, now, lease_ms).await? {
                 KeyBegin::Fresh => false,
-                // The earlier holder's request may have reached the backend: resend, same key.
+                // The earlier holder's request may have reached the backend: resend with the
+                // same key, behind the tool's duplicate guard.
                 KeyBegin::TakenOver => true,
                 KeyBegin::InFlight { lease_until_unix_ms } => {
                     let retry_after_ms = u64::try_from(lease_until_unix_ms - now).unwrap_or(0);
@@ -71,33 +95,36 @@ impl Dispatcher {
         let queue = tool.rungs.iter().find(|rung| matches!(rung.action, RungAction::Queue));
         // Keep the queue rung's budget out of the http rungs' share of the deadline, so a
         // deadline that cuts the primary short still leaves time to queue the write durably.
-        let reserve = queue.map_or(std::time::Duration::ZERO, |rung| rung.timeout);
-        for rung in &tool.rungs {
-            let RungAction::Http(http) = &rung.action else { continue };
+        let reserve = queue.map_or(Duration::from_millis(DEFAULT_QUEUE_TIMEOUT_MS), |r| r.timeout);
+        let mut review = false;
+        for (rung, url) in tool.rungs.iter().zip(urls) {
+            let (RungAction::Http(http), Some(url)) = (&rung.action, url) else { continue };
             let budget = timing.budget(rung.timeout, reserve);
             if budget.is_zero() {
                 tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: no time left before the deadline");
                 continue;
             }
+            if maybe_executed {
+                // An earlier send may have executed: only the tool's guard lets another go.
+                match self.duplicate_guard(tool, write, budget).await {
+                    Guard::Send => {}
+                    Guard::Found(result) => {
+                        return Ok(self.write_done(tool, rung, &key, result, timing).await);
+                    }
+                    Guard::Wait(reason) => {
+                        tracing::warn!(tool = %tool.name, rung = %rung.source, %reason, "not resending: the duplicate guard could not clear it");
+                        break;
+                    }
+                    Guard::Review => {
+                        review = true;
+                        break;
+                    }
+                }
+            }
+            let budget = timing.budget(rung.timeout, reserve);
             let Some(permit) = admit(rung) else {
                 tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: breaker open");
                 continue;
-            };
-            let url = match http.url.fill(&args) {
-                Ok(url) => url,
-                Err(problem) => {
-                    resolve(permit, Resolution::Unused);
-                    self.release_key(&key, maybe_executed).await;
-                    let envelope = envelope::refused(
-                        tool,
-                        Situation::RejectedArgs,
-                        Some(rung),
-                        Some(&problem),
-                        Some(&key),
-                        timing.elapsed_ms(),
-                    );
-                    return Ok(self.finish(tool, envelope, Some(rung)));
-                }
             };
             let Some(_slot) = http.bulkhead.try_enter() else {
                 resolve(permit, Resolution::Unused);
@@ -108,7 +135,8 @@ impl Dispatcher {
                 self.release_key(&key, false).await;
                 return Ok(self.busy(tool, rung, http, Some(&key), timing));
             };
-            match http::send(&self.http, http, &url, &args, Some(&key), budget).await {
+            let sent = http::send(&self.http, http, url, &args, Some(&key), budget, &self.redactor);
+            match sent.await {
                 HttpOutcome::Answered(result) => {
                     resolve(permit, Resolution::Succeeded);
                     return Ok(self.write_done(tool, rung, &key, result, timing).await);
@@ -134,10 +162,16 @@ impl Dispatcher {
                     self.store_final(&key, &envelope).await;
                     return Ok(self.finish(tool, envelope, Some(rung)));
                 }
-                HttpOutcome::Failed { reason, sent } => {
+                HttpOutcome::Unauthorized { status, message } => {
+                    // rein's credentials, not the write's answer: nothing executed, and nothing
+                    // final is stored, so a retry once they are fixed reaches the backend.
                     resolve(permit, Resolution::Failed);
-                    maybe_executed |= sent;
-                    tracing::warn!(tool = %tool.name, rung = %rung.source, %reason, sent, "write not confirmed");
+                    tracing::error!(tool = %tool.name, rung = %rung.source, status, %message, "the backend refused rein's credentials (check the rung's headers_env)");
+                }
+                HttpOutcome::Failed { reason, may_have_executed } => {
+                    resolve(permit, Resolution::Failed);
+                    maybe_executed |= may_have_executed;
+                    tracing::warn!(tool = %tool.name, rung = %rung.source, %reason, may_have_executed, "write not confirmed");
                 }
                 HttpOutcome::TimedOut => {
                     resolve(permit, Resolution::Failed);
@@ -147,14 +181,36 @@ impl Dispatcher {
             }
         }
 
-        if let Some(rung) = queue {
-            let envelope = envelope::queued(tool, rung, &key, timing.elapsed_ms());
-            let budget = timing.budget(rung.timeout, std::time::Duration::ZERO);
+        // An unknown outcome of a tool without a machine guard waits for a person, queue rung
+        // or not: it must never be resent on its own.
+        review |= maybe_executed && tool.idempotency == Idempotency::Review;
+        if review || queue.is_some() {
+            let source = queue.map_or(REVIEW_SOURCE, |rung| rung.source.as_str());
+            let envelope = match queue {
+                Some(rung) if !review => {
+                    envelope::queued(tool, rung, &key, maybe_executed, timing.elapsed_ms())
+                }
+                _ => envelope::held_for_review(tool, source, &key, timing.elapsed_ms()),
+            };
+            let item = NewOutboxItem {
+                idempotency_key: key.clone(),
+                tool: tool.name.clone(),
+                args: args.clone(),
+                conversation_id: ctx.conversation_id.clone(),
+                outcome_unknown: maybe_executed,
+                review,
+            };
+            let budget = timing.budget(reserve, Duration::ZERO);
             let now = self.clock.now_unix_ms();
             let queued_result = envelope.to_json();
-            let enqueue = self.store.outbox_enqueue(&key, &tool.name, &args, &queued_result, now);
+            let enqueue = self.store.outbox_enqueue(&item, &queued_result, now);
             match tokio::time::timeout(budget, enqueue).await {
-                Ok(Ok(_item)) => return Ok(self.finish(tool, envelope, Some(rung))),
+                Ok(Ok(_item)) => {
+                    if review {
+                        tracing::warn!(tool = %tool.name, "write outcome unknown: held for review (idempotency = \"none\")");
+                    }
+                    return Ok(self.finish(tool, envelope, queue));
+                }
                 Ok(Err(error)) => {
                     tracing::error!(tool = %tool.name, %error, "could not queue the write");
                 }
@@ -167,6 +223,7 @@ impl Dispatcher {
         }
 
         let situation = if maybe_executed {
+            // The key stays in flight: a retry after its lease passes the guard again.
             Situation::UnknownOutcome
         } else {
             self.release_key(&key, false).await;
@@ -287,6 +344,9 @@ impl Dispatcher {
         Ok(self.store.hold_decide(hold_id, &decision, by, note, now).await?)
     }
 }
+
+/// The `source` of a write held for review by a tool without a queue rung.
+pub(crate) const REVIEW_SOURCE: &str = "outbox";
 
 /// The longest idempotency key accepted (Stripe's limit).
 const MAX_KEY_LEN: usize = 255;

@@ -1,8 +1,11 @@
-//! The admin API's tool half, behind the admin key: the outbox (list, show, replay now, drop),
-//! gate holds waiting for a person (list, approve, reject) and the tools' rung breakers. An
-//! approval puts the held write in the outbox and wakes the replay worker, which sends it once
-//! with its original idempotency key; only the first decision on a hold counts (a second one
-//! gets 409).
+//! The admin API's tool half, behind the admin key: the outbox (list, show, replay now, mark
+//! executed, drop), gate holds waiting for a person (list, approve, reject) and the tools' rung
+//! breakers. An approval puts the held write in the outbox and wakes the replay worker, which
+//! sends it once with its original idempotency key; only the first decision on a hold counts (a
+//! second one gets 409). A write whose outcome is unknown and whose tool has no machine
+//! duplicate guard waits in state `review`: an operator checks the backend, then marks it
+//! executed (`POST /admin/outbox/{id}/executed`, with the result found) or releases it for
+//! replay (`POST /admin/outbox/{id}/replay`: it did not execute).
 
 use std::sync::Arc;
 
@@ -25,6 +28,7 @@ pub fn router() -> Router<Arc<Gateway>> {
         .route("/outbox/{id}", get(outbox_show))
         .route("/outbox/{id}/replay", post(outbox_replay))
         .route("/outbox/{id}/drop", post(outbox_drop))
+        .route("/outbox/{id}/executed", post(outbox_executed))
         .route("/approvals", get(approvals))
         .route("/approvals/{id}/approve", post(approve))
         .route("/approvals/{id}/reject", post(reject))
@@ -79,7 +83,7 @@ async fn outbox_list(
     if let Some(response) = denied(&gateway, &headers) {
         return response;
     }
-    let state: Option<OutboxState> = match query.state("pending, done, failed, dropped") {
+    let state: Option<OutboxState> = match query.state("pending, review, done, failed, dropped") {
         Ok(state) => state,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
@@ -195,6 +199,52 @@ async fn outbox_drop(
             StatusCode::CONFLICT,
             format!(
                 "outbox item {id} does not exist, is already done or dropped, or is being sent right now"
+            ),
+        ),
+        Err(failure) => tool_error(failure),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Executed {
+    #[serde(default)]
+    by: Option<String>,
+    /// The write's result as the operator found it at the backend.
+    #[serde(default)]
+    result: Option<Value>,
+    #[serde(default)]
+    note: Option<String>,
+}
+
+async fn outbox_executed(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+    body: Bytes,
+) -> Response {
+    if let Some(response) = denied(&gateway, &headers) {
+        return response;
+    }
+    let request: Executed = if body.iter().all(u8::is_ascii_whitespace) {
+        Executed { by: None, result: None, note: None }
+    } else {
+        match parse_body(&body, "{\"by\": string, \"result\"?: any, \"note\"?: string}") {
+            Ok(request) => request,
+            Err(message) => return error(StatusCode::BAD_REQUEST, message),
+        }
+    };
+    let Some(by) = request.by.filter(|b| !b.trim().is_empty()) else {
+        return error(StatusCode::BAD_REQUEST, "`by` must name the person who checked the backend");
+    };
+    let tools = gateway.runtime().tools.clone();
+    let note = request.note.unwrap_or_default();
+    match tools.outbox_mark_executed(id, &by, request.result, &note).await {
+        Ok(true) => axum::Json(json!({ "id": id, "state": "done" })).into_response(),
+        Ok(false) => error(
+            StatusCode::CONFLICT,
+            format!(
+                "outbox item {id} does not exist, is not pending or in review, or is being sent right now; nothing changed"
             ),
         ),
         Err(failure) => tool_error(failure),

@@ -5,7 +5,8 @@
 //! the tool's `evidence` config). The answer is
 //! the envelope the model should see: `200` when the call is settled (`ok`, `refused`, `busy`),
 //! `202` when it is accepted but has not executed (`queued`, `pending_approval`). The caller's
-//! mistakes get an error body in the OpenAI error shape that names the problem: 400, 404, 409
+//! mistakes get an error body in the OpenAI error shape that names the problem: 400 (`param`
+//! names the argument a URL cannot take, e.g. `..` as a path segment), 404, 409
 //! (the same key is in flight; `retry-after(-ms)` says when it is settled), 422 (the key was used with other arguments), 503 (store down).
 
 use std::sync::Arc;
@@ -167,6 +168,9 @@ pub async fn call(
             let (status, kind, param) = match &failure {
                 ToolError::UnknownTool(_) => (StatusCode::NOT_FOUND, "not_found_error", None),
                 ToolError::BadArgs(_) => (StatusCode::BAD_REQUEST, "invalid_request_error", None),
+                ToolError::BadArgument { argument, .. } => {
+                    (StatusCode::BAD_REQUEST, "invalid_request_error", Some(argument.as_str()))
+                }
                 ToolError::MissingConversation { .. } => {
                     (StatusCode::BAD_REQUEST, "invalid_request_error", Some(CONVERSATION_HEADER))
                 }

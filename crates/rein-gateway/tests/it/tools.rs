@@ -232,8 +232,13 @@ backoff_cap_ms = 100
 lease_ms = 5000
 "#;
 
+/// The secret a tool rung sends as `authorization` (`headers_env = { authorization = "TICKET_TOKEN" }`).
+const TICKET_TOKEN: &str = "Bearer tok-s3cr3t-7f9a";
+
 fn env() -> EnvSource {
-    let vars: HashMap<&str, &str> = [("CLIENT_KEY", CLIENT_KEY), ("ADMIN_KEY", ADMIN_KEY)].into();
+    let vars: HashMap<&str, &str> =
+        [("CLIENT_KEY", CLIENT_KEY), ("ADMIN_KEY", ADMIN_KEY), ("TICKET_TOKEN", TICKET_TOKEN)]
+            .into();
     Arc::new(move |name: &str| vars.get(name).map(|v| v.to_string()))
 }
 
@@ -257,7 +262,7 @@ struct Gw {
     client: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
-    _dir: Dir,
+    dir: Dir,
 }
 
 /// A tool call's answer.
@@ -284,7 +289,7 @@ async fn start(dir: Dir, tools: &str) -> Gw {
     let task = tokio::spawn(gateway.serve(listener, async move {
         let _ = stopped.await;
     }));
-    Gw { addr, client: reqwest::Client::new(), stop: Some(stop), task, _dir: dir }
+    Gw { addr, client: reqwest::Client::new(), stop: Some(stop), task, dir }
 }
 
 impl Gw {
@@ -371,6 +376,15 @@ impl Gw {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Every byte of the gateway's store on disk (the SQLite file with its WAL), as text.
+    fn store_bytes(&self) -> String {
+        let mut all = Vec::new();
+        for entry in std::fs::read_dir(self.dir.dir.path()).unwrap() {
+            all.extend(std::fs::read(entry.unwrap().path()).unwrap());
+        }
+        String::from_utf8_lossy(&all).into_owned()
     }
 
     async fn stop(mut self) {
@@ -903,6 +917,8 @@ async fn a_conversation_keyed_hand_off_that_timed_out_after_executing_opens_one_
 [tools.hand_off]
 kind = "write"
 key_from = "conversation"
+# This backend executes once per key, as Stripe does.
+idempotency = "key"
 
 [[tools.hand_off.rungs]]
 kind = "http"
@@ -949,6 +965,7 @@ source = "ticket_outbox"
     let first = first.await.unwrap();
     assert_eq!(first.status, 202, "{:?}", first.body);
     assert_eq!(first.body["status"], "queued", "an unconfirmed hand-off is queued, not done");
+    assert_unknown_outcome(&first);
     assert_eq!(first.body["idempotency_key"], "hand_off:conv-7");
     assert!(first.body["elapsed_ms"].as_u64().unwrap() >= 1000, "{:?}", first.body);
 
@@ -1343,4 +1360,590 @@ fn the_selector_scan_finds_names_and_equality_matchers() {
             ("rein_outbox_depth".to_string(), vec![]),
         ]
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hardening: secrets, body caps, path segments, unknown outcomes and duplicate guards
+// ---------------------------------------------------------------------------------------------
+
+/// A ticket system that ignores `Idempotency-Key`: every POST opens a ticket, and it keeps its
+/// own log. `GET /tickets?conversation=` finds a conversation's tickets. It can answer the first
+/// POST slower than any rung's budget (after opening the ticket, or without opening one), fail
+/// its first lookups, and demand a token, echoing the one it got in its 401 body.
+#[derive(Debug, Default)]
+struct TicketState {
+    tickets: Mutex<Vec<Value>>,
+    /// Every POST: its idempotency key and authorization header.
+    posts: Mutex<Vec<(Option<String>, Option<String>)>>,
+    lookups: AtomicU64,
+    /// Open the ticket, then answer the first POST only after 1.5 s.
+    slow_first: std::sync::atomic::AtomicBool,
+    /// Hang on the first POST without opening a ticket.
+    hang_first_unopened: std::sync::atomic::AtomicBool,
+    /// Lookups that answer 503 before they work.
+    lookup_failures: AtomicU64,
+    /// When set, only this `authorization` is accepted.
+    require: Mutex<Option<String>>,
+}
+
+struct Tickets {
+    addr: SocketAddr,
+    state: Arc<TicketState>,
+    server: JoinHandle<()>,
+}
+
+impl Drop for Tickets {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+impl Tickets {
+    async fn start() -> Tickets {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(TicketState::default());
+        let router = Router::new()
+            .route("/tickets", axum::routing::post(open_ticket).get(find_tickets))
+            .with_state(Arc::clone(&state));
+        let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        Tickets { addr, state, server }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    fn tickets(&self) -> Vec<Value> {
+        self.state.tickets.lock().unwrap().clone()
+    }
+
+    fn posts(&self) -> Vec<(Option<String>, Option<String>)> {
+        self.state.posts.lock().unwrap().clone()
+    }
+}
+
+fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
+}
+
+/// 401 echoing the authorization it got, unless it is the required one.
+fn check_token(state: &TicketState, headers: &HeaderMap) -> Option<Response> {
+    let required = state.require.lock().unwrap().clone()?;
+    let got = header_text(headers, "authorization").unwrap_or_default();
+    (got != required).then(|| {
+        let body = json!({"error": format!("invalid credentials: {got} is not accepted")});
+        (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response()
+    })
+}
+
+async fn open_ticket(
+    State(state): State<Arc<TicketState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let first = {
+        let mut posts = state.posts.lock().unwrap();
+        posts.push((
+            header_text(&headers, "idempotency-key"),
+            header_text(&headers, "authorization"),
+        ));
+        posts.len() == 1
+    };
+    if let Some(denied) = check_token(&state, &headers) {
+        return denied;
+    }
+    if first && state.hang_first_unopened.load(Ordering::SeqCst) {
+        std::future::pending::<()>().await;
+    }
+    let args: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let ticket = {
+        let mut tickets = state.tickets.lock().unwrap();
+        let ticket = json!({
+            "id": format!("T-{}", tickets.len() + 1),
+            "conversation": args["conversation"],
+            "summary": args["summary"],
+            "echo": header_text(&headers, "authorization"),
+        });
+        tickets.push(ticket.clone());
+        ticket
+    };
+    if first && state.slow_first.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    axum::Json(ticket).into_response()
+}
+
+async fn find_tickets(
+    State(state): State<Arc<TicketState>>,
+    headers: HeaderMap,
+    axum::extract::Query(query): axum::extract::Query<HashMap<String, String>>,
+) -> Response {
+    state.lookups.fetch_add(1, Ordering::SeqCst);
+    if let Some(denied) = check_token(&state, &headers) {
+        return denied;
+    }
+    let failing = state.lookup_failures.load(Ordering::SeqCst);
+    if failing > 0 {
+        state.lookup_failures.store(failing - 1, Ordering::SeqCst);
+        return (StatusCode::SERVICE_UNAVAILABLE, "lookup index rebuilding").into_response();
+    }
+    let conversation = query.get("conversation").cloned().unwrap_or_default();
+    let found: Vec<Value> = state
+        .tickets
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|ticket| ticket["conversation"] == conversation.as_str())
+        .cloned()
+        .collect();
+    axum::Json(json!({ "tickets": found })).into_response()
+}
+
+/// `hand_off` against the ticket system: conversation-keyed, a 300 ms rung, the given
+/// `idempotency` (and its lookup), with or without a queue rung.
+fn ticket_hand_off(tickets: &Tickets, idempotency: &str, queue: bool) -> String {
+    let lookup = if idempotency == "lookup" {
+        format!(
+            r#"
+[tools.hand_off.lookup]
+url = "{}"
+timeout_ms = 1000
+found_at = "/tickets/0"
+"#,
+            tickets.url("/tickets?conversation={conversation_id}")
+        )
+    } else {
+        String::new()
+    };
+    let queue = if queue {
+        "[[tools.hand_off.rungs]]\nkind = \"queue\"\nsource = \"ticket_outbox\"\n"
+    } else {
+        ""
+    };
+    format!(
+        r#"
+[tools.hand_off]
+kind = "write"
+key_from = "conversation"
+idempotency = "{idempotency}"
+
+[[tools.hand_off.rungs]]
+kind = "http"
+source = "ticket_system"
+url = "{url}"
+timeout_ms = 300
+breaker = {{ failures = 1000, cooldown_ms = 100 }}
+{queue}
+{lookup}
+{OUTBOX_FAST}
+"#,
+        url = tickets.url("/tickets")
+    )
+}
+
+async fn hand_off_in(gw: &Gw, conversation: &str) -> Reply {
+    let args = json!({"conversation": conversation, "summary": "customer wants a person"});
+    gw.call_with("hand_off", &args, &[("x-rein-conversation-id", conversation)]).await
+}
+
+/// The unknown-outcome wording: never "not executed", always "may or may not".
+fn assert_unknown_outcome(reply: &Reply) {
+    let body = &reply.body;
+    let detail = body["detail"].as_str().unwrap();
+    assert!(detail.contains("may or may not have executed"), "{body}");
+    assert!(!detail.to_lowercase().contains("not executed"), "{body}");
+    assert!(!detail.contains("NOT"), "{body}");
+    assert_eq!(body["outcome_unknown"], true, "{body}");
+}
+
+#[tokio::test]
+async fn an_unknown_hand_off_to_a_key_ignoring_ticket_system_opens_one_ticket_behind_its_lookup() {
+    let tickets = Tickets::start().await;
+    tickets.state.slow_first.store(true, Ordering::SeqCst);
+    // The first two lookups fail: those replay passes must send nothing.
+    tickets.state.lookup_failures.store(2, Ordering::SeqCst);
+    let gw = start(Dir::new(), &ticket_hand_off(&tickets, "lookup", true)).await;
+
+    let first = hand_off_in(&gw, "conv-1").await;
+    assert_eq!(first.status, 202, "{:?}", first.body);
+    assert_eq!(first.body["status"], "queued");
+    assert_unknown_outcome(&first);
+    assert!(
+        first.body["detail"].as_str().unwrap().contains("rein will settle it with the same key"),
+        "{:?}",
+        first.body
+    );
+
+    let done = gw.wait_outbox_state("hand_off:conv-1", "done").await;
+    assert_eq!(done["result"]["status"], "ok", "{done}");
+    assert_eq!(done["result"]["result"]["id"], "T-1", "the lookup found the first ticket: {done}");
+    assert!(tickets.state.lookups.load(Ordering::SeqCst) >= 3, "a lookup before every replay");
+    // Long enough for a wrong replay to land.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(tickets.tickets().len(), 1, "one ticket in the ticket system's own log");
+    assert_eq!(tickets.posts().len(), 1, "nothing was sent again: {:?}", tickets.posts());
+
+    let repeat = hand_off_in(&gw, "conv-1").await;
+    assert_eq!(repeat.status, 200, "{:?}", repeat.body);
+    assert_eq!(repeat.body["status"], "ok");
+    assert_eq!(repeat.body["result"]["id"], "T-1");
+    assert_eq!(repeat.header("x-rein-replayed"), Some("true"));
+    assert_eq!(tickets.tickets().len(), 1);
+    gw.stop().await;
+}
+
+/// The other half of the lookup case: the first POST hung without opening a ticket, the lookup
+/// finds none, and the replay opens exactly one.
+#[tokio::test]
+async fn a_lookup_that_finds_no_ticket_lets_the_replay_open_exactly_one() {
+    let tickets = Tickets::start().await;
+    tickets.state.hang_first_unopened.store(true, Ordering::SeqCst);
+    let gw = start(Dir::new(), &ticket_hand_off(&tickets, "lookup", true)).await;
+    let first = hand_off_in(&gw, "conv-9").await;
+    assert_eq!(first.status, 202, "{:?}", first.body);
+    assert_unknown_outcome(&first);
+    let done = gw.wait_outbox_state("hand_off:conv-9", "done").await;
+    assert_eq!(done["result"]["result"]["id"], "T-1", "{done}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(tickets.tickets().len(), 1, "{:?}", tickets.tickets());
+    assert_eq!(tickets.posts().len(), 2, "the hung send, then one replay");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn with_idempotency_none_an_unknown_hand_off_is_held_for_review_and_settled_by_a_person() {
+    let tickets = Tickets::start().await;
+    tickets.state.slow_first.store(true, Ordering::SeqCst);
+    let gw = start(Dir::new(), &ticket_hand_off(&tickets, "none", true)).await;
+
+    let first = hand_off_in(&gw, "conv-1").await;
+    assert_eq!(first.status, 202, "{:?}", first.body);
+    assert_eq!(first.body["status"], "queued");
+    assert_unknown_outcome(&first);
+    assert!(first.body["detail"].as_str().unwrap().contains("a person"), "{:?}", first.body);
+
+    let held = gw.wait_outbox_state("hand_off:conv-1", "review").await;
+    assert_eq!(held["outcome_unknown"], true, "{held}");
+    // Several replay polls later: still held, still one ticket, never resent.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(gw.outbox_item("hand_off:conv-1").await.unwrap()["state"], "review");
+    assert_eq!((tickets.tickets().len(), tickets.posts().len()), (1, 1), "zero duplicates");
+    let (status, listed) = gw.admin_get("/outbox?state=review").await;
+    assert_eq!(status, 200);
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed["stats"]["review"], 1, "{listed}");
+    assert_eq!(listed["stats"]["pending"], 0, "{listed}");
+    let repeat = hand_off_in(&gw, "conv-1").await;
+    assert_eq!(repeat.status, 202);
+    assert_unknown_outcome(&repeat);
+    assert_eq!(tickets.posts().len(), 1, "a repeat sends nothing either");
+
+    // A person finds the ticket and marks the write executed with it.
+    let id = held["id"].as_i64().unwrap();
+    let (status, body) = gw.admin_post(&format!("/outbox/{id}/executed"), &json!({})).await;
+    assert_eq!(status, 400, "the person is named: {body}");
+    let ticket = tickets.tickets()[0].clone();
+    let (status, body) = gw
+        .admin_post(
+            &format!("/outbox/{id}/executed"),
+            &json!({"by": "ops", "result": ticket, "note": "found T-1"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let settled = hand_off_in(&gw, "conv-1").await;
+    assert_eq!(settled.status, 200, "{:?}", settled.body);
+    assert_eq!(settled.body["status"], "ok");
+    assert_eq!(settled.body["result"]["id"], "T-1");
+    let (status, _) = gw.admin_post(&format!("/outbox/{id}/executed"), &json!({"by": "ops"})).await;
+    assert_eq!(status, 409, "a done write is settled once");
+
+    // Another conversation whose first send hung without opening a ticket: a person checks,
+    // finds none, and releases it; the worker sends it once.
+    tickets.state.hang_first_unopened.store(true, Ordering::SeqCst);
+    tickets.state.posts.lock().unwrap().clear();
+    tickets.state.tickets.lock().unwrap().clear();
+    let second = hand_off_in(&gw, "conv-2").await;
+    assert_eq!(second.status, 202, "{:?}", second.body);
+    let held = gw.wait_outbox_state("hand_off:conv-2", "review").await;
+    let id = held["id"].as_i64().unwrap();
+    let (status, body) = gw.admin_post(&format!("/outbox/{id}/replay"), &json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    gw.wait_outbox_state("hand_off:conv-2", "done").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(tickets.tickets().len(), 1, "{:?}", tickets.tickets());
+    assert_eq!(tickets.posts().len(), 2, "the hung send and the released one");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn with_idempotency_key_an_unknown_hand_off_replays_with_the_same_key() {
+    let tickets = Tickets::start().await;
+    tickets.state.slow_first.store(true, Ordering::SeqCst);
+    let gw = start(Dir::new(), &ticket_hand_off(&tickets, "key", true)).await;
+
+    let first = hand_off_in(&gw, "conv-1").await;
+    assert_eq!(first.status, 202, "{:?}", first.body);
+    assert_unknown_outcome(&first);
+    gw.wait_outbox_state("hand_off:conv-1", "done").await;
+    let keys: Vec<_> = tickets.posts().into_iter().map(|(key, _)| key).collect();
+    assert_eq!(
+        keys,
+        [Some("hand_off:conv-1".to_string()), Some("hand_off:conv-1".to_string())],
+        "the replay resent the same key"
+    );
+    // This backend ignores the key, so `key` was the wrong declaration for it: the guard is the
+    // backend's, and here it opened a second ticket.
+    assert_eq!(tickets.tickets().len(), 2);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn without_a_queue_idempotency_none_still_holds_an_unknown_outcome_for_review() {
+    let tickets = Tickets::start().await;
+    tickets.state.slow_first.store(true, Ordering::SeqCst);
+    let gw = start(Dir::new(), &ticket_hand_off(&tickets, "none", false)).await;
+    let first = hand_off_in(&gw, "conv-1").await;
+    assert_eq!(first.status, 202, "{:?}", first.body);
+    assert_unknown_outcome(&first);
+    gw.wait_outbox_state("hand_off:conv-1", "review").await;
+    // Long past the key's lease: a retry gets the held answer and sends nothing.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let again = hand_off_in(&gw, "conv-1").await;
+    assert_eq!(again.status, 202, "{:?}", again.body);
+    assert_eq!(again.header("x-rein-replayed"), Some("true"));
+    assert_eq!(tickets.posts().len(), 1);
+    gw.stop().await;
+}
+
+/// A write tool (`hand_off_now`, no queue) and a queued one (`hand_off`) that send
+/// `TICKET_TOKEN`, and a read tool whose backend echoes it in a 2xx.
+fn secret_tools(tickets: &Tickets) -> String {
+    let tool = |name: &str, queue: bool| {
+        let queue = if queue {
+            format!("[[tools.{name}.rungs]]\nkind = \"queue\"\nsource = \"{name}_outbox\"\n")
+        } else {
+            String::new()
+        };
+        format!(
+            r#"
+[tools.{name}]
+kind = "write"
+idempotency = "key"
+
+[[tools.{name}.rungs]]
+kind = "http"
+source = "{name}_primary"
+url = "{url}"
+headers_env = {{ authorization = "TICKET_TOKEN" }}
+timeout_ms = 1000
+breaker = {{ failures = 1000, cooldown_ms = 100 }}
+{queue}
+"#,
+            url = tickets.url("/tickets")
+        )
+    };
+    format!(
+        r#"{}{}
+[tools.ticket_echo]
+kind = "read"
+[[tools.ticket_echo.rungs]]
+kind = "http"
+source = "echo"
+url = "{url}"
+headers_env = {{ authorization = "TICKET_TOKEN" }}
+timeout_ms = 1000
+{OUTBOX_FAST}
+"#,
+        tool("hand_off_now", false),
+        tool("hand_off", true),
+        url = tickets.url("/tickets")
+    )
+}
+
+#[tokio::test]
+async fn a_backend_echoing_its_token_never_gets_it_into_envelopes_or_the_store_and_401_is_not_final()
+ {
+    let secret = "tok-s3cr3t-7f9a";
+    let tickets = Tickets::start().await;
+    *tickets.state.require.lock().unwrap() = Some("Bearer the-right-one".into());
+    let gw = start(Dir::new(), &secret_tools(&tickets)).await;
+    let args = json!({"conversation": "c-1", "summary": "help"});
+
+    // Refused credentials: not the write's answer. Nothing is stored as final.
+    let refused = gw.write("hand_off_now", "k-auth", &args).await;
+    assert_eq!(refused.status, 200, "{:?}", refused.body);
+    assert_eq!(refused.body["status"], "refused");
+    assert!(!refused.body.to_string().contains(secret), "{:?}", refused.body);
+    assert!(!refused.body.to_string().contains("s3cr3t"), "{:?}", refused.body);
+    assert_eq!(tickets.posts()[0].1.as_deref(), Some(TICKET_TOKEN), "the backend saw the token");
+
+    // Queued: the worker keeps retrying the 401 (a configuration failure, never final) and its
+    // error, redacted, is what operators see.
+    let queued = gw.write("hand_off", "k-queued", &args).await;
+    assert_eq!(queued.status, 202, "{:?}", queued.body);
+    assert!(!queued.body.to_string().contains("s3cr3t"), "{:?}", queued.body);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let item = loop {
+        let item = gw.outbox_item("k-queued").await.unwrap();
+        if item["attempts"].as_i64().unwrap() >= 2 {
+            break item;
+        }
+        assert!(Instant::now() < deadline, "never retried: {item}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(item["state"], "pending", "a 401 does not fail the write for good: {item}");
+    let error = item["last_error"].as_str().unwrap();
+    assert!(error.contains("401") && error.contains("[redacted]"), "{error}");
+    assert!(!item.to_string().contains("s3cr3t"), "{item}");
+
+    // A 2xx that echoes the token: redacted from the result.
+    let echoed = gw.call("ticket_echo", &json!({})).await;
+    assert_eq!(echoed.body["status"], "refused", "still refused: {:?}", echoed.body);
+    *tickets.state.require.lock().unwrap() = None;
+    let echoed = gw.call("ticket_echo", &json!({})).await;
+    assert_eq!(echoed.body["status"], "ok", "{:?}", echoed.body);
+    assert_eq!(echoed.body["result"]["echo"], "[redacted]", "{:?}", echoed.body);
+
+    // The token is fixed (the backend now accepts it): the same key reaches the backend.
+    let posts = tickets.posts().len();
+    let retried = gw.write("hand_off_now", "k-auth", &args).await;
+    assert_eq!(retried.status, 200, "{:?}", retried.body);
+    assert_eq!(retried.body["status"], "ok", "{:?}", retried.body);
+    assert_eq!(retried.header("x-rein-replayed"), Some("false"), "it ran, not a stored answer");
+    assert!(tickets.posts().len() > posts, "the retry reached the backend");
+    assert_eq!(retried.body["result"]["echo"], "[redacted]", "{:?}", retried.body);
+    gw.wait_outbox_state("k-queued", "done").await;
+    let replayed = gw.write("hand_off", "k-queued", &args).await;
+    assert_eq!(replayed.body["status"], "ok", "{:?}", replayed.body);
+    assert_eq!(replayed.header("x-rein-replayed"), Some("true"));
+
+    for reply in [&refused, &queued, &echoed, &retried, &replayed] {
+        assert!(!reply.body.to_string().contains("s3cr3t"), "{:?}", reply.body);
+    }
+    let (_, outbox) = gw.admin_get("/outbox?state=all").await;
+    assert!(!outbox.to_string().contains("s3cr3t"), "{outbox}");
+    // Nothing rein stored (keys, outbox, cache; the file and its WAL) holds the token.
+    let stored = gw.store_bytes();
+    assert!(stored.contains("k-auth") && stored.contains("[redacted]"), "the store was read");
+    assert!(!stored.contains("s3cr3t"), "the token is in the store");
+    gw.stop().await;
+}
+
+/// Set when the endless body's stream is dropped: the reader hung up.
+#[derive(Debug)]
+struct HungUp(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for HungUp {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A backend with an endless 200 body, a 2 MiB one with its length, and a small one.
+async fn big_bodies() -> (SocketAddr, Arc<std::sync::atomic::AtomicBool>, JoinHandle<()>) {
+    let hung_up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = Arc::clone(&hung_up);
+    let router = Router::new()
+        .route(
+            "/endless",
+            axum::routing::post(move || {
+                let guard = HungUp(Arc::clone(&flag));
+                async move {
+                    let chunk = Bytes::from(vec![b' '; 16 * 1024]);
+                    let stream = futures_util::stream::unfold(guard, move |guard| {
+                        let chunk = chunk.clone();
+                        async move { Some((Ok::<_, std::io::Error>(chunk), guard)) }
+                    });
+                    axum::body::Body::from_stream(stream)
+                }
+            }),
+        )
+        .route("/big", axum::routing::post(|| async { vec![b' '; 2 * 1024 * 1024] }))
+        .route("/small", axum::routing::post(|| async { axum::Json(json!({"results": [1]})) }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    (addr, hung_up, server)
+}
+
+#[tokio::test]
+async fn a_huge_or_endless_tool_body_fails_its_rung_at_the_cap_and_the_ladder_steps_down() {
+    let (addr, hung_up, server) = big_bodies().await;
+    // Budgets far longer than the test: only the cap can end these reads.
+    let tool = |name: &str, path: &str, cap: &str| {
+        format!(
+            r#"
+[tools.{name}]
+kind = "read"
+[[tools.{name}.rungs]]
+kind = "http"
+source = "{name}_primary"
+url = "http://{addr}{path}"
+timeout_ms = 60000
+{cap}
+[[tools.{name}.rungs]]
+kind = "static"
+source = "canned"
+result = {{ results = [] }}
+"#
+        )
+    };
+    let tools = tool("endless", "/endless", "max_response_bytes = 65536")
+        + &tool("big_default", "/big", "")
+        + &tool("small", "/small", "max_response_bytes = 65536");
+    let gw = start(Dir::new(), &tools).await;
+    let bounded = Duration::from_secs(20);
+
+    let endless = tokio::time::timeout(bounded, gw.call("endless", &json!({}))).await;
+    let endless = endless.expect("an endless body is cut at the cap, not read to the budget");
+    assert_eq!(endless.body["status"], "ok", "{:?}", endless.body);
+    assert_eq!(endless.body["source"], "canned", "the ladder stepped down: {:?}", endless.body);
+    wait_until("the endless body's reader to hang up", || hung_up.load(Ordering::SeqCst)).await;
+
+    // The default cap (1 MiB) refuses a 2 MiB body by its length.
+    let big = tokio::time::timeout(bounded, gw.call("big_default", &json!({}))).await.unwrap();
+    assert_eq!(big.body["source"], "canned", "{:?}", big.body);
+
+    let small = gw.call("small", &json!({})).await;
+    assert_eq!(small.body["degraded"], false, "{:?}", small.body);
+    assert_eq!(small.body["result"], json!({"results": [1]}));
+    gw.stop().await;
+    server.abort();
+}
+
+#[tokio::test]
+async fn a_dot_segment_argument_is_a_400_naming_it_and_nothing_is_sent_or_stored() {
+    let backend = Backend::start("search").await;
+    let tools = search_docs(&backend.url("/search/{q}"), "")
+        + &write_tool("create_refund", &backend.url("/orders/{order}/refunds"), 1000, "");
+    let gw = start(Dir::new(), &tools).await;
+
+    for dots in ["..", "."] {
+        let walk = gw.call("search_docs", &json!({ "q": dots })).await;
+        assert_eq!(walk.status, 400, "{dots}: {:?}", walk.body);
+        assert_eq!(walk.body["error"]["type"], "invalid_request_error");
+        assert_eq!(walk.body["error"]["param"], "q");
+        let message = walk.body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("`q`") && message.contains(dots), "{message}");
+    }
+    let missing = gw.call("search_docs", &json!({"query": "x"})).await;
+    assert_eq!(missing.status, 400, "{:?}", missing.body);
+    assert_eq!(missing.body["error"]["param"], "q");
+
+    let write = gw.write("create_refund", "k-dots", &json!({"order": "..", "amount": 5})).await;
+    assert_eq!(write.status, 400, "{:?}", write.body);
+    assert_eq!(write.body["error"]["param"], "order");
+    assert_eq!(backend.hits(), 0, "nothing reached the backend");
+    assert!(gw.outbox_item("k-dots").await.is_none());
+    // Nothing was stored under the key: the fixed call is not a key reused for other arguments.
+    let fixed = gw.write("create_refund", "k-dots", &json!({"order": "o-1", "amount": 5})).await;
+    assert_eq!(fixed.status, 200, "{:?}", fixed.body);
+    assert_eq!(fixed.body["result"]["path"], "/orders/o-1/refunds");
+
+    // Dots that are not a whole segment are ordinary text.
+    let dotted = gw.call("search_docs", &json!({"q": "v1..2"})).await;
+    assert_eq!(dotted.status, 200, "{:?}", dotted.body);
+    assert_eq!(dotted.body["result"]["path"], "/search/v1..2");
+    gw.stop().await;
 }

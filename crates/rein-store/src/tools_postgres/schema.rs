@@ -67,6 +67,13 @@ const MIGRATIONS: &[&str] = &[
         reason TEXT NOT NULL,
         at_unix_ms BIGINT NOT NULL
     );",
+    // 3: an outbox item's conversation (for a tool's lookup), whether an earlier send's outcome
+    // is unknown, and whether it is held for a person's review (a pending row with `review`
+    // set, as in SQLite).
+    "ALTER TABLE tool_outbox
+        ADD COLUMN conversation_id TEXT,
+        ADD COLUMN outcome_unknown BOOLEAN NOT NULL DEFAULT FALSE,
+        ADD COLUMN review BOOLEAN NOT NULL DEFAULT FALSE;",
 ];
 
 /// The advisory lock key that serializes migrations ("reinschm" in ASCII).

@@ -13,12 +13,13 @@ use reqwest::Method;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use super::{
-    BodyMode, ConfigError, ConfigProblem, Fidelity, RungConfig, RungKind, ToolConfig, ToolKind,
-    ToolsConfig,
+    BodyMode, ConfigError, ConfigProblem, Fidelity, Idempotency, LookupConfig, RungConfig,
+    RungKind, ToolConfig, ToolKind, ToolsConfig,
 };
 use crate::gate::Gate;
 use crate::http::{IDEMPOTENCY_KEY_HEADER, UrlTemplate};
-use crate::ladder::{Bulkhead, HttpRung, OutboxSettings, Rung, RungAction, Tool, Tools};
+use crate::ladder::{Bulkhead, HttpRung, Lookup, OutboxSettings, Rung, RungAction, Tool, Tools};
+use crate::redact::Redactor;
 use crate::wording::Wording;
 
 /// Looks up an environment variable (injected, so tests need no process environment).
@@ -27,7 +28,9 @@ pub(crate) type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 const DEFAULT_BREAKER: CooldownPolicy =
     CooldownPolicy { allowed_fails: 5, cooldown: Duration::from_secs(30) };
 const DEFAULT_CACHE_TIMEOUT_MS: u64 = 100;
-const DEFAULT_QUEUE_TIMEOUT_MS: u64 = 1_000;
+pub(crate) const DEFAULT_QUEUE_TIMEOUT_MS: u64 = 1_000;
+/// The default `max_response_bytes`: 1 MiB, far above a tool result a model can use.
+pub(crate) const DEFAULT_MAX_RESPONSE_BYTES: u64 = 1024 * 1024;
 /// Added to a write ladder's budgets for its key's lease, so a live request is never taken over.
 const KEY_LEASE_MARGIN: Duration = Duration::from_secs(5);
 
@@ -60,6 +63,8 @@ impl Problems {
 pub(crate) struct Compiled {
     pub tools: Tools,
     pub outbox: OutboxSettings,
+    /// Every secret header value the tools send, to redact from what backends say.
+    pub redactor: Redactor,
 }
 
 /// Validate `config` and build its ladders. `env` resolves `headers_env`; `None` checks
@@ -117,12 +122,14 @@ pub(crate) fn compile(
     }
 
     let mut tools = Tools::new();
+    let mut redactor = Redactor::default();
     for (name, tool) in &config.tools {
         let mut ctx = ToolCtx {
             problems: &mut problems,
             bulkheads: &mut bulkheads,
             declared: &declared,
             env,
+            secrets: &mut redactor,
         };
         if let Some(compiled) = compile_tool(name, tool, &mut ctx) {
             tools.insert(name.clone(), compiled);
@@ -134,6 +141,7 @@ pub(crate) fn compile(
     }
     Ok(Compiled {
         tools,
+        redactor,
         outbox: OutboxSettings {
             lease: Duration::from_millis(outbox.lease_ms),
             backoff_base: Duration::from_millis(outbox.backoff_base_ms),
@@ -154,6 +162,8 @@ struct ToolCtx<'a, 'e> {
     bulkheads: &'a mut BTreeMap<String, Arc<Bulkhead>>,
     declared: &'a BTreeSet<String>,
     env: Option<EnvLookup<'e>>,
+    /// Collects the secret header values.
+    secrets: &'a mut Redactor,
 }
 
 fn compile_tool(name: &str, raw: &ToolConfig, ctx: &mut ToolCtx<'_, '_>) -> Option<Tool> {
@@ -174,6 +184,12 @@ fn compile_tool(name: &str, raw: &ToolConfig, ctx: &mut ToolCtx<'_, '_>) -> Opti
         );
     }
     if raw.kind == ToolKind::Read {
+        if raw.idempotency.is_some() {
+            ctx.problems.add(
+                format!("{key}.idempotency"),
+                "only applies to write tools: reads are safe to repeat",
+            );
+        }
         if raw.key_from.is_some() {
             ctx.problems.add(
                 format!("{key}.key_from"),
@@ -237,19 +253,96 @@ fn compile_tool(name: &str, raw: &ToolConfig, ctx: &mut ToolCtx<'_, '_>) -> Opti
         seen_http |= rung.kind == RungKind::Http;
     }
 
+    let idempotency = raw.idempotency.unwrap_or_default();
+    let lookup = match (idempotency, &raw.lookup) {
+        (Idempotency::Lookup, Some(lookup)) => {
+            compile_lookup(lookup, name, &format!("{key}.lookup"), ctx)
+        }
+        (Idempotency::Lookup, None) => {
+            ctx.problems.add(
+                format!("{key}.lookup"),
+                "is required with `idempotency = \"lookup\"`: the request that finds an earlier result (e.g. `url = \"https://tickets/api/tickets?conversation={conversation_id}\"`)",
+            );
+            None
+        }
+        (_, Some(_)) => {
+            ctx.problems.add(
+                format!("{key}.lookup"),
+                format!(
+                    "only applies with `idempotency = \"lookup\"` (this tool's is `{}`)",
+                    idempotency.as_str()
+                ),
+            );
+            None
+        }
+        (_, None) => None,
+    };
+
     if ctx.problems.0.len() > before {
         return None;
     }
-    let budgets: Duration = rungs.iter().map(|rung| rung.timeout).sum();
+    let budgets: Duration = rungs.iter().map(|rung| rung.timeout).sum::<Duration>()
+        + lookup.as_ref().map_or(Duration::ZERO, |lookup| lookup.timeout * 2);
     Some(Tool {
         name: name.to_string(),
         kind: raw.kind,
         rungs,
         gates,
         key_from: raw.key_from,
+        idempotency,
+        lookup,
         wording,
         key_lease: budgets + KEY_LEASE_MARGIN,
         evidence: raw.evidence.clone(),
+    })
+}
+
+fn compile_lookup(
+    raw: &LookupConfig,
+    tool: &str,
+    key: &str,
+    ctx: &mut ToolCtx<'_, '_>,
+) -> Option<Lookup> {
+    let before = ctx.problems.0.len();
+    let timeout_ms = match raw.timeout_ms {
+        None => {
+            ctx.problems.add(
+                format!("{key}.timeout_ms"),
+                "is required: size the lookup's own budget (it runs before every resend)",
+            );
+            0
+        }
+        Some(0) => {
+            ctx.problems.add(format!("{key}.timeout_ms"), "must be greater than 0");
+            0
+        }
+        Some(ms) => ms,
+    };
+    if !raw.found_at.is_empty() && !raw.found_at.starts_with('/') {
+        ctx.problems.add(
+            format!("{key}.found_at"),
+            format!("must be a JSON Pointer starting with `/` (got `{}`)", raw.found_at),
+        );
+    }
+    let spec = Request {
+        method: raw.method.as_deref(),
+        default_method: Method::GET,
+        url: Some(&raw.url),
+        headers: &raw.headers,
+        headers_env: &raw.headers_env,
+        body: raw.body,
+        max_response_bytes: raw.max_response_bytes,
+        bulkhead: None,
+        default_bulkhead: format!("{tool}.lookup"),
+    };
+    let http = compile_request(&spec, key, ctx);
+    if ctx.problems.0.len() > before {
+        return None;
+    }
+    Some(Lookup {
+        http: http?,
+        timeout: Duration::from_millis(timeout_ms),
+        found_at: raw.found_at.clone(),
     })
 }
 
@@ -316,6 +409,7 @@ fn compile_rung(
     only("headers_env", !raw.headers_env.is_empty(), is_http, "`http`", ctx.problems);
     only("body", raw.body.is_some(), is_http, "`http`", ctx.problems);
     only("bulkhead", raw.bulkhead.is_some(), is_http, "`http`", ctx.problems);
+    only("max_response_bytes", raw.max_response_bytes.is_some(), is_http, "`http`", ctx.problems);
     let breakable = matches!(raw.kind, RungKind::Http | RungKind::Cache);
     only("breaker", raw.breaker.is_some(), breakable, "`http` and `cache`", ctx.problems);
     only(
@@ -439,9 +533,38 @@ fn compile_rung(
 }
 
 fn compile_http(raw: &RungConfig, key: &str, ctx: &mut ToolCtx<'_, '_>) -> Option<HttpRung> {
+    let spec = Request {
+        method: raw.method.as_deref(),
+        default_method: Method::POST,
+        url: raw.url.as_deref(),
+        headers: &raw.headers,
+        headers_env: &raw.headers_env,
+        body: raw.body,
+        max_response_bytes: raw.max_response_bytes,
+        bulkhead: raw.bulkhead.as_deref(),
+        default_bulkhead: raw.source.clone(),
+    };
+    compile_request(&spec, key, ctx)
+}
+
+/// The parts of an http request in the config (an http rung's, a lookup's).
+struct Request<'a> {
+    method: Option<&'a str>,
+    default_method: Method,
+    url: Option<&'a str>,
+    headers: &'a BTreeMap<String, String>,
+    headers_env: &'a BTreeMap<String, String>,
+    body: Option<BodyMode>,
+    max_response_bytes: Option<u64>,
+    bulkhead: Option<&'a str>,
+    default_bulkhead: String,
+}
+
+fn compile_request(raw: &Request<'_>, key: &str, ctx: &mut ToolCtx<'_, '_>) -> Option<HttpRung> {
     let before = ctx.problems.0.len();
-    let method = match raw.method.as_deref().map(str::to_ascii_uppercase).as_deref() {
-        None | Some("POST") => Method::POST,
+    let method = match raw.method.map(str::to_ascii_uppercase).as_deref() {
+        None => raw.default_method.clone(),
+        Some("POST") => Method::POST,
         Some("GET") => Method::GET,
         Some("PUT") => Method::PUT,
         Some("PATCH") => Method::PATCH,
@@ -454,7 +577,7 @@ fn compile_http(raw: &RungConfig, key: &str, ctx: &mut ToolCtx<'_, '_>) -> Optio
             Method::POST
         }
     };
-    let url = match &raw.url {
+    let url = match raw.url {
         Some(url) => UrlTemplate::parse(url, &format!("{key}.url"), ctx.problems),
         None => {
             ctx.problems.add(
@@ -466,7 +589,7 @@ fn compile_http(raw: &RungConfig, key: &str, ctx: &mut ToolCtx<'_, '_>) -> Optio
     };
 
     let mut headers = HeaderMap::new();
-    for (name, value) in &raw.headers {
+    for (name, value) in raw.headers {
         let header_key = format!("{key}.headers.{name}");
         let Some(name) = header_name(name, &header_key, ctx.problems) else { continue };
         match HeaderValue::from_str(value) {
@@ -476,7 +599,7 @@ fn compile_http(raw: &RungConfig, key: &str, ctx: &mut ToolCtx<'_, '_>) -> Optio
             Err(_) => ctx.problems.add(header_key, "is not a valid header value"),
         }
     }
-    for (name, var) in &raw.headers_env {
+    for (name, var) in raw.headers_env {
         let header_key = format!("{key}.headers_env.{name}");
         let Some(name) = header_name(name, &header_key, ctx.problems) else { continue };
         if var.trim().is_empty() {
@@ -492,6 +615,7 @@ fn compile_http(raw: &RungConfig, key: &str, ctx: &mut ToolCtx<'_, '_>) -> Optio
                 Ok(mut value) => {
                     value.set_sensitive(true);
                     headers.insert(name, value);
+                    ctx.secrets.add(&secret);
                 }
                 // Never echo the value: it is a secret.
                 Err(_) => ctx.problems.add(
@@ -502,7 +626,7 @@ fn compile_http(raw: &RungConfig, key: &str, ctx: &mut ToolCtx<'_, '_>) -> Optio
         }
     }
 
-    let bulkhead_name = raw.bulkhead.clone().unwrap_or_else(|| raw.source.clone());
+    let bulkhead_name = raw.bulkhead.map_or_else(|| raw.default_bulkhead.clone(), str::to_string);
     if raw.bulkhead.is_some() && !ctx.declared.contains(&bulkhead_name) {
         ctx.problems.add(
             format!("{key}.bulkhead"),
@@ -527,10 +651,21 @@ fn compile_http(raw: &RungConfig, key: &str, ctx: &mut ToolCtx<'_, '_>) -> Optio
         Some(BodyMode::None) => false,
         None => method != Method::GET,
     };
+    let max_response_bytes = match raw.max_response_bytes {
+        Some(0) => {
+            ctx.problems.add(
+                format!("{key}.max_response_bytes"),
+                "must be greater than 0 (default 1048576, 1 MiB)",
+            );
+            0
+        }
+        Some(bytes) => bytes,
+        None => DEFAULT_MAX_RESPONSE_BYTES,
+    };
     if ctx.problems.0.len() > before {
         return None;
     }
-    Some(HttpRung { method, url: url?, headers, body_args, bulkhead })
+    Some(HttpRung { method, url: url?, headers, body_args, bulkhead, max_response_bytes })
 }
 
 fn header_name(name: &str, key: &str, problems: &mut Problems) -> Option<HeaderName> {

@@ -72,6 +72,67 @@ pub enum KeyFrom {
     Conversation,
 }
 
+/// How a write tool prevents a duplicate when an earlier send's outcome is unknown (it may have
+/// executed: a timeout after sending, a 5xx, a dropped connection). rein's exactly-once promise
+/// rests on the guard declared here.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Idempotency {
+    /// `"key"`: the backend honours `Idempotency-Key`, so rein resends with the same key.
+    #[serde(rename = "key")]
+    Key,
+    /// `"lookup"`: before every resend of an unknown outcome rein runs the tool's `lookup`
+    /// request; a result found there is recorded as the write's, and nothing is sent.
+    #[serde(rename = "lookup")]
+    Lookup,
+    /// `"none"` (the default, the only one that assumes nothing of the backend): an unknown
+    /// outcome is held in the outbox for a person's review and never resent on its own.
+    #[default]
+    #[serde(rename = "none")]
+    Review,
+}
+
+impl Idempotency {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Idempotency::Key => "key",
+            Idempotency::Lookup => "lookup",
+            Idempotency::Review => "none",
+        }
+    }
+}
+
+/// The request a `lookup` tool runs before resending a write whose outcome is unknown: it
+/// finds the result of an earlier execution (by key or by conversation), if there is one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LookupConfig {
+    /// `GET` (default), `POST`, `PUT`, `PATCH` or `DELETE`.
+    #[serde(default)]
+    pub method: Option<String>,
+    /// The URL: `{name}` is filled from the write's top-level argument `name`, and
+    /// `{idempotency_key}` and `{conversation_id}` from the write's key and conversation.
+    pub url: String,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Header name → environment variable holding its value (a secret; never logged).
+    #[serde(default)]
+    pub headers_env: BTreeMap<String, String>,
+    /// `args` or `none` (default: none for `GET`, args otherwise).
+    #[serde(default)]
+    pub body: Option<BodyMode>,
+    /// The lookup's own budget (required).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// The largest response body read (default 1 MiB).
+    #[serde(default)]
+    pub max_response_bytes: Option<u64>,
+    /// A JSON Pointer to the earlier result in the lookup's 2xx answer (default: the whole
+    /// answer). Absent, `null`, `[]`, `{}` or `""` there, or a 404: nothing was found, and the
+    /// write is sent. Any other answer (a failure, a timeout) sends nothing this time.
+    #[serde(default)]
+    pub found_at: String,
+}
+
 /// One tool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -87,6 +148,13 @@ pub struct ToolConfig {
     /// Derive the idempotency key when the caller sends none (writes only).
     #[serde(default)]
     pub key_from: Option<KeyFrom>,
+    /// How duplicates are prevented when a send's outcome is unknown (writes only; default
+    /// `"none"`: held for review).
+    #[serde(default)]
+    pub idempotency: Option<Idempotency>,
+    /// The request `idempotency = "lookup"` runs before a resend.
+    #[serde(default)]
+    pub lookup: Option<LookupConfig>,
     /// Wording overrides for the `detail` sentence.
     #[serde(default)]
     pub detail: DetailConfig,
@@ -198,6 +266,10 @@ pub struct RungConfig {
     /// The rung's own budget (required for http; default 100 for cache, 1000 for queue).
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// http: the largest response body read (default 1 MiB). A 2xx over it fails the rung (the
+    /// ladder steps down); reading stops at the cap.
+    #[serde(default)]
+    pub max_response_bytes: Option<u64>,
     /// http and cache: the rung's own breaker (default 5 failures, 30 s cooldown).
     #[serde(default)]
     pub breaker: Option<BreakerConfig>,
@@ -254,6 +326,10 @@ pub struct DetailConfig {
     pub refused_write: Option<String>,
     /// The write ladder ran out after a send whose outcome is unknown.
     pub unknown_outcome: Option<String>,
+    /// A write queued after a send whose outcome is unknown (`idempotency` `key` or `lookup`).
+    pub queued_unknown: Option<String>,
+    /// A write whose outcome is unknown, held for a person (`idempotency = "none"`).
+    pub held_for_review: Option<String>,
     /// The backend rejected the arguments (a 4xx); `{reason}` is its message.
     pub rejected_args: Option<String>,
     /// A full bulkhead.

@@ -169,6 +169,54 @@ fn validation_errors_name_the_key() {
             "tools.t.rungs[0].breaker.failures",
         ),
         (
+            "reads declare no duplicate guard",
+            READ.replace("kind = \"read\"", "kind = \"read\"\nidempotency = \"key\""),
+            "tools.t.idempotency",
+        ),
+        (
+            "an unknown duplicate guard",
+            WRITE.replace("kind = \"write\"", "kind = \"write\"\nidempotency = \"maybe\""),
+            "tools.w.idempotency",
+        ),
+        (
+            "a lookup tool needs its lookup",
+            WRITE.replace("kind = \"write\"", "kind = \"write\"\nidempotency = \"lookup\""),
+            "tools.w.lookup",
+        ),
+        (
+            "a lookup only runs for lookup tools",
+            format!("{WRITE}[tools.w.lookup]\nurl = \"http://x/find/{{idempotency_key}}\"\ntimeout_ms = 5\n"),
+            "tools.w.lookup",
+        ),
+        (
+            "a lookup sizes its own budget",
+            format!(
+                "{}[tools.w.lookup]\nurl = \"http://x/find/{{idempotency_key}}\"\n",
+                WRITE.replace("kind = \"write\"", "kind = \"write\"\nidempotency = \"lookup\"")
+            ),
+            "tools.w.lookup.timeout_ms",
+        ),
+        (
+            "a lookup's found_at is a JSON Pointer",
+            format!(
+                "{}[tools.w.lookup]\nurl = \"http://x/f\"\ntimeout_ms = 5\nfound_at = \"tickets\"\n",
+                WRITE.replace("kind = \"write\"", "kind = \"write\"\nidempotency = \"lookup\"")
+            ),
+            "tools.w.lookup.found_at",
+        ),
+        (
+            "a body cap admits something",
+            READ.replace("timeout_ms = 100", "timeout_ms = 100\nmax_response_bytes = 0"),
+            "tools.t.rungs[0].max_response_bytes",
+        ),
+        (
+            "only http rungs read a body",
+            format!(
+                "{READ}[[tools.t.rungs]]\nkind = \"cache\"\nsource = \"c\"\nmax_age_ms = 5\nmax_response_bytes = 10\n"
+            ),
+            "tools.t.rungs[1].max_response_bytes",
+        ),
+        (
             "backoff cap below its base",
             format!("[outbox]\nbackoff_base_ms = 5000\nbackoff_cap_ms = 1000\n{READ}"),
             "outbox.backoff_cap_ms",

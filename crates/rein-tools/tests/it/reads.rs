@@ -321,8 +321,17 @@ async fn bad_calls_are_errors_or_refusals_that_send_nothing() {
     let unknown = h.call_with("search_everything", json!({}), CallContext::default()).await;
     assert!(matches!(unknown, Err(ToolError::UnknownTool(name)) if name == "search_everything"));
 
-    let missing = h.call("search_docs", json!({"query": "x"})).await;
-    assert_eq!(missing.status, ToolStatus::Refused);
-    assert!(missing.envelope["detail"].as_str().unwrap().contains("argument `q` is required"));
+    let missing = h.call_with("search_docs", json!({"query": "x"}), CallContext::default()).await;
+    let Err(ToolError::BadArgument { argument, message }) = missing else {
+        panic!("expected BadArgument, got {missing:?}");
+    };
+    assert_eq!((argument.as_str(), message.as_str()), ("q", "argument `q` is required"));
+    for dots in [".", ".."] {
+        let walk = h.call_with("search_docs", json!({ "q": dots }), CallContext::default()).await;
+        assert!(
+            matches!(&walk, Err(ToolError::BadArgument { argument, .. }) if argument == "q"),
+            "{walk:?}"
+        );
+    }
     assert_eq!(search.hits(), 0);
 }

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use rein_core::FixedJitter;
 use rein_store::tools::{
-    CachedResult, Decision, Hold, HoldState, KeyBegin, NewHold, OutboxItem, OutboxState,
-    OutboxStats, Pruned, ToolStore,
+    CachedResult, Decision, Hold, HoldState, KeyBegin, NewHold, NewOutboxItem, OutboxItem,
+    OutboxState, OutboxStats, Pruned, ToolStore,
 };
 use rein_store::{SqliteToolStore, Store, StoreError};
 use rein_tools::{
@@ -81,13 +81,11 @@ impl ToolStore for TestStore {
 
     async fn outbox_enqueue(
         &self,
-        key: &str,
-        tool: &str,
-        args: &Value,
+        item: &NewOutboxItem,
         queued_result: &Value,
         now_unix_ms: i64,
     ) -> Result<OutboxItem, StoreError> {
-        self.inner.outbox_enqueue(key, tool, args, queued_result, now_unix_ms).await
+        self.inner.outbox_enqueue(item, queued_result, now_unix_ms).await
     }
 
     async fn outbox_claim(
@@ -114,8 +112,19 @@ impl ToolStore for TestStore {
         id: i64,
         error: &str,
         next_attempt_unix_ms: i64,
+        outcome_unknown: bool,
     ) -> Result<bool, StoreError> {
-        self.inner.outbox_retry_later(id, error, next_attempt_unix_ms).await
+        self.inner.outbox_retry_later(id, error, next_attempt_unix_ms, outcome_unknown).await
+    }
+
+    async fn outbox_review(
+        &self,
+        id: i64,
+        error: &str,
+        review_result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.inner.outbox_review(id, error, review_result, now_unix_ms).await
     }
 
     async fn outbox_fail(

@@ -32,6 +32,7 @@ fn create_refund(url: &str, queue: bool) -> String {
         r#"
 [tools.create_refund]
 kind = "write"
+idempotency = "key"
 gate = [{{ field = "amount", op = ">", value = 50, reason = "refunds over $50 wait for a person" }}]
 [[tools.create_refund.rungs]]
 kind = "http"
@@ -54,6 +55,7 @@ fn hand_off(url: &str, queue: bool) -> String {
 [tools.hand_off]
 kind = "write"
 key_from = "conversation"
+idempotency = "key"
 [[tools.hand_off.rungs]]
 kind = "http"
 source = "ticket_system"
@@ -212,6 +214,13 @@ async fn a_timeout_after_sending_queues_and_a_deduplicating_backend_executes_onc
     assert_eq!(queued.status, ToolStatus::Queued);
     let key = queued.envelope["idempotency_key"].as_str().unwrap().to_string();
     assert_eq!(refunds.executions(), 1, "the refund ran before the backend hung");
+    // It may have executed (it did): never "NOT executed".
+    let detail = queued.envelope["detail"].as_str().unwrap();
+    assert!(detail.contains("may or may not have executed"), "{detail}");
+    assert!(detail.contains("rein will settle it with the same key"), "{detail}");
+    assert!(!detail.contains("NOT executed"), "{detail}");
+    assert_eq!(queued.envelope["outcome_unknown"], true);
+    assert!(outbox_item(&h.store, &key).await.outcome_unknown);
 
     refunds.set(Mode::Up);
     let report = h.dispatcher.replay_due("worker-1", 10).await;
@@ -364,6 +373,8 @@ async fn an_item_whose_worker_crashed_is_claimed_again_after_its_lease() {
         .unwrap()
         .to_string();
 
+    // A 503 says the backend did not process it: the outcome is known.
+    assert!(!outbox_item(&h.store, &key).await.outcome_unknown);
     // A worker claims it and dies before finishing.
     let now = h.clock.now_unix_ms();
     assert_eq!(h.store.outbox_claim("crashed", now, 30_000, 10).await.unwrap().len(), 1);
@@ -373,6 +384,7 @@ async fn an_item_whose_worker_crashed_is_claimed_again_after_its_lease() {
     h.clock.advance_ms(30_001);
     let report = h.dispatcher.replay_due("worker-2", 10).await;
     assert_eq!(report.done, 1, "{report:?}");
+    assert!(outbox_item(&h.store, &key).await.outcome_unknown, "the crashed send may have run");
     assert_eq!(refunds.executions(), 1);
     assert_eq!(refunds.received().last().unwrap().idempotency_key.as_deref(), Some(key.as_str()));
 }

@@ -137,6 +137,7 @@ batch = 4
 
 [tools.refund]
 kind = "write"
+idempotency = "key"
 
 [[tools.refund.rungs]]
 kind = "http"
