@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -70,18 +70,40 @@ pub async fn call(
             &request_id,
         );
     }
-    let limit = runtime.config.server.max_body_bytes;
-    let Ok(bytes): Result<Bytes, _> = axum::body::to_bytes(body, limit).await else {
-        gateway.metrics.http_error("tools", 413);
-        return error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_request_error",
-            None,
-            &format!(
-                "The request body is larger than this gateway accepts ({limit} bytes, `server.max_body_bytes`)."
-            ),
-            &request_id,
-        );
+    let server = &runtime.config.server;
+    let limit = server.max_body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let bytes = match super::body::read(body, declared, limit, server.edge.body_read_timeout).await
+    {
+        Ok(bytes) => bytes,
+        Err(failure) => {
+            use super::body::BodyError;
+            let (status, message) = match failure {
+                BodyError::TooLarge => (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!(
+                        "The request body is larger than this gateway accepts ({limit} bytes, `server.max_body_bytes`)."
+                    ),
+                ),
+                BodyError::Timeout => (
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "The request body did not arrive within {} ms (`server.body_read_timeout_ms`).",
+                        server.edge.body_read_timeout.as_millis()
+                    ),
+                ),
+                BodyError::Broken(why) => {
+                    (StatusCode::BAD_REQUEST, format!("The request body could not be read: {why}."))
+                }
+            };
+            gateway.metrics.http_error("tools", status.as_u16());
+            let mut response = error(status, "invalid_request_error", None, &message, &request_id);
+            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return response;
+        }
     };
     let args: Value = match serde_json::from_slice(&bytes) {
         Ok(value @ Value::Object(_)) => value,

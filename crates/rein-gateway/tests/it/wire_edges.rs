@@ -51,6 +51,14 @@ async fn an_oversize_body_gets_its_413_even_while_the_client_is_still_sending() 
         assert!(answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
         assert!(answer.contains("server.max_body_bytes"), "{answer}");
     }
+    // The tool endpoint reads its bodies the same way.
+    let tool_head = format!(
+        "POST /v1/tools/anything HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer client-secret-1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let (answer, wrote_all) = raw_exchange(gw.addr, tool_head, body.clone()).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(wrote_all, "the tool endpoint's 413 broke the client's write");
     // Chunked, with no length declared: the same answer once the limit is passed.
     let mut chunked = String::new();
     for _ in 0..4 {
