@@ -118,6 +118,7 @@ pub struct Metrics {
     tool_busy: Family<ToolBulkheadLabels, Counter>,
     outbox_depth: Gauge,
     outbox_failed: Gauge,
+    outbox_review: Gauge,
     outbox_oldest_age: Gauge,
     calls_abandoned: Family<RouteLabel, Counter>,
     connections_open: Gauge,
@@ -210,6 +211,12 @@ impl Metrics {
             "Queued writes the primary refused for good, waiting for an operator",
             outbox_failed.clone(),
         );
+        let outbox_review = Gauge::default();
+        registry.register(
+            "outbox_review",
+            "Writes whose outcome is unknown, held for a person (idempotency = \"none\")",
+            outbox_review.clone(),
+        );
         let outbox_oldest_age = Gauge::default();
         registry.register_with_unit(
             "outbox_oldest_age",
@@ -251,6 +258,7 @@ impl Metrics {
             tool_busy,
             outbox_depth,
             outbox_failed,
+            outbox_review,
             outbox_oldest_age,
             calls_abandoned,
             connections_open,
@@ -273,6 +281,7 @@ impl Metrics {
     pub fn set_outbox(&self, stats: &OutboxStats, now_unix_ms: i64) {
         self.outbox_depth.set(stats.pending);
         self.outbox_failed.set(stats.failed);
+        self.outbox_review.set(stats.review);
         let age_s = stats
             .oldest_pending_created_unix_ms
             .map_or(0, |created| (now_unix_ms - created).max(0) / 1000);
