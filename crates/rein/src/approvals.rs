@@ -14,10 +14,10 @@ use crate::admin::{self, Admin};
 #[derive(Debug, Args)]
 pub struct ApprovalsArgs {
     /// The gateway's address.
-    #[arg(long, default_value = "http://127.0.0.1:8787")]
+    #[arg(long, global = true, default_value = "http://127.0.0.1:8787")]
     url: String,
     /// Environment variable holding the admin key.
-    #[arg(long, default_value = "REIN_ADMIN_KEY")]
+    #[arg(long, global = true, default_value = "REIN_ADMIN_KEY")]
     admin_key_env: String,
     /// Print the admin API's JSON instead of a table.
     #[arg(long, global = true)]

@@ -1,7 +1,7 @@
 //! The `rein` command line: parses arguments and hands each subcommand to its library crate.
 //! The work lives in the libraries; this file is glue, with `anyhow` for the top-level error.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -9,7 +9,9 @@ use anyhow::Context;
 
 mod admin;
 mod approvals;
+mod check;
 mod outbox;
+mod serve;
 
 /// A proxy allocates and frees many small buffers per request; mimalloc does that with far less
 /// CPU than glibc's allocator (the benchmark's profile showed ~12% of rein's time in malloc/free).
@@ -55,6 +57,15 @@ struct ServeArgs {
     /// The config file (TOML). Without it, the embedded default config is used.
     #[arg(long, short)]
     config: Option<PathBuf>,
+    /// Listen on ADDR, overriding the config's `server.listen` (port 0 picks a free port; the
+    /// startup line prints the address really bound). Same rules: a non-loopback address needs
+    /// `server.client_keys_env`.
+    #[arg(long, value_name = "ADDR", conflicts_with = "port")]
+    listen: Option<SocketAddr>,
+    /// Listen on PORT, on the host of the config's `server.listen`, overriding its port (0 picks
+    /// a free port), e.g. to run a second gateway beside the first.
+    #[arg(long)]
+    port: Option<u16>,
     /// Log format on stderr.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -70,15 +81,19 @@ enum LogFormat {
 struct CheckArgs {
     /// The config file to check.
     config: PathBuf,
+    /// Fail when an environment variable the config names for a secret is unset (by default
+    /// that is a warning: `rein serve` needs it, checking the file does not).
+    #[arg(long)]
+    strict: bool,
 }
 
 #[derive(Debug, Args)]
 struct VersionsArgs {
     /// The gateway's address.
-    #[arg(long, default_value = "http://127.0.0.1:8787")]
+    #[arg(long, global = true, default_value = "http://127.0.0.1:8787")]
     url: String,
     /// Environment variable holding the admin key.
-    #[arg(long, default_value = "REIN_ADMIN_KEY")]
+    #[arg(long, global = true, default_value = "REIN_ADMIN_KEY")]
     admin_key_env: String,
     #[command(subcommand)]
     action: VersionsAction,
@@ -112,9 +127,6 @@ enum VersionsAction {
     },
 }
 
-/// The config `rein serve` runs when given none.
-const EMBEDDED_CONFIG: &str = include_str!("../../../examples/embedded.toml");
-
 #[derive(Debug, Args)]
 struct SimArgs {
     /// Address to listen on (port 0 picks a free port).
@@ -134,7 +146,13 @@ fn main() -> std::process::ExitCode {
         matches!(&cli.command, Command::Serve(ServeArgs { log_format: LogFormat::Json, .. }));
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour only for a person at a terminal, and never when NO_COLOR is set (no-color.org).
+    let colour = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(colour);
     if json_logs {
         logs.json().init();
     } else {
@@ -156,8 +174,8 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve(args).await,
-            Command::Check(args) => check(args).await,
+            Command::Serve(args) => serve::run(args).await,
+            Command::Check(args) => check::run(args),
             Command::Versions(args) => versions(args).await,
             Command::Outbox(args) => outbox::run(args).await,
             Command::Approvals(args) => approvals::run(args).await,
@@ -169,91 +187,6 @@ fn main() -> std::process::ExitCode {
         Err(error) => {
             eprintln!("error: {error:#}");
             std::process::ExitCode::FAILURE
-        }
-    }
-}
-
-async fn serve(args: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
-    use rein_gateway::server::{Gateway, bind};
-    let default = args.config.is_none().then(|| EMBEDDED_CONFIG.to_string());
-    if args.config.is_none() {
-        tracing::info!(
-            "no --config given: running the embedded default (simulated providers, no API keys)"
-        );
-    }
-    let gateway = match Gateway::new(args.config.clone(), default).await {
-        Ok(gateway) => gateway,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return Ok(std::process::ExitCode::from(2));
-        }
-    };
-    let listener = bind(&gateway).await?;
-    let addr = listener.local_addr()?;
-    {
-        // Nobody may be reading stdout (a closed pipe): the gateway runs on regardless.
-        let mut stdout = std::io::stdout().lock();
-        let scheme = if gateway.runtime().config.server.tls.is_some() { "https" } else { "http" };
-        let _ = writeln!(stdout, "rein listening on {scheme}://{addr}");
-        let _ = writeln!(stdout, "routes: {}", gateway.engine.route_names().join(", "));
-        let _ = stdout.flush();
-    }
-    let reloader = gateway.clone();
-    tokio::spawn(async move {
-        let Ok(mut hangups) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        else {
-            tracing::warn!("cannot listen for SIGHUP; reload through the admin API instead");
-            return;
-        };
-        while hangups.recv().await.is_some() {
-            match reloader.reload().await {
-                Ok(version) => tracing::info!(version, "SIGHUP: config reloaded"),
-                Err(error) => tracing::error!(
-                    "SIGHUP: reload refused, the old config stays in force: {error}"
-                ),
-            }
-        }
-    });
-    gateway.serve(listener, shutdown_signal()).await?;
-    Ok(std::process::ExitCode::SUCCESS)
-}
-
-/// Resolves on SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate => {}
-    }
-}
-
-async fn check(args: CheckArgs) -> anyhow::Result<std::process::ExitCode> {
-    let text = std::fs::read_to_string(&args.config)
-        .with_context(|| format!("cannot read {}", args.config.display()))?;
-    match rein_gateway::config::Config::from_toml(&text, &rein_gateway::config::process_env) {
-        Ok(config) => {
-            let mut stdout = std::io::stdout().lock();
-            writeln!(
-                stdout,
-                "{} is valid: {} route(s), {} provider(s). Effective config (secrets masked):",
-                args.config.display(),
-                config.routes.len(),
-                config.providers.len()
-            )?;
-            writeln!(stdout, "{}", serde_json::to_string_pretty(&config)?)?;
-            Ok(std::process::ExitCode::SUCCESS)
-        }
-        Err(error) => {
-            eprint!("{}: {error}", args.config.display());
-            Ok(std::process::ExitCode::from(1))
         }
     }
 }

@@ -209,19 +209,10 @@ impl Gateway {
         path: Option<PathBuf>,
         default_config: Option<String>,
     ) -> Result<Arc<Self>, StartError> {
-        Self::with_overrides(path, default_config, Overrides::default()).await
-    }
-
-    /// [`Gateway::new`] with command-line settings over the file's, kept across reloads.
-    pub async fn with_overrides(
-        path: Option<PathBuf>,
-        default_config: Option<String>,
-        overrides: Overrides,
-    ) -> Result<Arc<Self>, StartError> {
         let env: EnvSource = Arc::new(process_env);
         let text = read_config(path.as_ref(), default_config.as_deref()).await?;
         let config = Config::from_toml(&text, &*env)?;
-        Self::build(config, path, default_config, env, overrides).await
+        Self::from_config_with_overrides(config, path, default_config, env, Overrides::default()).await
     }
 
     /// Build a gateway from an already validated config.
@@ -231,10 +222,12 @@ impl Gateway {
         default_config: Option<String>,
         env: EnvSource,
     ) -> Result<Arc<Self>, StartError> {
-        Self::build(config, config_path, default_config, env, Overrides::default()).await
+        Self::from_config_with_overrides(config, config_path, default_config, env, Overrides::default()).await
     }
 
-    async fn build(
+    /// [`Gateway::from_config`] with command-line settings over the file's (`rein serve
+    /// --listen`), kept across reloads.
+    pub async fn from_config_with_overrides(
         mut config: Config,
         config_path: Option<PathBuf>,
         default_config: Option<String>,

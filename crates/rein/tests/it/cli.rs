@@ -1,7 +1,11 @@
-//! The `rein` binary itself: `rein check` on good and bad configs, and `rein versions` changing,
+//! The `rein` binary itself: `rein check` on good and bad configs (an unset secret is a warning
+//! unless `--strict`), `rein serve --listen/--port` and its startup lines, log colour only on a
+//! terminal, the admin commands' flags after their subcommands, `rein versions` changing,
 //! listing and reverting a route's settings on a running `rein serve` through its admin API.
 
 use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rein");
@@ -144,4 +148,318 @@ fn versions_set_list_diff_and_revert_through_a_running_gateway() {
     let gateway = serve(&config);
     let listed = versions(&gateway.url, &["list", "chat"]);
     assert_eq!(listed["versions"][0]["active"], true, "{listed}");
+}
+
+/// A config with one simulated route, listening on `listen`, with an admin key and a SQLite
+/// file in `dir`.
+fn sim_config(dir: &Path, listen: &str) -> PathBuf {
+    let path = dir.join("rein.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[server]\nlisten = \"{listen}\"\nadmin_key_env = \"REIN_CLI_ADMIN\"\n\n[store]\nsqlite_path = \"{}\"\n\n[providers.sim]\nkind = \"sim\"\n\n[routes.chat]\n[[routes.chat.tiers]]\nname = \"primary\"\nprovider = \"sim\"\nmodel = \"sim-primary\"\n",
+            dir.join("rein.sqlite").display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// `rein serve` with `args`, run in `dir`: the child and its first three stdout lines (address,
+/// routes, the line to try).
+fn serve_with(dir: &Path, args: &[&str]) -> (Serve, Vec<String>) {
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .args(args)
+        .current_dir(dir)
+        .env("REIN_CLI_ADMIN", "cli-admin-key")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Read on a thread, so that a gateway that prints fewer lines fails the test, not hangs it
+    // (and the guard stops the gateway on that failure).
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut serve = Serve { child, url: String::new() };
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    for _ in 0..3 {
+        match receiver.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(line) => lines.push(line),
+            Err(error) => panic!("{error}: rein serve printed only {lines:?}"),
+        }
+    }
+    serve.url = lines[0]
+        .strip_prefix("rein listening on ")
+        .unwrap_or_else(|| panic!("{lines:?}"))
+        .to_string();
+    (serve, lines)
+}
+
+/// The port of `http://host:port`.
+fn port_of(url: &str) -> u16 {
+    url.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// `rein serve` that must refuse to start: its exit code and stderr.
+fn serve_refused(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let output = Command::new(BIN)
+        .arg("serve")
+        .args(args)
+        .current_dir(dir)
+        .env("REIN_CLI_ADMIN", "cli-admin-key")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_port_0_prints_the_bound_address_and_a_curl_line_that_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gateway, lines) = serve_with(dir.path(), &["--port", "0"]);
+    let port = port_of(&gateway.url);
+    assert_ne!(port, 0, "the real port, not the one asked for: {lines:?}");
+    assert!(gateway.url.starts_with("http://127.0.0.1:"), "the embedded config's host: {lines:?}");
+    assert_eq!(lines[1], "routes: demo, demo-fallback");
+
+    // The next step is one curl line that works as printed: its URL and body, sent as is.
+    let curl = lines[2].strip_prefix("try: curl -s ").unwrap_or_else(|| panic!("{lines:?}"));
+    let (url, rest) = curl.split_once(' ').unwrap();
+    assert_eq!(url, format!("{}/v1/chat/completions", gateway.url));
+    assert!(rest.contains("-H 'content-type: application/json'"), "{curl}");
+    let body = rest.split_once("-d '").unwrap().1.strip_suffix('\'').unwrap();
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-rein-outcome"], "answered");
+    let reply: serde_json::Value = response.json().await.unwrap();
+    assert!(reply["choices"][0]["message"]["content"].is_string(), "{reply}");
+}
+
+#[test]
+fn serve_listen_and_port_override_the_configs_address() {
+    let dir = tempfile::tempdir().unwrap();
+    // The config's address is taken (a first gateway, say): as configured, rein cannot start,
+    // and says how to start beside it.
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    let config = sim_config(dir.path(), &format!("127.0.0.1:{taken_port}"));
+    let config = config.to_str().unwrap();
+    let (code, stderr) = serve_refused(dir.path(), &["--config", config]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("cannot listen on 127.0.0.1:{taken_port}")), "{stderr}");
+    assert!(stderr.contains("--port"), "the way out is named: {stderr}");
+
+    let (gateway, lines) = serve_with(dir.path(), &["--config", config, "--port", "0"]);
+    let port = port_of(&gateway.url);
+    assert!(port != 0 && port != taken_port, "{lines:?}");
+    assert!(gateway.url.starts_with("http://127.0.0.1:"), "the config's host is kept: {lines:?}");
+    assert!(lines[2].contains("\"model\":\"chat\""), "the config's route: {lines:?}");
+    drop(gateway);
+
+    let (gateway, lines) = serve_with(dir.path(), &["--config", config, "--listen", "127.0.0.1:0"]);
+    let port = port_of(&gateway.url);
+    assert!(port != 0 && port != taken_port, "{lines:?}");
+}
+
+#[test]
+fn serve_listen_keeps_the_configs_rules_and_refuses_a_bad_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    // A public address still needs client keys, whether it comes from the file or the flag.
+    let (code, stderr) = serve_refused(dir.path(), &["--listen", "0.0.0.0:0"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("server.client_keys_env"), "{stderr}");
+    assert!(stderr.contains("0.0.0.0:0"), "{stderr}");
+
+    let (code, stderr) = serve_refused(dir.path(), &["--listen", "127.0.0.1:0", "--port", "0"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+    let (code, stderr) = serve_refused(dir.path(), &["--listen", "localhost"]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("--listen"), "{stderr}");
+
+    let help = Command::new(BIN).args(["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--listen <ADDR>") && help.contains("--port <PORT>"), "{help}");
+    assert!(help.contains("overriding the config's `server.listen`"), "{help}");
+}
+
+/// `rein <args>` with the admin key in `REIN_CLI_ADMIN`: exit code, stdout, stderr.
+fn admin_command(args: &[&str]) -> (Option<i32>, String, String) {
+    let output = Command::new(BIN)
+        .args(args)
+        .env("REIN_CLI_ADMIN", "cli-admin-key")
+        .env_remove("REIN_ADMIN_KEY")
+        .output()
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn admin_commands_take_their_flags_after_the_subcommand() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = sim_config(dir.path(), "127.0.0.1:0");
+    let gateway = serve(&config);
+    let url = gateway.url.as_str();
+    let key = ["--admin-key-env", "REIN_CLI_ADMIN"];
+
+    let (code, stdout, stderr) =
+        admin_command(&[&["outbox", "list", "--url", url], &key[..]].concat());
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("IDEMPOTENCY KEY") && stdout.contains("0 shown"), "{stdout}");
+    let (code, stdout, stderr) =
+        admin_command(&[&["approvals", "list", "--json", "--url", url], &key[..]].concat());
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(serde_json::from_str::<serde_json::Value>(&stdout).unwrap()["holds"].is_array());
+    let (code, stdout, stderr) =
+        admin_command(&[&["versions", "list", "chat", "--url", url], &key[..]].concat());
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let listed: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(listed["versions"][0]["active"], true, "{listed}");
+    // Before the subcommand still works.
+    let (code, stdout, stderr) =
+        admin_command(&[&["outbox", "--url", url], &key[..], &["list"]].concat());
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+
+    // The flag is really used: a gateway that is not there is named, not the default address.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let nowhere = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let (code, _, stderr) =
+        admin_command(&[&["outbox", "list", "--url", &nowhere], &key[..]].concat());
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains(&format!("cannot reach {nowhere}")), "{stderr}");
+    // And the key's variable after the subcommand too: one that is unset is named.
+    let (code, _, stderr) =
+        admin_command(&["outbox", "list", "--url", url, "--admin-key-env", "REIN_CLI_UNSET_KEY"]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("REIN_CLI_UNSET_KEY"), "{stderr}");
+}
+
+/// A config whose only provider needs `OPENAI_API_KEY`-like `var`, plus `extra` TOML.
+fn config_needing(dir: &Path, var: &str, extra: &str) -> PathBuf {
+    let path = dir.join("needs-secret.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[providers.openai]\nkind = \"openai\"\napi_key_env = \"{var}\"\n\n[routes.chat]\n[[routes.chat.tiers]]\nname = \"primary\"\nprovider = \"openai\"\nmodel = \"gpt-4o\"\n{extra}"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn check(args: &[&str]) -> (Option<i32>, String, String) {
+    let output = Command::new(BIN)
+        .arg("check")
+        .args(args)
+        .env_remove("REIN_CLI_UNSET_SECRET")
+        .output()
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_warns_about_an_unset_secret_and_fails_on_it_only_when_strict() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config_needing(dir.path(), "REIN_CLI_UNSET_SECRET", "");
+    let path = path.to_str().unwrap();
+
+    let (code, stdout, stderr) = check(&[path]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("is valid: 1 route(s), 1 provider(s)"), "{stdout}");
+    assert!(stderr.contains("warning: `providers.openai.api_key_env`"), "{stderr}");
+    assert!(stderr.contains("`REIN_CLI_UNSET_SECRET` is not set"), "{stderr}");
+
+    let (code, stdout, stderr) = check(&["--strict", path]);
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains("`providers.openai.api_key_env`"), "{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+}
+
+#[test]
+fn check_still_fails_on_every_other_problem_beside_an_unset_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config_needing(
+        dir.path(),
+        "REIN_CLI_UNSET_SECRET",
+        "\n[store]\npostgres_url_env = \"REIN_CLI_UNSET_SECRET\"\n\n[routes.other]\ndeadline_ms = 100\n[[routes.other.tiers]]\nname = \"primary\"\nprovider = \"openia\"\nmodel = \"m\"\n",
+    );
+    let (code, stdout, stderr) = check(&[path.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    let (warnings, errors) = stderr.split_once("problem").unwrap();
+    for key in ["providers.openai.api_key_env", "store.postgres_url_env"] {
+        assert!(
+            warnings.contains(&format!("warning: `{key}`")),
+            "`{key}` not a warning:\n{stderr}"
+        );
+    }
+    for key in ["routes.other.deadline_ms", "routes.other.tiers[0].provider"] {
+        assert!(errors.contains(&format!("`{key}`")), "`{key}` not named as an error:\n{stderr}");
+    }
+    assert!(!errors.contains("is not set"), "{stderr}");
+}
+
+/// `rein serve` on a port that is taken, run so that it logs one line and exits; what it wrote
+/// to stderr. With `tty`, under `script`, whose terminal is the child's stdout and stderr.
+fn log_line_of_a_refused_serve(tty: bool, no_color: Option<&str>) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    let mut command = if tty {
+        let mut command = Command::new("script");
+        command.args(["-qec", &format!("'{BIN}' serve --listen {listen}"), "/dev/null"]);
+        command
+    } else {
+        let mut command = Command::new(BIN);
+        command.args(["serve", "--listen", &listen]);
+        command
+    };
+    command.current_dir(dir.path()).env("RUST_LOG", "info").env_remove("NO_COLOR");
+    if let Some(value) = no_color {
+        command.env("NO_COLOR", value);
+    }
+    let output = command.stdin(Stdio::null()).output().unwrap();
+    let text = String::from_utf8_lossy(if tty { &output.stdout } else { &output.stderr });
+    assert!(text.contains("no --config given"), "no log line: {text}");
+    assert!(text.contains("cannot listen on"), "{text}");
+    text.into_owned()
+}
+
+#[test]
+fn logs_are_coloured_only_on_a_terminal_and_never_with_no_color() {
+    let piped = log_line_of_a_refused_serve(false, None);
+    assert!(!piped.contains('\u{1b}'), "ANSI escapes in piped stderr: {piped:?}");
+    let terminal = log_line_of_a_refused_serve(true, None);
+    assert!(terminal.contains("\u{1b}["), "no colour at a terminal: {terminal:?}");
+    let terminal = log_line_of_a_refused_serve(true, Some("1"));
+    assert!(!terminal.contains('\u{1b}'), "colour despite NO_COLOR: {terminal:?}");
+    // An empty NO_COLOR does not count (no-color.org).
+    let terminal = log_line_of_a_refused_serve(true, Some(""));
+    assert!(terminal.contains("\u{1b}["), "{terminal:?}");
 }

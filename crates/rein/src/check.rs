@@ -1,0 +1,87 @@
+//! `rein check`: validates a config file and names every problem by key. An environment
+//! variable the config names for a secret that is unset here is a warning, not a failure (the
+//! file is checked, often on a machine that does not hold the secrets), unless `--strict`; every
+//! other problem fails the check. On success it prints the effective config, secrets masked.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::io::Write;
+
+use anyhow::Context;
+use rein_gateway::config::{Config, ConfigError, ConfigProblem, process_env};
+
+use crate::CheckArgs;
+
+/// Stands in for an unset variable's value in the second validation. The config reads
+/// environment variables only for secrets, and checks of their values ask at most for a
+/// `postgres://` URL (`store.postgres_url_env`) or a valid header value; this satisfies both.
+const PLACEHOLDER: &str = "postgres://rein-check.invalid/unset";
+
+pub fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCode> {
+    let text = std::fs::read_to_string(&args.config)
+        .with_context(|| format!("cannot read {}", args.config.display()))?;
+    let name = args.config.display();
+    let (result, unset) = validate(&text, args.strict);
+    let mut stderr = std::io::stderr().lock();
+    for problem in &unset {
+        writeln!(
+            stderr,
+            "{name}: warning: `{}`: {} (`rein serve` refuses to start until it is set; \
+             `rein check --strict` fails on it)",
+            problem.key, problem.message
+        )?;
+    }
+    match result {
+        Ok(config) => {
+            let mut stdout = std::io::stdout().lock();
+            writeln!(
+                stdout,
+                "{name} is valid: {} route(s), {} provider(s). Effective config (secrets masked):",
+                config.routes.len(),
+                config.providers.len()
+            )?;
+            writeln!(stdout, "{}", serde_json::to_string_pretty(&config)?)?;
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        Err(error) => {
+            write!(stderr, "{name}: {error}")?;
+            Ok(std::process::ExitCode::from(1))
+        }
+    }
+}
+
+/// The config, or its problems; and the problems that only say a secret's variable is unset,
+/// when those are warnings (not `strict`).
+fn validate(text: &str, strict: bool) -> (Result<Config, ConfigError>, Vec<ConfigProblem>) {
+    let unset = RefCell::new(BTreeSet::new());
+    let recording = |name: &str| {
+        let value = process_env(name).filter(|value| !value.is_empty());
+        if value.is_none() {
+            unset.borrow_mut().insert(name.to_string());
+        }
+        value
+    };
+    let error = match Config::from_toml(text, &recording) {
+        Ok(config) => return (Ok(config), Vec::new()),
+        Err(error) => error,
+    };
+    let unset = unset.into_inner();
+    if strict || unset.is_empty() {
+        return (Err(error), Vec::new());
+    }
+    // Again as if every unset variable were set: what still fails is the config's own problem;
+    // what no longer does was only an unset variable.
+    let filled = |name: &str| {
+        process_env(name)
+            .filter(|value| !value.is_empty())
+            .or_else(|| unset.contains(name).then(|| PLACEHOLDER.to_string()))
+    };
+    let second = Config::from_toml(text, &filled);
+    let remaining: &[ConfigProblem] = match &second {
+        Ok(_) => &[],
+        Err(second) => &second.problems,
+    };
+    let warnings =
+        error.problems.iter().filter(|problem| !remaining.contains(problem)).cloned().collect();
+    (second, warnings)
+}
