@@ -1,6 +1,48 @@
 #!/usr/bin/env bash
 # The test command: every Rust test, then the official-SDK suite against a real `rein serve`.
+# The Postgres tool store's tests start their own PostgreSQL server (rein_store::testing), which
+# needs its server binaries (initdb, pg_ctl, postgres): when they are in none of the places those
+# tests look, this installs Debian's `postgresql` package first (through sudo when not root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The directory holding the server binaries, looked for where rein_store::testing looks:
+# $REIN_POSTGRES_BINDIR, `pg_config --bindir`, Debian's /usr/lib/postgresql/<version>/bin
+# (REIN_POSTGRES_DEBIAN_DIR moves that root, for this script's own test), then $PATH.
+postgres_bindir() {
+  local dirs=() dir
+  if [ -n "${REIN_POSTGRES_BINDIR:-}" ]; then dirs+=("$REIN_POSTGRES_BINDIR"); fi
+  if dir=$(pg_config --bindir 2>/dev/null); then dirs+=("$dir"); fi
+  for dir in "${REIN_POSTGRES_DEBIAN_DIR:-/usr/lib/postgresql}"/*/bin; do dirs+=("$dir"); done
+  IFS=: read -ra path_dirs <<<"${PATH:-}"
+  dirs+=("${path_dirs[@]}")
+  for dir in "${dirs[@]}"; do
+    if [ -x "$dir/initdb" ] && [ -x "$dir/pg_ctl" ] && [ -x "$dir/postgres" ]; then
+      echo "$dir"
+      return 0
+    fi
+  done
+  return 1
+}
+
+if ! postgres_bindir >/dev/null; then
+  if ! command -v apt-get >/dev/null; then
+    echo "error: the tests need PostgreSQL's server binaries (initdb, pg_ctl, postgres) and there" \
+      "is no apt-get to install them: install PostgreSQL, or set REIN_POSTGRES_BINDIR to the" \
+      "directory holding them" >&2
+    exit 1
+  fi
+  echo "PostgreSQL's server binaries are missing: installing Debian's postgresql package" >&2
+  sudo=()
+  if [ "$(id -u)" != 0 ]; then sudo=(sudo); fi
+  "${sudo[@]}" apt-get update
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql
+  if ! postgres_bindir >/dev/null; then
+    echo "error: installed Debian's postgresql package, but initdb, pg_ctl and postgres are still" \
+      "not found: set REIN_POSTGRES_BINDIR to the directory holding them" >&2
+    exit 1
+  fi
+fi
+
 cargo test --workspace
 bash scripts/test-python.sh

@@ -1,7 +1,8 @@
 //! The `rein` binary itself: `rein check` on good and bad configs (an unset secret is a warning
 //! unless `--strict`), `rein serve --listen/--port` and its startup lines, log colour only on a
 //! terminal, the admin commands' flags after their subcommands, `rein versions` changing,
-//! listing and reverting a route's settings on a running `rein serve` through its admin API.
+//! listing and reverting a route's settings on a running `rein serve` through its admin API, and
+//! `scripts/test.sh` installing PostgreSQL's server when it is missing.
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -462,4 +463,140 @@ fn logs_are_coloured_only_on_a_terminal_and_never_with_no_color() {
     // An empty NO_COLOR does not count (no-color.org).
     let terminal = log_line_of_a_refused_serve(true, Some(""));
     assert!(terminal.contains("\u{1b}["), "{terminal:?}");
+}
+
+/// `scripts/test.sh` copied into a scratch checkout whose commands are stand-ins that log what
+/// they are asked to do: `cargo`, `apt-get` (whose install of `postgresql` puts server binaries in
+/// the scratch Debian directory, unless `apt_installs` is false), `sudo`, `id` (answering `uid`),
+/// and `scripts/test-python.sh`. Its exit code, the log and stderr.
+struct TestScript {
+    dir: tempfile::TempDir,
+}
+
+impl TestScript {
+    fn new(apt_get: bool, apt_installs: bool) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for sub in ["repo/scripts", "bin", "debian"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+        let script = format!("{}/../../scripts/test.sh", env!("CARGO_MANIFEST_DIR"));
+        std::fs::copy(script, root.join("repo/scripts/test.sh")).unwrap();
+        let log = root.join("log");
+        let debian = root.join("debian");
+        let stand_in = |path: PathBuf, body: &str| {
+            std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+            let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+            std::fs::set_permissions(&path, executable).unwrap();
+        };
+        let record = format!("echo \"$(/usr/bin/basename \"$0\") $*\" >> '{}'", log.display());
+        stand_in(
+            root.join("repo/scripts/test-python.sh"),
+            &format!("echo python >> '{}'", log.display()),
+        );
+        stand_in(root.join("bin/cargo"), &record);
+        stand_in(root.join("bin/id"), "echo \"$FAKE_UID\"");
+        stand_in(root.join("bin/sudo"), &format!("{record}\nexec \"$@\""));
+        if apt_get {
+            let install = if apt_installs {
+                format!(
+                    "case \"$*\" in *install*postgresql*) /bin/mkdir -p '{0}/17/bin' && for b in initdb pg_ctl postgres; do printf '#!/bin/sh\\n' > '{0}/17/bin/'$b; /bin/chmod 755 '{0}/17/bin/'$b; done;; esac",
+                    debian.display()
+                )
+            } else {
+                String::new()
+            };
+            stand_in(
+                root.join("bin/apt-get"),
+                &format!(
+                    "echo \"apt-get $* (DEBIAN_FRONTEND=$DEBIAN_FRONTEND)\" >> '{}'\n{install}",
+                    log.display()
+                ),
+            );
+        }
+        for tool in ["/bin/bash", "/usr/bin/dirname", "/usr/bin/env", "/usr/bin/basename"] {
+            let name = Path::new(tool).file_name().unwrap();
+            std::os::unix::fs::symlink(tool, root.join("bin").join(name)).unwrap();
+        }
+        TestScript { dir }
+    }
+
+    /// Put server binaries in the scratch Debian directory, as if PostgreSQL 16 were installed.
+    fn with_postgres(self) -> Self {
+        let bin = self.dir.path().join("debian/16/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        for name in ["initdb", "pg_ctl", "postgres"] {
+            std::fs::write(bin.join(name), "#!/bin/sh\n").unwrap();
+            let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+            std::fs::set_permissions(bin.join(name), executable).unwrap();
+        }
+        self
+    }
+
+    fn run(&self, uid: u32) -> (Option<i32>, String, String) {
+        let root = self.dir.path();
+        let output = Command::new("/bin/bash")
+            .arg("scripts/test.sh")
+            .current_dir(root.join("repo"))
+            .env_clear()
+            .env("PATH", root.join("bin"))
+            .env("REIN_POSTGRES_DEBIAN_DIR", root.join("debian"))
+            .env("FAKE_UID", uid.to_string())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let log = std::fs::read_to_string(root.join("log")).unwrap_or_default();
+        (output.status.code(), log, String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
+
+#[test]
+fn test_script_installs_postgres_when_its_server_binaries_are_missing() {
+    let install = "apt-get install -y --no-install-recommends postgresql \
+                   (DEBIAN_FRONTEND=noninteractive)";
+    // As root: apt-get itself, then the tests.
+    let (code, log, stderr) = TestScript::new(true, true).run(0);
+    assert_eq!(code, Some(0), "{log}{stderr}");
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(
+        lines,
+        ["apt-get update (DEBIAN_FRONTEND=)", install, "cargo test --workspace", "python"],
+        "{stderr}"
+    );
+    assert!(stderr.contains("installing Debian's postgresql package"), "{stderr}");
+
+    // Not root: through sudo.
+    let (code, log, stderr) = TestScript::new(true, true).run(1000);
+    assert_eq!(code, Some(0), "{log}{stderr}");
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "sudo apt-get update",
+            "apt-get update (DEBIAN_FRONTEND=)",
+            "sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql",
+            install,
+            "cargo test --workspace",
+            "python"
+        ],
+        "{stderr}"
+    );
+}
+
+#[test]
+fn test_script_installs_nothing_when_postgres_is_there_and_stops_when_it_cannot_install() {
+    let (code, log, stderr) = TestScript::new(true, true).with_postgres().run(1000);
+    assert_eq!(code, Some(0), "{log}{stderr}");
+    assert_eq!(log.lines().collect::<Vec<_>>(), ["cargo test --workspace", "python"]);
+
+    // An install that brings no server binaries stops before the tests, saying what to do.
+    let (code, log, stderr) = TestScript::new(true, false).run(0);
+    assert_eq!(code, Some(1), "{log}{stderr}");
+    assert!(!log.contains("cargo"), "{log}");
+    assert!(stderr.contains("REIN_POSTGRES_BINDIR"), "{stderr}");
+    // So does a machine without apt-get.
+    let (code, log, stderr) = TestScript::new(false, false).run(0);
+    assert_eq!(code, Some(1), "{log}{stderr}");
+    assert!(log.is_empty(), "{log}");
+    assert!(stderr.contains("no apt-get") && stderr.contains("REIN_POSTGRES_BINDIR"), "{stderr}");
 }
