@@ -145,6 +145,7 @@ impl Rule for WebhookRule {
 /// redirected POST is a config error worth seeing) and no retries (a check runs once; its
 /// failure is a failed check).
 pub fn client(connect_timeout: Duration) -> Result<reqwest::Client, String> {
+    rein_providers::install_crypto_provider();
     reqwest::Client::builder()
         .connect_timeout(connect_timeout)
         .redirect(reqwest::redirect::Policy::none())

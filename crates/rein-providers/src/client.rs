@@ -120,13 +120,14 @@ impl HttpClient {
         http.set_nodelay(true);
         http.set_keepalive(keepalive);
         let tls = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_platform_verifier(rustls::crypto::aws_lc_rs::default_provider())
+            .with_provider_and_platform_verifier(rustls::crypto::ring::default_provider())
             .map_err(|error| ClientBuildError { detail: error_chain(&error) })?
             .https_or_http()
             .enable_http1()
             .enable_http2()
             .wrap_connector(http);
         let connector = Bounded { inner: tls, limit: config.connect_timeout() };
+        crate::install_crypto_provider();
         let mut proxied = reqwest::Client::builder();
         if let Some(proxy) = proxy {
             proxied = proxied.no_proxy().proxy(proxy);

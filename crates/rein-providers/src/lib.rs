@@ -51,6 +51,15 @@ pub use secret::Secret;
 #[doc(no_inline)]
 pub use rein_core::{ChatRequest, StreamEvent};
 
+/// Makes ring rustls' process-wide crypto provider, unless one is installed already. rein
+/// builds rustls on ring (no C crypto library to compile) and reqwest without a provider of
+/// its own, so building a reqwest client before any provider is installed panics: call this
+/// first (rein's own clients do).
+pub fn install_crypto_provider() {
+    // An error only says a provider is installed already, which is all that is needed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Builds the adapter a config entry describes, sharing `client`'s connection pool.
 pub fn build_provider(
     config: ProviderConfig,

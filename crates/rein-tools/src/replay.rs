@@ -302,6 +302,8 @@ mod tests {
             ToolsConfig::from_toml("[outbox]\nbackoff_base_ms = 1000\nbackoff_cap_ms = 5000\n")
                 .unwrap();
         let store = Arc::new(SqliteToolStore::new(Arc::new(Store::open_in_memory().unwrap())));
+        // reqwest has rustls without a crypto provider of its own.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         Dispatcher::with_env(&config, store, reqwest::Client::new(), &|_| None)
             .unwrap()
             .with_jitter(Arc::new(FixedJitter(jitter)))

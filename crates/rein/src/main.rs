@@ -141,6 +141,8 @@ struct SimArgs {
 }
 
 fn main() -> std::process::ExitCode {
+    // rustls runs on ring, installed before any HTTP client is built (reqwest has none of its own).
+    rein_providers::install_crypto_provider();
     let cli = Cli::parse();
     let json_logs =
         matches!(&cli.command, Command::Serve(ServeArgs { log_format: LogFormat::Json, .. }));

@@ -15,7 +15,7 @@ use crate::config::{ConfigProblem, TlsFiles};
 
 /// The crypto the listener's TLS uses (the same as the providers' client).
 fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+    Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// Read and check the PEM files: a chain with at least one certificate, a private key, and

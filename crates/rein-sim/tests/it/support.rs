@@ -23,6 +23,8 @@ pub async fn sim_with(config: SimConfig) -> Sim {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let handle = rein_sim::start(listener, config).await.unwrap();
     // No pool idle timer: under paused time a pending timer would make the clock jump.
+    // reqwest has rustls without a crypto provider of its own in a workspace build.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::builder().pool_idle_timeout(None).build().unwrap();
     Sim { handle, client }
 }

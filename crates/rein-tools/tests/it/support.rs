@@ -316,6 +316,8 @@ impl Harness {
 }
 
 pub fn http_client() -> reqwest::Client {
+    // reqwest has rustls without a crypto provider of its own.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 

@@ -239,6 +239,7 @@ async fn serve_port_0_prints_the_bound_address_and_a_curl_line_that_answers() {
     assert_eq!(url, format!("{}/v1/chat/completions", gateway.url));
     assert!(rest.contains("-H 'content-type: application/json'"), "{curl}");
     let body = rest.split_once("-d '").unwrap().1.strip_suffix('\'').unwrap();
+    rein_providers::install_crypto_provider();
     let response = reqwest::Client::new()
         .post(url)
         .header("content-type", "application/json")
@@ -599,4 +600,16 @@ fn test_script_installs_nothing_when_postgres_is_there_and_stops_when_it_cannot_
     assert_eq!(code, Some(1), "{log}{stderr}");
     assert!(log.is_empty(), "{log}");
     assert!(stderr.contains("no apt-get") && stderr.contains("REIN_POSTGRES_BINDIR"), "{stderr}");
+}
+
+#[test]
+fn the_build_compiles_no_aws_lc() {
+    // rustls runs on ring (`rein_providers::install_crypto_provider`): aws-lc's C build was
+    // minutes of the first build, and nothing in rein needs it.
+    let lock = std::fs::read_to_string(format!("{}/../../Cargo.lock", env!("CARGO_MANIFEST_DIR")))
+        .unwrap();
+    for package in ["aws-lc-sys", "aws-lc-rs", "cmake"] {
+        assert!(!lock.contains(&format!("name = \"{package}\"\n")), "{package} is in Cargo.lock");
+    }
+    assert!(lock.contains("name = \"ring\"\n"));
 }

@@ -289,6 +289,7 @@ async fn sigkill_at_seeded_points_never_loses_or_repeats_a_write() {
     let (backend, port) = start_backend().await;
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path(), port, None);
+    rein_providers::install_crypto_provider();
     let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
 
     let mut writes: BTreeMap<String, i64> = BTreeMap::new();
@@ -431,6 +432,7 @@ async fn two_replicas_on_one_postgres_drain_one_queue_once() {
         .iter()
         .map(|dir| Gateway::start(&config(dir.path(), port, Some("REIN_CRASH_PG")), &env))
         .collect();
+    rein_providers::install_crypto_provider();
     let client = reqwest::Client::new();
 
     // The processor is down: 40 writes, alternating replicas, all queued in the one outbox.
@@ -503,6 +505,7 @@ async fn rein_outbox_lists_shows_drops_and_replays_queued_writes() {
     assert!(text.contains("backoff_base_ms = 600000"));
     std::fs::write(&path, text).unwrap();
     let gateway = Gateway::start(&path, &[]);
+    rein_providers::install_crypto_provider();
     let client = reqwest::Client::new();
     for key in ["cli-refund-1", "cli-refund-2"] {
         assert_eq!(send(&client, &gateway.url, key, 12).await, Known::Queued);
@@ -638,6 +641,7 @@ async fn rein_approvals_lists_held_refunds_and_an_approval_executes_once() {
     assert!(text.contains("gate = "));
     std::fs::write(&path, text).unwrap();
     let gateway = Gateway::start(&path, &[]);
+    rein_providers::install_crypto_provider();
     let client = reqwest::Client::new();
     let response = client
         .post(format!("{}/v1/tools/refund", gateway.url))

@@ -30,6 +30,8 @@ impl Drop for Serve {
 
 impl Serve {
     fn start(config: &Path, env: &[(&str, &str)]) -> Serve {
+        // The tests' HTTP clients use rustls with the provider rein itself installs.
+        rein_providers::install_crypto_provider();
         let log = config.with_extension("log");
         let mut command = Command::new(BIN);
         command
