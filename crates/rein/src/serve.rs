@@ -67,12 +67,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
     )
     .await
     {
-            Ok(gateway) => gateway,
-            Err(error) => {
-                eprintln!("error: {error}");
-                return Ok(std::process::ExitCode::from(2));
-            }
-        };
+        Ok(gateway) => gateway,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return Ok(std::process::ExitCode::from(2));
+        }
+    };
     let listener = match bind(&gateway).await {
         Ok(listener) => listener,
         Err(StartError::Bind { addr, source })

@@ -212,7 +212,8 @@ impl Gateway {
         let env: EnvSource = Arc::new(process_env);
         let text = read_config(path.as_ref(), default_config.as_deref()).await?;
         let config = Config::from_toml(&text, &*env)?;
-        Self::from_config_with_overrides(config, path, default_config, env, Overrides::default()).await
+        Self::from_config_with_overrides(config, path, default_config, env, Overrides::default())
+            .await
     }
 
     /// Build a gateway from an already validated config.
@@ -222,7 +223,14 @@ impl Gateway {
         default_config: Option<String>,
         env: EnvSource,
     ) -> Result<Arc<Self>, StartError> {
-        Self::from_config_with_overrides(config, config_path, default_config, env, Overrides::default()).await
+        Self::from_config_with_overrides(
+            config,
+            config_path,
+            default_config,
+            env,
+            Overrides::default(),
+        )
+        .await
     }
 
     /// [`Gateway::from_config`] with command-line settings over the file's (`rein serve

@@ -30,12 +30,17 @@ impl Drop for Serve {
 
 impl Serve {
     fn start(config: &Path, env: &[(&str, &str)]) -> Serve {
+        Self::start_with_args(config, env, &[])
+    }
+
+    fn start_with_args(config: &Path, env: &[(&str, &str)], args: &[&str]) -> Serve {
         // The tests' HTTP clients use rustls with the provider rein itself installs.
         rein_providers::install_crypto_provider();
         let log = config.with_extension("log");
         let mut command = Command::new(BIN);
         command
             .args(["serve", "--config", config.to_str().unwrap()])
+            .args(args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap());
@@ -190,6 +195,33 @@ async fn a_reload_never_takes_auth_off_a_public_socket_and_refuses_what_it_canno
     gw.log_says("SIGHUP: config reloaded", 1).await;
     assert_eq!(chat_status(&gw, Some("edge-client-key-2")).await, 200);
     assert_eq!(chat_status(&gw, Some("edge-client-key")).await, 401);
+    assert_eq!(chat_status(&gw, None).await, 401);
+}
+
+#[tokio::test]
+async fn a_listen_flag_holds_across_reloads_and_its_socket_keeps_the_auth_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    // The file says loopback without keys; the flag serves on every interface.
+    let config = write_config(dir.path(), "listen = \"127.0.0.1:8787\"");
+    let output = Command::new(BIN)
+        .args(["serve", "--config", config.to_str().unwrap(), "--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "0.0.0.0 without client keys was served");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("server.client_keys_env"));
+
+    let keyed = "listen = \"127.0.0.1:8787\"\nclient_keys_env = [\"EDGE_CLIENT\"]";
+    let config = write_config(dir.path(), keyed);
+    let gw = Serve::start_with_args(&config, &KEYS, &["--listen", "0.0.0.0:0"]);
+    assert_eq!(chat_status(&gw, Some("edge-client-key")).await, 200);
+    // An unchanged file reloads: the flag's address is the one in force, not a change.
+    gw.hangup();
+    gw.log_says("SIGHUP: config reloaded", 1).await;
+    // Dropping the keys from the file is refused: the served socket is still 0.0.0.0.
+    write_config(dir.path(), "listen = \"127.0.0.1:8787\"");
+    gw.hangup();
+    let log = gw.log_says("reload refused", 1).await;
+    assert!(log.contains("server.client_keys_env"), "{log}");
     assert_eq!(chat_status(&gw, None).await, 401);
 }
 
