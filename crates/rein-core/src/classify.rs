@@ -55,6 +55,9 @@ pub enum FailureKind {
     OtherClientError,
     /// The adapter could not build this request for this provider; nothing was sent.
     Unsendable,
+    /// The response passed the provider's size limit (`max_response_bytes`,
+    /// `max_event_bytes`) and was cut off by rein.
+    ResponseTooLarge,
 }
 
 impl FailureKind {
@@ -83,6 +86,7 @@ impl FailureKind {
             FailureKind::PayloadTooLarge => "payload_too_large",
             FailureKind::OtherClientError => "other_client_error",
             FailureKind::Unsendable => "unsendable",
+            FailureKind::ResponseTooLarge => "response_too_large",
         }
     }
 }
@@ -143,6 +147,7 @@ pub fn classify(failure: &Failure) -> Classified {
         Failure::Unsendable { .. } => (FailureKind::Unsendable, None, None),
         Failure::StreamCut => (FailureKind::StreamInterrupted, None, None),
         Failure::Malformed { .. } => (FailureKind::MalformedResponse, None, None),
+        Failure::ResponseTooLarge { .. } => (FailureKind::ResponseTooLarge, None, None),
     };
     let (mut disposition, fault, mut reason) = decide(kind);
     // The server's explicit word overrides the status-based guess, in both directions, but never
@@ -203,6 +208,13 @@ pub fn decide(kind: FailureKind) -> (Disposition, Fault, &'static str) {
         FailureKind::OtherClientError => (SkipTierAndAlert, Request, "unrecognised client error"),
         FailureKind::Unsendable => {
             (NextTier, Request, "request cannot be expressed in this provider's format")
+        }
+        // A provider that sends more than any real answer needs (a body that never ends, a
+        // stream that loops) would most likely do it again, and each try costs the whole limit
+        // in bytes and time: the next tier is the better bet. It counts against the tier's
+        // health, so one that keeps doing it cools down.
+        FailureKind::ResponseTooLarge => {
+            (NextTier, Provider, "response exceeded the provider's size limit; not retried here")
         }
     }
 }
@@ -356,6 +368,20 @@ mod tests {
             http.should_retry = Some(false);
         }
         assert_eq!(classify(&failure).disposition, Disposition::NextTier);
+    }
+
+    #[test]
+    fn a_response_past_its_size_limit_goes_to_the_next_tier_on_the_providers_account() {
+        for limit in [crate::failure::ResponseLimit::Response, crate::failure::ResponseLimit::Event]
+        {
+            let failure = Failure::ResponseTooLarge { limit, limit_bytes: 1024 };
+            let classified = classify(&failure);
+            assert_eq!(classified.kind, FailureKind::ResponseTooLarge);
+            assert_eq!(classified.kind.as_str(), "response_too_large");
+            assert_eq!(classified.disposition, Disposition::NextTier);
+            assert_eq!(classified.fault, Fault::Provider);
+            assert!(failure.to_string().contains(limit.key()), "{failure}");
+        }
     }
 
     #[test]

@@ -93,6 +93,30 @@ pub enum Failure {
     /// A chunk or body could not be understood.
     #[error("malformed response: {detail}")]
     Malformed { detail: String },
+    /// The response passed one of the provider's size limits and was not read further: a
+    /// body that never ends, an endless stream, or one event larger than any real answer.
+    #[error("the response exceeded the provider's `{}` ({limit_bytes} bytes); not read further", limit.key())]
+    ResponseTooLarge { limit: ResponseLimit, limit_bytes: u64 },
+}
+
+/// Which of a provider's response size limits was passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResponseLimit {
+    /// The whole success body, JSON or event stream (`max_response_bytes`).
+    Response,
+    /// One server-sent event or line of an event stream (`max_event_bytes`).
+    Event,
+}
+
+impl ResponseLimit {
+    /// The config key that sets this limit.
+    pub fn key(self) -> &'static str {
+        match self {
+            ResponseLimit::Response => "max_response_bytes",
+            ResponseLimit::Event => "max_event_bytes",
+        }
+    }
 }
 
 impl Failure {

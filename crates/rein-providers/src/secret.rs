@@ -89,7 +89,7 @@ impl Redactor {
             Failure::Connection { detail }
             | Failure::Malformed { detail }
             | Failure::Unsendable { detail } => self.text(detail),
-            Failure::ClockFired { .. } | Failure::StreamCut => {}
+            Failure::ClockFired { .. } | Failure::StreamCut | Failure::ResponseTooLarge { .. } => {}
         }
         failure
     }
