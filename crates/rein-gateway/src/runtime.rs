@@ -14,7 +14,7 @@ use rein_core::validate::{OutputContract, RuleSet};
 use rein_core::{Engine, FailoverShare, Provider, Route, Tier};
 use rein_providers::{
     AnthropicConfig, AzureConfig, HttpClient, HttpClientConfig, OpenAiAuth, OpenAiConfig,
-    ProviderConfig as AdapterConfig, Secret as ProviderSecret, build_provider,
+    ProviderConfig as AdapterConfig, ResponseLimits, Secret as ProviderSecret, build_provider,
 };
 use rein_sim::{Scenario, SimConfig, SimHandle};
 use rein_store::{RouteSettings, Store, StoreError, TierSettings};
@@ -151,16 +151,25 @@ impl Upstreams {
             .map(|(k, v)| (k.clone(), ProviderSecret::new(v.clone())))
             .collect();
         let api_key = config.api_key.as_ref().map(|k| ProviderSecret::new(k.expose()));
+        let limits = ResponseLimits {
+            max_response_bytes: config.max_response_bytes,
+            max_event_bytes: config.max_event_bytes,
+        };
         let openai = |base_url: String| {
             let mut adapter = OpenAiConfig::new(name, base_url);
             adapter.api_key = api_key.clone();
             adapter.headers = headers.clone();
+            adapter.streaming = config.stream;
+            adapter.limits = limits;
             adapter
         };
         let anthropic = |base_url: String| {
             let mut adapter = AnthropicConfig::new(name, base_url);
             adapter.api_key = api_key.clone();
             adapter.headers = headers.clone();
+            adapter.streaming = config.stream;
+            adapter.limits = limits;
+            adapter.json_prefill = config.json_prefill;
             if let Some(max_tokens) = config.default_max_tokens {
                 adapter.default_max_tokens = max_tokens;
             }

@@ -4,10 +4,12 @@
 //! environment variables, this crate only carries the value (see [`crate::Secret`]).
 //!
 //! ## base_url conventions
-//! For both formats `base_url` includes the API version prefix, as the OpenAI SDKs expect:
+//! For OpenAI `base_url` includes the API version prefix, as the OpenAI SDKs expect:
 //! `https://api.openai.com/v1`, `http://localhost:11434/v1` (Ollama), `http://host:8000/v1`
-//! (vLLM), `https://api.anthropic.com/v1`. The adapter appends only the resource:
-//! `{base_url}/chat/completions` or `{base_url}/messages`. Azure deployments are the
+//! (vLLM); the adapter appends only the resource, `{base_url}/chat/completions`. For
+//! Anthropic both spellings work: `https://api.anthropic.com/v1` (this crate's default) and
+//! `https://api.anthropic.com` (what Anthropic's SDKs take) both post to `.../v1/messages`;
+//! the adapter adds `v1` when the path does not already end in it. Azure deployments are the
 //! exception: `base_url` is the resource endpoint (`https://NAME.openai.azure.com`) and the
 //! adapter builds `{base_url}/openai/deployments/{deployment}/chat/completions?api-version=..`.
 
@@ -26,6 +28,37 @@ pub const ANTHROPIC_DEFAULT_BASE_URL: &str = "https://api.anthropic.com/v1";
 pub const ANTHROPIC_DEFAULT_VERSION: &str = "2023-06-01";
 /// Anthropic requires `max_tokens`; this is sent when neither the request nor the config has one.
 pub const ANTHROPIC_DEFAULT_MAX_TOKENS: u32 = 4096;
+/// The default cap on one success response, JSON or event stream: 32 MiB. The largest real
+/// answers are streams of 100k+ output tokens, and a Chat Completions chunk costs ~200 bytes
+/// of framing per token (id, model, fingerprint, choice), so 128k tokens stream as ~26 MB; the
+/// same answer as one JSON body is about 1 MB. Per-token logprobs multiply the stream's size,
+/// so a route that asks for them on very long answers may need more.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
+/// The default cap on one server-sent event (or line) of a stream: 4 MiB. Providers send a
+/// few hundred bytes per event and stream tool arguments in fragments; even a server that
+/// sends a whole long answer as one event stays near 1 MB.
+pub const DEFAULT_MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
+
+/// How much of a success response a provider may send before the attempt fails with
+/// [`rein_core::Failure::ResponseTooLarge`]. Error bodies are read only up to a small fixed
+/// size regardless (enough for any provider's error JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResponseLimits {
+    /// The whole body: a JSON answer, or all the bytes of a streamed one.
+    pub max_response_bytes: usize,
+    /// One event (or line) of a stream.
+    pub max_event_bytes: usize,
+}
+
+impl Default for ResponseLimits {
+    fn default() -> Self {
+        Self {
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
+        }
+    }
+}
 
 /// One `[[provider]]` entry: which wire format it speaks and how to reach it.
 #[derive(Debug, Clone, Deserialize)]
@@ -108,6 +141,8 @@ pub struct OpenAiConfig {
     pub auth: Option<OpenAiAuth>,
     #[serde(default)]
     pub azure: Option<AzureConfig>,
+    #[serde(default)]
+    pub limits: ResponseLimits,
 }
 
 impl OpenAiConfig {
@@ -122,6 +157,7 @@ impl OpenAiConfig {
             max_tokens_field: None,
             auth: None,
             azure: None,
+            limits: ResponseLimits::default(),
         }
     }
 }
@@ -131,7 +167,8 @@ impl OpenAiConfig {
 #[serde(deny_unknown_fields)]
 pub struct AnthropicConfig {
     pub name: String,
-    /// Defaults to [`ANTHROPIC_DEFAULT_BASE_URL`] (note the `/v1`).
+    /// Defaults to [`ANTHROPIC_DEFAULT_BASE_URL`]. With or without the `/v1`: the adapter adds
+    /// it when the path does not end in it, as Anthropic's SDKs do with their base URL.
     #[serde(default)]
     pub base_url: Option<String>,
     #[serde(default)]
@@ -147,6 +184,14 @@ pub struct AnthropicConfig {
     pub default_max_tokens: u32,
     #[serde(default = "default_true")]
     pub streaming: bool,
+    /// Whether a `json_object` request is enforced by prefilling the answer with `{` (an
+    /// assistant turn at the end of `messages`). Unset: prefill for the models known to accept
+    /// it (Claude 2, 3, 4.0, 4.1 and 4.5 ids); Claude 4.6 and later reject a prefill with a
+    /// 400, and an unknown model id gets none, so only rein's checks enforce the JSON there.
+    #[serde(default)]
+    pub json_prefill: Option<bool>,
+    #[serde(default)]
+    pub limits: ResponseLimits,
 }
 
 impl AnthropicConfig {
@@ -159,6 +204,8 @@ impl AnthropicConfig {
             anthropic_version: default_anthropic_version(),
             default_max_tokens: ANTHROPIC_DEFAULT_MAX_TOKENS,
             streaming: true,
+            json_prefill: None,
+            limits: ResponseLimits::default(),
         }
     }
 }
@@ -212,6 +259,10 @@ pub enum ConfigError {
     InvalidHeader { provider: String, header: String, reason: String },
     #[error("provider `{provider}`: the API key is not a valid HTTP header value")]
     InvalidApiKey { provider: String },
+    #[error(
+        "provider `{provider}`: `max_response_bytes` ({max_response_bytes}) and `max_event_bytes` ({max_event_bytes}) must be above 0, and an event cannot be larger than the response"
+    )]
+    InvalidLimits { provider: String, max_response_bytes: usize, max_event_bytes: usize },
 }
 
 /// Why the shared HTTP client could not be built (a TLS backend failure, in practice).

@@ -41,8 +41,9 @@ pub use anthropic::{AnthropicProvider, replay_anthropic_response, replay_anthrop
 pub use client::HttpClient;
 pub use config::{
     ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_MAX_TOKENS, ANTHROPIC_DEFAULT_VERSION,
-    AnthropicConfig, AzureConfig, ClientBuildError, ConfigError, HttpClientConfig, MaxTokensField,
-    OPENAI_DEFAULT_BASE_URL, OpenAiAuth, OpenAiConfig, ProviderConfig,
+    AnthropicConfig, AzureConfig, ClientBuildError, ConfigError, DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES, HttpClientConfig, MaxTokensField, OPENAI_DEFAULT_BASE_URL,
+    OpenAiAuth, OpenAiConfig, ProviderConfig, ResponseLimits,
 };
 pub use http_error::{parse_http_error, retry_after};
 pub use openai::{OpenAiProvider, replay_openai_response, replay_openai_stream};
@@ -88,7 +89,8 @@ pub fn replay(format: WireFormat, body: &[u8]) -> Vec<Result<StreamEvent, Failur
 /// Turns response headers into the attempt's outcome: an error status becomes
 /// [`Failure::Http`]; a success becomes the event stream, SSE or JSON by `content-type`
 /// (falling back to what was asked for), so a compatible server that ignores `stream: true`
-/// still works.
+/// still works. A success whose `content-length` already exceeds `max_response_bytes` fails
+/// at once, unread.
 pub(crate) async fn response_events<D: stream::Decoder>(
     provider: &str,
     response: client::Upstream,
@@ -96,6 +98,7 @@ pub(crate) async fn response_events<D: stream::Decoder>(
     streaming: bool,
     decoder: D,
     parse: stream::JsonParser,
+    reading: stream::Reading,
 ) -> Result<EventStream, Failure> {
     let client::Upstream { status, headers, body } = response;
     if !status.is_success() {
@@ -103,6 +106,14 @@ pub(crate) async fn response_events<D: stream::Decoder>(
         let http = parse_http_error(format, status.as_u16(), &headers, &body);
         tracing::debug!(provider, status = http.status, error_type = ?http.error_type, code = ?http.code, "provider error response");
         return Err(Failure::Http { format, http });
+    }
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > reading.limits.max_response_bytes as u64) {
+        tracing::debug!(provider, length = ?declared, "provider response larger than max_response_bytes");
+        return Err(reading.too_large());
     }
     let content_type = headers
         .get(http::header::CONTENT_TYPE)
@@ -116,7 +127,11 @@ pub(crate) async fn response_events<D: stream::Decoder>(
     } else {
         streaming
     };
-    Ok(if sse { stream::sse_events(body, decoder) } else { stream::json_events(body, parse) })
+    Ok(if sse {
+        stream::sse_events(body, decoder, reading)
+    } else {
+        stream::json_events(body, parse, reading)
+    })
 }
 
 /// A request body as bytes (serializing a JSON value cannot fail).
@@ -155,6 +170,19 @@ pub(crate) fn parse_base_url(provider: &str, base_url: &str) -> Result<Url, Conf
         });
     }
     Ok(url)
+}
+
+/// Checks a provider's response limits.
+pub(crate) fn check_limits(provider: &str, limits: ResponseLimits) -> Result<(), ConfigError> {
+    let ResponseLimits { max_response_bytes, max_event_bytes } = limits;
+    if max_response_bytes == 0 || max_event_bytes == 0 || max_event_bytes > max_response_bytes {
+        return Err(ConfigError::InvalidLimits {
+            provider: provider.to_owned(),
+            max_response_bytes,
+            max_event_bytes,
+        });
+    }
+    Ok(())
 }
 
 /// Appends path segments after the base URL's own path (a trailing `/` is ignored).

@@ -3,6 +3,10 @@
 //! space after the colon, multi-line `data`, a blank line dispatches). It owns no I/O and no
 //! JSON; the format decoders interpret `data`.
 //!
+//! One event is bounded: a line, or the `data` lines of one record joined, longer than the
+//! parser's `max_event_bytes` is refused, so a stream with no line end (or no blank line) cannot
+//! grow a buffer without end.
+//!
 //! At end of input a record that never saw its terminating blank line is still handed over,
 //! flagged `terminated: false`, so the stream driver can tell a clean last event (some
 //! recordings omit the final newline) from a line cut in half by a dropped connection.
@@ -23,16 +27,15 @@ pub(crate) struct SseEvent {
 pub(crate) enum SseError {
     /// A line was not UTF-8.
     InvalidUtf8,
-    /// No line end within [`MAX_LINE_BYTES`]: not an event stream, or a broken one.
-    LineTooLong,
+    /// A line, or one record's data, longer than the parser's event limit: not an event
+    /// stream, or a broken one.
+    EventTooLarge,
 }
 
-/// The longest line buffered while waiting for its end. Real chunks are a few KiB; a large
-/// tool-call argument in one chunk might reach a few MiB.
-pub(crate) const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
-
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct SseParser {
+    /// The longest line, and the longest joined `data` of one record, accepted.
+    max_event: usize,
     buffer: Vec<u8>,
     event: Option<String>,
     data: Option<String>,
@@ -43,8 +46,15 @@ pub(crate) struct SseParser {
 }
 
 impl SseParser {
-    pub fn new() -> Self {
-        Self::default()
+    pub fn new(max_event_bytes: usize) -> Self {
+        Self {
+            max_event: max_event_bytes,
+            buffer: Vec::new(),
+            event: None,
+            data: None,
+            seen_first_line: false,
+            scanned: 0,
+        }
     }
 
     /// Feeds a chunk and appends every event it completes.
@@ -58,6 +68,7 @@ impl SseParser {
             (&self.buffer, true)
         };
         let mut record = Record {
+            max_event: self.max_event,
             event: &mut self.event,
             data: &mut self.data,
             seen_first_line: &mut self.seen_first_line,
@@ -96,8 +107,8 @@ impl SseParser {
         } else {
             self.buffer.extend_from_slice(&chunk[start..]);
         }
-        if result.is_ok() && self.buffer.len() > MAX_LINE_BYTES {
-            return Err(SseError::LineTooLong);
+        if result.is_ok() && self.buffer.len() > self.max_event {
+            return Err(SseError::EventTooLarge);
         }
         result
     }
@@ -123,6 +134,7 @@ impl SseParser {
 
     fn line(&mut self, line: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
         Record {
+            max_event: self.max_event,
             event: &mut self.event,
             data: &mut self.data,
             seen_first_line: &mut self.seen_first_line,
@@ -134,6 +146,7 @@ impl SseParser {
 /// The parser's state for the record being read, borrowed apart from its buffer so that lines
 /// can be read straight out of it.
 struct Record<'a> {
+    max_event: usize,
     event: &'a mut Option<String>,
     data: &'a mut Option<String>,
     seen_first_line: &'a mut bool,
@@ -166,6 +179,9 @@ impl Record<'_> {
         match field {
             "data" => {
                 let data = self.data.get_or_insert_with(String::new);
+                if data.len() + value.len() > self.max_event {
+                    return Err(SseError::EventTooLarge);
+                }
                 data.push_str(value);
                 data.push('\n');
             }
@@ -181,8 +197,10 @@ impl Record<'_> {
 mod tests {
     use super::*;
 
+    const MAX: usize = 16 * 1024 * 1024;
+
     fn parse_all(chunks: &[&[u8]]) -> Vec<SseEvent> {
-        let mut parser = SseParser::new();
+        let mut parser = SseParser::new(MAX);
         let mut out = Vec::new();
         for chunk in chunks {
             parser.push(chunk, &mut out).unwrap();
@@ -259,23 +277,46 @@ mod tests {
 
     #[test]
     fn invalid_utf8_is_reported() {
-        let mut parser = SseParser::new();
+        let mut parser = SseParser::new(MAX);
         let mut out = Vec::new();
         assert_eq!(parser.push(b"data: \xff\xfe\n\n", &mut out), Err(SseError::InvalidUtf8));
     }
 
     #[test]
     fn an_endless_line_is_refused() {
-        let mut parser = SseParser::new();
+        let mut parser = SseParser::new(MAX);
         let mut out = Vec::new();
         let block = vec![b'x'; 1024 * 1024];
         let mut result = Ok(());
-        for _ in 0..=(MAX_LINE_BYTES / block.len()) {
+        for _ in 0..=(MAX / block.len()) {
             result = parser.push(&block, &mut out);
             if result.is_err() {
                 break;
             }
         }
-        assert_eq!(result, Err(SseError::LineTooLong));
+        assert_eq!(result, Err(SseError::EventTooLarge));
+    }
+
+    /// Short `data` lines that never reach the blank line ending their record add up to one
+    /// event; past the limit it is refused, however short each line is.
+    #[test]
+    fn an_endless_record_of_short_lines_is_refused() {
+        let mut parser = SseParser::new(1000);
+        let mut out = Vec::new();
+        let mut result = Ok(());
+        for _ in 0..200 {
+            result = parser.push(b"data: xxxxxxxxxx\n", &mut out);
+            if result.is_err() {
+                break;
+            }
+        }
+        assert_eq!(result, Err(SseError::EventTooLarge));
+        assert!(out.is_empty());
+        // Records under the limit pass.
+        let mut parser = SseParser::new(1000);
+        for _ in 0..200 {
+            parser.push(b"data: xxxxxxxxxx\n\n", &mut out).unwrap();
+        }
+        assert_eq!(out.len(), 200);
     }
 }

@@ -3,6 +3,12 @@
 //! compatible server that ignored `stream: true`) is read whole and replayed through
 //! [`ChatResponse::to_events`], so both paths yield the same events.
 //!
+//! Every body is read against the provider's [`ResponseLimits`]: past `max_response_bytes` in
+//! all, or `max_event_bytes` in one event, the attempt ends with
+//! [`Failure::ResponseTooLarge`] and the rest of the body is never read (dropping it closes the
+//! connection). When the request prefilled the answer (Anthropic's `{` for `json_object`), the
+//! prefill is put back in front of the answer's text, so the answer reads as the model wrote it.
+//!
 //! The stream stops at the first `Done` or `Err`. When the bytes simply end it ends too,
 //! without inventing a `Done`: the engine decides whether the answer was complete. A final
 //! record cut in half by the connection is dropped rather than reported as malformed, since
@@ -13,8 +19,10 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use futures_util::stream::{self, BoxStream, StreamExt};
 
+use rein_core::failure::ResponseLimit;
 use rein_core::{ChatResponse, EventStream, Failure, StreamEvent};
 
+use crate::config::ResponseLimits;
 use crate::sse::{SseError, SseEvent, SseParser};
 
 /// A body as the adapters see it: chunks, or the failure that ended it.
@@ -25,33 +33,71 @@ pub(crate) trait Decoder: Send + 'static {
     fn decode(&mut self, record: &SseEvent) -> Result<Vec<StreamEvent>, Failure>;
 }
 
+/// How an adapter wants one response read.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Reading {
+    pub limits: ResponseLimits,
+    /// Text the request put at the start of the answer (an assistant prefill): the provider
+    /// answers with what follows it, so it goes back in front of the answer's text.
+    pub prefill: Option<&'static str>,
+}
+
+impl Reading {
+    /// The failure for a body longer than `max_response_bytes`.
+    pub fn too_large(&self) -> Failure {
+        Failure::ResponseTooLarge {
+            limit: ResponseLimit::Response,
+            limit_bytes: self.limits.max_response_bytes as u64,
+        }
+    }
+}
+
 /// The synchronous core shared by live streams and recorded replays.
 struct Pump<D> {
     parser: SseParser,
     decoder: D,
     pending: VecDeque<Result<StreamEvent, Failure>>,
     done: bool,
+    reading: Reading,
+    /// Bytes pushed so far.
+    received: usize,
 }
 
 impl<D: Decoder> Pump<D> {
-    fn new(decoder: D) -> Self {
-        Self { parser: SseParser::new(), decoder, pending: VecDeque::new(), done: false }
+    fn new(decoder: D, reading: Reading) -> Self {
+        Self {
+            parser: SseParser::new(reading.limits.max_event_bytes),
+            decoder,
+            pending: VecDeque::new(),
+            done: false,
+            reading,
+            received: 0,
+        }
     }
 
     fn push_bytes(&mut self, bytes: &[u8]) {
+        self.received = self.received.saturating_add(bytes.len());
+        if self.received > self.reading.limits.max_response_bytes {
+            let failure = self.reading.too_large();
+            self.fail(failure);
+            return;
+        }
         let mut records = Vec::new();
         let parsed = self.parser.push(bytes, &mut records);
         self.dispatch(records);
         if let Err(error) = parsed
             && !self.done
         {
-            let detail = match error {
-                SseError::InvalidUtf8 => "stream line is not UTF-8".to_owned(),
-                SseError::LineTooLong => {
-                    format!("stream line longer than {} bytes", crate::sse::MAX_LINE_BYTES)
+            let failure = match error {
+                SseError::InvalidUtf8 => {
+                    Failure::Malformed { detail: "stream line is not UTF-8".to_owned() }
                 }
+                SseError::EventTooLarge => Failure::ResponseTooLarge {
+                    limit: ResponseLimit::Event,
+                    limit_bytes: self.reading.limits.max_event_bytes as u64,
+                },
             };
-            self.fail(Failure::Malformed { detail });
+            self.fail(failure);
         }
     }
 
@@ -78,7 +124,12 @@ impl<D: Decoder> Pump<D> {
             }
             match self.decoder.decode(&record) {
                 Ok(events) => {
-                    for event in events {
+                    for mut event in events {
+                        if let StreamEvent::TextDelta { text } = &mut event
+                            && let Some(prefill) = self.reading.prefill.take()
+                        {
+                            text.insert_str(0, prefill);
+                        }
                         let is_done = event == StreamEvent::Done;
                         self.pending.push_back(Ok(event));
                         if is_done {
@@ -98,8 +149,8 @@ impl<D: Decoder> Pump<D> {
 }
 
 /// The events of a live SSE body.
-pub(crate) fn sse_events<D: Decoder>(body: Body, decoder: D) -> EventStream {
-    let state = (body, Pump::new(decoder));
+pub(crate) fn sse_events<D: Decoder>(body: Body, decoder: D, reading: Reading) -> EventStream {
+    let state = (body, Pump::new(decoder, reading));
     stream::unfold(state, |(mut body, mut pump)| async move {
         loop {
             if let Some(item) = pump.pending.pop_front() {
@@ -123,7 +174,7 @@ pub(crate) fn replay_sse<D: Decoder>(
     bytes: &[u8],
     decoder: D,
 ) -> Vec<Result<StreamEvent, Failure>> {
-    let mut pump = Pump::new(decoder);
+    let mut pump = Pump::new(decoder, Reading::default());
     pump.push_bytes(bytes);
     if !pump.done {
         pump.finish();
@@ -134,14 +185,23 @@ pub(crate) fn replay_sse<D: Decoder>(
 /// Parses a whole (non-streaming) JSON answer.
 pub(crate) type JsonParser = fn(&[u8]) -> Result<ChatResponse, Failure>;
 
-/// The events of a JSON body: read it whole, parse it, replay it as a stream would carry it.
-pub(crate) fn json_events(body: Body, parse: JsonParser) -> EventStream {
+/// The events of a JSON body: read it whole (up to `max_response_bytes`), parse it, replay it
+/// as a stream would carry it.
+pub(crate) fn json_events(body: Body, parse: JsonParser, reading: Reading) -> EventStream {
     stream::once(async move {
         // Most bodies arrive in one chunk, which is parsed where it lies.
         let mut first: Option<Bytes> = None;
         let mut bytes = Vec::new();
+        let mut received = 0usize;
         let mut body = body;
         while let Some(chunk) = body.next().await {
+            if let Ok(chunk) = &chunk {
+                received = received.saturating_add(chunk.len());
+                if received > reading.limits.max_response_bytes {
+                    // Dropping the body here stops the download.
+                    return vec![Err(reading.too_large())];
+                }
+            }
             match chunk {
                 Ok(chunk) => match first.take() {
                     None if bytes.is_empty() => first = Some(chunk),
@@ -156,8 +216,8 @@ pub(crate) fn json_events(body: Body, parse: JsonParser) -> EventStream {
             }
         }
         match first {
-            Some(whole) => replay_json(&whole, parse),
-            None => replay_json(&bytes, parse),
+            Some(whole) => read_json(&whole, parse, reading.prefill),
+            None => read_json(&bytes, parse, reading.prefill),
         }
     })
     .flat_map(stream::iter)
@@ -165,8 +225,23 @@ pub(crate) fn json_events(body: Body, parse: JsonParser) -> EventStream {
 }
 
 pub(crate) fn replay_json(bytes: &[u8], parse: JsonParser) -> Vec<Result<StreamEvent, Failure>> {
+    read_json(bytes, parse, None)
+}
+
+fn read_json(
+    bytes: &[u8],
+    parse: JsonParser,
+    prefill: Option<&str>,
+) -> Vec<Result<StreamEvent, Failure>> {
     match parse(bytes) {
-        Ok(response) => response.into_events().into_iter().map(Ok).collect(),
+        Ok(mut response) => {
+            if let Some(prefill) = prefill
+                && !response.text.is_empty()
+            {
+                response.text.insert_str(0, prefill);
+            }
+            response.into_events().into_iter().map(Ok).collect()
+        }
         Err(failure) => vec![Err(failure)],
     }
 }
@@ -193,7 +268,10 @@ mod tests {
         for size in [1, 7, 64, body.len()] {
             let pieces: Vec<Result<Bytes, Failure>> =
                 body.chunks(size).map(|piece| Ok(Bytes::copy_from_slice(piece))).collect();
-            let events: Vec<_> = json_events(stream::iter(pieces).boxed(), parse).collect().await;
+            let events: Vec<_> =
+                json_events(stream::iter(pieces).boxed(), parse, Reading::default())
+                    .collect()
+                    .await;
             assert_eq!(events, whole, "pieces of {size}");
         }
     }
@@ -203,7 +281,7 @@ mod tests {
         size: usize,
         decoder: D,
     ) -> Vec<Result<StreamEvent, Failure>> {
-        let mut pump = Pump::new(decoder);
+        let mut pump = Pump::new(decoder, Reading::default());
         for piece in bytes.chunks(size) {
             if pump.done {
                 break;

@@ -211,6 +211,12 @@ pub struct ProviderConfig {
     /// For `sim`: whether it speaks Anthropic's format rather than OpenAI's.
     pub sim_anthropic: bool,
     pub scenario: Option<String>,
+    /// Whether rein asks the upstream to stream (`stream`).
+    pub stream: bool,
+    pub max_response_bytes: usize,
+    pub max_event_bytes: usize,
+    /// Anthropic: `json_prefill`; `None` decides by the model.
+    pub json_prefill: Option<bool>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -540,6 +546,46 @@ fn validate_provider(
         problems.add(key("scenario"), "only applies to kind `sim`");
         ok = false;
     }
+    let speaks_anthropic = raw.kind == ProviderKind::Anthropic || sim_anthropic;
+    if raw.json_prefill.is_some() && !speaks_anthropic {
+        problems.add(
+            key("json_prefill"),
+            "only applies to the Anthropic format (kind `anthropic`, or `sim` with format `anthropic`)",
+        );
+        ok = false;
+    }
+    let max_response_bytes =
+        raw.max_response_bytes.unwrap_or(rein_providers::DEFAULT_MAX_RESPONSE_BYTES);
+    let max_event_bytes = raw.max_event_bytes.unwrap_or(rein_providers::DEFAULT_MAX_EVENT_BYTES);
+    if max_response_bytes == 0 {
+        problems.add(
+            key("max_response_bytes"),
+            format!(
+                "must be at least 1 (the default is {})",
+                rein_providers::DEFAULT_MAX_RESPONSE_BYTES
+            ),
+        );
+        ok = false;
+    }
+    if max_event_bytes == 0 {
+        problems.add(
+            key("max_event_bytes"),
+            format!(
+                "must be at least 1 (the default is {})",
+                rein_providers::DEFAULT_MAX_EVENT_BYTES
+            ),
+        );
+        ok = false;
+    } else if max_event_bytes > max_response_bytes && max_response_bytes > 0 {
+        problems.add(
+            key("max_event_bytes"),
+            format!(
+                "({max_event_bytes}) is larger than `{}` ({max_response_bytes}): one event cannot exceed the whole response",
+                key("max_response_bytes")
+            ),
+        );
+        ok = false;
+    }
     ok.then(|| ProviderConfig {
         kind: raw.kind,
         base_url: raw.base_url.clone(),
@@ -550,6 +596,10 @@ fn validate_provider(
         default_max_tokens: raw.default_max_tokens,
         sim_anthropic,
         scenario: raw.scenario.clone(),
+        stream: raw.stream.unwrap_or(true),
+        max_response_bytes,
+        max_event_bytes,
+        json_prefill: raw.json_prefill,
     })
 }
 

@@ -272,6 +272,22 @@ pub struct RawProvider {
     /// Sim: a scenario file with a fault timeline.
     #[serde(default)]
     pub scenario: Option<String>,
+    /// Whether rein asks this upstream to stream its answer (default true). With false the
+    /// answer comes as one JSON body, and rein still streams it to a caller who asked to
+    /// stream (some compatible servers answer tool calls only without streaming).
+    #[serde(default)]
+    pub stream: Option<bool>,
+    /// Most bytes of one success response, JSON or stream (default 32 MiB); past it the
+    /// attempt fails as `response_too_large`.
+    #[serde(default)]
+    pub max_response_bytes: Option<usize>,
+    /// Most bytes of one event (or line) of a stream (default 4 MiB).
+    #[serde(default)]
+    pub max_event_bytes: Option<usize>,
+    /// Anthropic: enforce `json_object` by prefilling the answer with `{`. Unset: for the
+    /// models known to take a prefill (Claude 4.6 and later refuse one).
+    #[serde(default)]
+    pub json_prefill: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

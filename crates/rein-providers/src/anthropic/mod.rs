@@ -1,6 +1,7 @@
-//! The Anthropic Messages adapter: `POST {base_url}/messages` (base_url includes `/v1`, the
-//! same convention as the OpenAI adapter) with `x-api-key`, `anthropic-version` and
-//! `content-type` headers.
+//! The Anthropic Messages adapter: `POST {base_url}/v1/messages` with `x-api-key`,
+//! `anthropic-version` and `content-type` headers. A `base_url` that already ends in `/v1` (the
+//! OpenAI adapter's convention, and this crate's default) gets only `/messages`, so both
+//! `https://api.anthropic.com` and `https://api.anthropic.com/v1` reach the same endpoint.
 
 mod request;
 mod response;
@@ -29,6 +30,7 @@ pub struct AnthropicProvider {
     endpoint: crate::client::Endpoint,
     headers: HeaderMap,
     options: BodyOptions,
+    limits: crate::config::ResponseLimits,
     client: HttpClient,
     redactor: Redactor,
 }
@@ -39,10 +41,19 @@ impl AnthropicProvider {
         if name.trim().is_empty() {
             return Err(ConfigError::Empty { provider: name, key: "name" });
         }
+        crate::check_limits(&name, config.limits)?;
         let base_url =
             config.base_url.clone().unwrap_or_else(|| ANTHROPIC_DEFAULT_BASE_URL.to_owned());
         let mut endpoint = crate::parse_base_url(&name, &base_url)?;
-        crate::append_path(&mut endpoint, &["messages"]);
+        let ends_in_version = endpoint
+            .path_segments()
+            .and_then(|mut segments| segments.rfind(|segment| !segment.is_empty()))
+            == Some("v1");
+        if ends_in_version {
+            crate::append_path(&mut endpoint, &["messages"]);
+        } else {
+            crate::append_path(&mut endpoint, &["v1", "messages"]);
+        }
 
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -64,6 +75,7 @@ impl AnthropicProvider {
         let options = BodyOptions {
             streaming: config.streaming,
             default_max_tokens: config.default_max_tokens,
+            json_prefill: config.json_prefill,
         };
         let redactor = Redactor::new(config.api_key.iter().chain(config.headers.values()));
         let endpoint = client.endpoint(endpoint).map_err(|error| ConfigError::InvalidBaseUrl {
@@ -71,7 +83,7 @@ impl AnthropicProvider {
             url: base_url.clone(),
             reason: error.to_string(),
         })?;
-        Ok(Self { name, endpoint, headers, options, client, redactor })
+        Ok(Self { name, endpoint, headers, options, limits: config.limits, client, redactor })
     }
 
     pub fn endpoint(&self) -> &Url {
@@ -92,6 +104,7 @@ impl fmt::Debug for AnthropicProvider {
             .field("endpoint", &crate::redacted_url(&self.endpoint.url))
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("options", &self.options)
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -110,6 +123,10 @@ impl Provider for AnthropicProvider {
             .request_body(request)
             .map(|body| self.client.post(&self.endpoint, &self.headers, crate::to_bytes(&body)));
         let streaming = self.options.streaming;
+        let reading = crate::stream::Reading {
+            limits: self.limits,
+            prefill: request::prefill(request, self.options),
+        };
         let name = self.name.clone();
         let redactor = self.redactor.clone();
         let attempt = async move {
@@ -121,6 +138,7 @@ impl Provider for AnthropicProvider {
                 streaming,
                 AnthropicDecoder::default(),
                 response::parse_response,
+                reading,
             )
             .await
         };

@@ -4,8 +4,12 @@
 //! share one turn, tool results first, as Anthropic requires), `max_tokens` always present,
 //! and `ResponseFormat::JsonSchema` as structured outputs
 //! (`output_config: {"format": {"type": "json_schema", "schema": ..}}`). Anthropic has no
-//! JSON-object mode or logprobs; those requests are sent without them and the validation
-//! ladder checks the answer as usual.
+//! JSON-object mode: `ResponseFormat::JsonObject` is enforced by prefilling the answer with
+//! `{` (a last assistant turn, the documented way to shape Claude's output) where the model
+//! takes a prefill, and the reader puts the `{` back in front of the answer. Structured
+//! outputs cannot stand in for it: their schemas must close every object
+//! (`additionalProperties: false`), so "any object" cannot be said. There are no logprobs;
+//! such requests are sent without them, and the validation ladder checks every answer as usual.
 
 use serde_json::{Map, Value, json};
 
@@ -15,6 +19,57 @@ use rein_core::{ChatRequest, Failure, Message, ResponseFormat, Role, ToolChoice,
 pub(crate) struct BodyOptions {
     pub streaming: bool,
     pub default_max_tokens: u32,
+    /// The provider's `json_prefill`: `None` decides by the model id.
+    pub json_prefill: Option<bool>,
+}
+
+/// What a `json_object` answer is prefilled with.
+pub(crate) const JSON_PREFILL: &str = "{";
+
+/// The prefill this request's body carries, if any: for `json_object`, when the provider (or,
+/// unset, the model) takes one and nothing in the request rules it out: a conversation that
+/// already ends with the assistant's own words, tools the model may call (a prefilled answer is
+/// text, never a tool call), or extended thinking (which Anthropic does not allow with a
+/// prefill).
+pub(crate) fn prefill(request: &ChatRequest, options: BodyOptions) -> Option<&'static str> {
+    if request.response_format != Some(ResponseFormat::JsonObject) {
+        return None;
+    }
+    if !options.json_prefill.unwrap_or_else(|| model_takes_prefill(&request.model)) {
+        return None;
+    }
+    let ends_with_assistant = request.messages.last().is_some_and(|m| m.role == Role::Assistant);
+    let may_call_tools = !request.tools.is_empty() && request.tool_choice != Some(ToolChoice::None);
+    let extra_applies = request.extra_format.is_none_or(|format| format == WireFormat::Anthropic);
+    let thinking = extra_applies
+        && request
+            .extra
+            .get("thinking")
+            .is_some_and(|thinking| thinking.get("type") != Some(&json!("disabled")));
+    (!ends_with_assistant && !may_call_tools && !thinking).then_some(JSON_PREFILL)
+}
+
+/// Whether a model id is of a family known to take an assistant prefill: Claude 2 and 3, and
+/// Claude 4.0, 4.1 and 4.5. Claude 4.6 and later answer a prefill with a 400, and ids this does
+/// not know (aliases, other companies' models behind an Anthropic-format proxy) get none.
+fn model_takes_prefill(model: &str) -> bool {
+    const FAMILIES: [&str; 11] = [
+        "claude-2",
+        "claude-instant",
+        "claude-3",
+        "claude-opus-4-20",
+        "claude-sonnet-4-20",
+        "claude-opus-4-0",
+        "claude-sonnet-4-0",
+        "claude-opus-4-1",
+        "claude-opus-4-5",
+        "claude-sonnet-4-5",
+        "claude-haiku-4-5",
+    ];
+    let model = model.to_ascii_lowercase();
+    // Bedrock- and proxy-style ids put a prefix before the name (`anthropic.claude-3-…`).
+    let name = model.find("claude-").map_or("", |at| &model[at..]);
+    FAMILIES.iter().any(|family| name.starts_with(family))
 }
 
 pub(crate) fn build_body(request: &ChatRequest, options: BodyOptions) -> Result<Value, Failure> {
@@ -23,7 +78,11 @@ pub(crate) fn build_body(request: &ChatRequest, options: BodyOptions) -> Result<
     if let Some(system) = &request.system {
         body.insert("system".into(), json!(system));
     }
-    body.insert("messages".into(), Value::Array(messages(&request.messages)?));
+    let mut turns = messages(&request.messages)?;
+    if let Some(prefill) = prefill(request, options) {
+        turns.push(json!({"role": "assistant", "content": prefill}));
+    }
+    body.insert("messages".into(), Value::Array(turns));
     body.insert(
         "max_tokens".into(),
         json!(request.max_tokens.unwrap_or(options.default_max_tokens)),

@@ -35,6 +35,7 @@ pub struct OpenAiProvider {
     endpoint: crate::client::Endpoint,
     headers: HeaderMap,
     options: BodyOptions,
+    limits: crate::config::ResponseLimits,
     client: HttpClient,
     redactor: Redactor,
 }
@@ -45,6 +46,7 @@ impl OpenAiProvider {
         if name.trim().is_empty() {
             return Err(ConfigError::Empty { provider: name, key: "name" });
         }
+        crate::check_limits(&name, config.limits)?;
         let base_url = match (&config.base_url, &config.azure) {
             (Some(url), _) => url.clone(),
             (None, Some(_)) => return Err(ConfigError::AzureNeedsBaseUrl { provider: name }),
@@ -102,7 +104,7 @@ impl OpenAiProvider {
             url: base_url.clone(),
             reason: error.to_string(),
         })?;
-        Ok(Self { name, endpoint, headers, options, client, redactor })
+        Ok(Self { name, endpoint, headers, options, limits: config.limits, client, redactor })
     }
 
     /// The URL requests are posted to.
@@ -124,6 +126,7 @@ impl fmt::Debug for OpenAiProvider {
             .field("endpoint", &crate::redacted_url(&self.endpoint.url))
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("options", &self.options)
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -141,6 +144,7 @@ impl Provider for OpenAiProvider {
         let body = request::body_bytes(request, self.options);
         let sending = self.client.post(&self.endpoint, &self.headers, body);
         let streaming = self.options.streaming;
+        let reading = crate::stream::Reading { limits: self.limits, prefill: None };
         let name = self.name.clone();
         let redactor = self.redactor.clone();
         let attempt = async move {
@@ -152,6 +156,7 @@ impl Provider for OpenAiProvider {
                 streaming,
                 OpenAiDecoder::default(),
                 response::parse_response,
+                reading,
             )
             .await
         };

@@ -1,16 +1,19 @@
 //! Integration tests of rein-providers: recorded wire samples parsed (`fixtures`, `errors`),
 //! exact request bodies and headers captured by an in-process raw HTTP server (`requests`),
-//! streams end to end and transport failures (`streams`, `transport`), config (`config`) and
-//! secrets (`secrets`). Every server listens on 127.0.0.1:0 and answers one request.
+//! streams end to end and transport failures (`streams`, `transport`), response size limits
+//! (`limits`), the Anthropic URL and `json_object` prefill (`anthropic_wire`), config
+//! (`config`) and secrets (`secrets`). Every server listens on 127.0.0.1:0 and answers one request.
 
 // `Failure` is large; tests match on it by value. Helpers outside `#[test]` functions may
 // panic too: this whole crate is a test.
 #![allow(clippy::result_large_err, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod anthropic_wire;
 mod classify;
 mod config;
 mod errors;
 mod fixtures;
+mod limits;
 mod requests;
 mod secrets;
 mod server;

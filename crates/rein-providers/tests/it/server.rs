@@ -89,7 +89,7 @@ async fn write_pieces(stream: &mut TcpStream, pieces: Vec<Vec<u8>>) {
     }
 }
 
-async fn read_request(stream: &mut TcpStream) -> Captured {
+pub async fn read_request(stream: &mut TcpStream) -> Captured {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 4096];
     let header_end = loop {

@@ -8,3 +8,4 @@ mod cli;
 mod crash;
 mod edge;
 mod engine_e2e;
+mod upstream_caps;
