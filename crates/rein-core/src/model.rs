@@ -274,6 +274,9 @@ impl ChatResponse {
     pub fn into_events(self) -> Vec<StreamEvent> {
         let mut events = Vec::with_capacity(6 + 2 * self.tool_calls.len());
         events.push(StreamEvent::Start { id: self.id, model: self.model });
+        // Usage goes first, where a provider's stream reports the prompt's size (Anthropic's
+        // `message_start`): the whole answer is known, so an encoder can say it up front.
+        events.push(StreamEvent::Usage { usage: self.usage });
         if !self.thinking.is_empty() {
             events.push(StreamEvent::ThinkingDelta { text: self.thinking });
         }
@@ -294,7 +297,6 @@ impl ChatResponse {
         if let Some(reason) = self.stop_reason {
             events.push(StreamEvent::Stop { reason });
         }
-        events.push(StreamEvent::Usage { usage: self.usage });
         events.push(StreamEvent::Done);
         events
     }

@@ -376,6 +376,22 @@ mod tests {
         assert_eq!(message["usage"], json!({"input_tokens": 25, "output_tokens": 1}));
     }
 
+    /// Regression: a checked answer is released whole, and its `message_start` said
+    /// `input_tokens: 0` though the count was known.
+    #[test]
+    fn a_held_answer_reports_its_input_tokens_in_message_start() {
+        let mut stream = AnthropicStream::new(fixtures::meta("msg_rein_9"));
+        let frames = frames_json(&encode_all(&mut stream, &fixtures::text_answer_items()));
+        let frames = frames.as_array().unwrap();
+        let usage = fixtures::text_response().usage;
+        assert_eq!(frames[0]["data"]["message"]["usage"]["input_tokens"], usage.input_tokens);
+        let message_delta = frames.iter().find(|f| f["event"] == "message_delta").unwrap();
+        assert_eq!(
+            message_delta["data"]["usage"],
+            json!({"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens})
+        );
+    }
+
     #[test]
     fn text_after_a_tool_call_opens_a_new_block() {
         let mut stream = AnthropicStream::new(fixtures::meta("msg_rein_7"));

@@ -174,7 +174,8 @@ pub(crate) fn refusal_items() -> Vec<Released> {
 
 /// Text started, then the provider's stream broke: the call ends `Interrupted`.
 pub(crate) fn interrupted_items() -> Vec<Released> {
-    let mut items: Vec<Released> = streamed(&text_response()).into_iter().take(3).collect();
+    // Start, usage, and the first two pieces of text.
+    let mut items: Vec<Released> = streamed(&text_response()).into_iter().take(4).collect();
     items.push(Released::Failed(Box::new(CallError::Interrupted {
         reason: "stream broke mid-answer".into(),
         report: Box::new(report(Outcome::Interrupted, None)),

@@ -9,3 +9,4 @@ mod crash;
 mod edge;
 mod engine_e2e;
 mod upstream_caps;
+mod upstream_wire;
