@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use crate::clock::Deadline;
+use crate::attempt::AttemptClocks;
+use crate::clock::{ClockPolicy, Deadline};
 use crate::model::{ChatResponse, StopReason, Usage};
 use crate::report::{
     Alert, AttemptRecord, CallReport, Outcome, ServedBy, SkipReason, Step, millis,
@@ -85,12 +86,34 @@ pub(super) enum Ended {
     Error(CallError),
 }
 
+/// The least time an attempt needs left before it may start, in a call whose whole deadline
+/// is `total` (the shorter of the caller's and the route's).
+///
+/// On the route's own deadline this is the route's `min_attempt`: an attempt that cannot run
+/// its course is not started, the call steps down instead. A caller's shorter deadline keeps the
+/// route's plan in proportion: each attempt needs the same share of the call's deadline that
+/// `min_attempt` is of the route's. So a 5 s call on a route of 20 s with 8 s attempts needs
+/// 2 s left for a retry or a later tier, and a 20 s call needs 8 s as before. The floor never
+/// exceeds `total`, and shrinks steadily with it, so a longer deadline never plans fewer
+/// attempts. The call's first attempt is not held to it ([`CallState::attempt_fits`]).
+pub(crate) fn attempt_floor(clocks: &ClockPolicy, total: Duration) -> Duration {
+    let route = clocks.deadline;
+    if total >= route || route.is_zero() {
+        return clocks.min_attempt.min(total);
+    }
+    let scaled = clocks.min_attempt.as_nanos() * total.as_nanos() / route.as_nanos();
+    Duration::from_nanos(u64::try_from(scaled).unwrap_or(u64::MAX)).min(total)
+}
+
 /// What is known about a call while it runs.
 pub(super) struct CallState {
     pub(super) deadline: Deadline,
-    /// The least time an attempt needs before it may start: the route's `min_attempt`, or the
-    /// whole deadline when the caller's is shorter (so a short deadline still gets one attempt).
+    /// The least time a retry or a later tier needs left before it may start (see
+    /// [`attempt_floor`]).
     pub(super) min_attempt: Duration,
+    /// An attempt has started in this call. Until one has, the first may start with any time
+    /// left: a call is never refused all its attempts by its own deadline.
+    pub(super) attempted: bool,
     pub(super) steps: Vec<Step>,
     pub(super) alerts: Vec<Alert>,
     pub(super) outcome: Outcome,
@@ -107,13 +130,36 @@ impl CallState {
             options.deadline.map_or(route.clocks.deadline, |d| d.min(route.clocks.deadline));
         Self {
             deadline: Deadline::after(total),
-            min_attempt: route.clocks.min_attempt.min(total),
+            min_attempt: attempt_floor(&route.clocks, total),
+            attempted: false,
             steps: Vec::new(),
             alerts: Vec::new(),
             outcome: Outcome::Degraded,
             served_by: None,
             reasked: false,
             ceiling_raised: false,
+        }
+    }
+
+    /// Whether an attempt with no wait before it may start now: the call's first attempt while
+    /// any time is left, a later one only with [`CallState::min_attempt`] left.
+    pub(super) fn attempt_fits(&self) -> bool {
+        if self.attempted {
+            self.deadline.fits(self.min_attempt)
+        } else {
+            !self.deadline.remaining().is_zero()
+        }
+    }
+
+    /// The clocks of an attempt starting now: the route's, cut to what the deadline leaves, so
+    /// a short deadline shrinks the attempt instead of skipping it (the first-token clock too,
+    /// so a silent provider is reported as silent, not as a slow attempt).
+    pub(super) fn attempt_clocks(&self, clocks: &ClockPolicy) -> AttemptClocks {
+        let cap = clocks.attempt.min(self.deadline.remaining());
+        AttemptClocks {
+            first_token: clocks.first_token.min(cap),
+            stream_idle: clocks.stream_idle,
+            cap,
         }
     }
 
@@ -163,5 +209,54 @@ impl CallState {
             ..ChatResponse::default()
         };
         self.finish(route, response)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn the_floor_keeps_the_routes_share_of_a_shorter_deadline() {
+        let clocks = ClockPolicy::default();
+        assert_eq!(attempt_floor(&clocks, ms(20_000)), ms(8_000));
+        assert_eq!(attempt_floor(&clocks, ms(10_000)), ms(4_000));
+        assert_eq!(attempt_floor(&clocks, ms(5_000)), ms(2_000));
+        assert_eq!(attempt_floor(&clocks, ms(0)), ms(0));
+        // A library route whose minimum attempt exceeds its deadline: never more than the call.
+        let odd = ClockPolicy { deadline: ms(1_000), min_attempt: ms(3_000), ..clocks };
+        assert_eq!(attempt_floor(&odd, ms(1_000)), ms(1_000));
+        assert_eq!(attempt_floor(&odd, ms(500)), ms(500));
+        let zero = ClockPolicy { deadline: Duration::ZERO, ..clocks };
+        assert_eq!(attempt_floor(&zero, Duration::ZERO), Duration::ZERO);
+    }
+
+    proptest! {
+        #[test]
+        fn the_floor_fits_the_call_and_grows_with_its_deadline(
+            route_ms in 1u64..120_000,
+            min_ms in 0u64..120_000,
+            a in 0u64..120_000,
+            b in 0u64..120_000,
+        ) {
+            let clocks = ClockPolicy {
+                deadline: ms(route_ms),
+                min_attempt: ms(min_ms),
+                ..ClockPolicy::default()
+            };
+            let (short, long) = (ms(a.min(b).min(route_ms)), ms(a.max(b).min(route_ms)));
+            let floor = attempt_floor(&clocks, short);
+            prop_assert!(floor <= short);
+            prop_assert!(floor <= clocks.min_attempt);
+            prop_assert!(floor <= attempt_floor(&clocks, long));
+        }
     }
 }

@@ -1,9 +1,10 @@
 //! The chain of tiers: the engine that runs one call from route to answer.
 //!
-//! For each tier in order: cooldown check → attempts (each one bounded by the clocks and only
-//! started when a full attempt fits the deadline) → classification of every failure → retry
-//! (backoff or the server's pushback, if the wait fits the deadline and the provider's retry
-//! budget allows) or step down. When every tier is done, the route's degraded reply. Every step
+//! For each tier in order: cooldown check → attempts (each one bounded by the clocks, cut to
+//! what the deadline leaves; the call's first attempt always starts, a later one only when its
+//! share of the deadline fits, see `call::attempt_floor`) → classification of every failure →
+//! retry (backoff or the server's pushback, if the wait fits the deadline and the provider's
+//! retry budget allows) or step down. When every tier is done, the route's degraded reply. Every step
 //! lands in the [`CallReport`].
 
 mod call;
@@ -13,7 +14,7 @@ mod judge;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use crate::attempt::{AttemptClocks, Forwarder, run_attempt};
+use crate::attempt::{Forwarder, run_attempt};
 use crate::breaker::{Admission, BreakerState};
 use crate::budget::{RetryBudget, RetryBudgetPolicy};
 use crate::classify::{Classified, Disposition, Fault, classify};
@@ -339,7 +340,7 @@ impl Engine {
                         pushback: pushback.is_some(),
                     });
                     tokio::time::sleep(wait).await;
-                } else if !call.deadline.fits(call.min_attempt) {
+                } else if !call.attempt_fits() {
                     let remaining = millis(call.deadline.remaining());
                     call.skip(
                         index,
@@ -351,13 +352,10 @@ impl Engine {
                     budget.record_request();
                 }
 
-                let clocks = AttemptClocks {
-                    first_token: route.clocks.first_token,
-                    stream_idle: route.clocks.stream_idle,
-                    cap: route.clocks.attempt.min(call.deadline.remaining()),
-                };
+                let clocks = call.attempt_clocks(&route.clocks);
                 let started = call.deadline.elapsed();
                 tried = true;
+                call.attempted = true;
                 let result = run_attempt(
                     tier.provider.as_ref(),
                     &tier_request,

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod chain;
+mod deadline;
 mod ladder;
 mod matrix;
 mod props;

@@ -47,7 +47,10 @@ pub enum Act {
     Say(String, StopReason),
     /// Answer this text after this delay.
     SayAfter(String, Duration),
+    /// This error response, after this delay.
+    HttpAfter(Duration, HttpError),
 }
+
 
 /// An answer with this text that ends normally.
 pub fn say(text: &str) -> Act {
@@ -198,6 +201,10 @@ impl Provider for Scripted {
                     finished(tokens(n, first_token, token_delay), StopReason::EndTurn, true)
                 }
                 Act::Http(http) => return Err(Failure::Http { format, http }),
+                Act::HttpAfter(delay, http) => {
+                    tokio::time::sleep(delay).await;
+                    return Err(Failure::Http { format, http });
+                }
                 Act::Reset => {
                     return Err(Failure::Connection { detail: "connection reset".into() });
                 }
