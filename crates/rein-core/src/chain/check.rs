@@ -3,14 +3,20 @@
 //! (with any code repairs), ask the same tier again once (a higher ceiling after a cut-off, the
 //! exact problems after failed checks), reject (next tier), decline (the safe reply) or stop
 //! (content filter). Passthrough streams are checked after the fact: recorded, never acted on.
+//!
+//! A turn that stops to call tools is not the answer: it takes the stop-reason rung and then the
+//! tool-call rung (declared tool, arguments against the tool's parameters schema), with the same
+//! code repairs and the same one re-ask. The output contract (the caller's `json_schema`, the
+//! route's schema and rules) applies only to the turn that answers.
 
 use std::borrow::Cow;
 
-use crate::model::{ChatRequest, ChatResponse, Message, ResponseFormat};
+use crate::model::{ChatRequest, ChatResponse, Message, ResponseFormat, ToolCall};
 use crate::report::{ReaskReason, Step, millis};
 use crate::route::Route;
 use crate::validate::{
-    CompiledSchema, OutputContract, Verdict, check_answer, raised_ceiling, reask_message,
+    CompiledSchema, OutputContract, Verdict, check_answer, check_stop, check_tool_calls,
+    is_tool_call_turn, raised_ceiling, reask_message, tool_calls_as_text, tool_reask_message,
 };
 
 use super::Engine;
@@ -18,8 +24,9 @@ use super::call::{CallOptions, CallState};
 
 /// The move decided for an answer.
 pub(super) enum Checked {
-    /// Use it; `text` replaces the answer's text when code repairs changed it.
-    Accept { text: Option<String> },
+    /// Use it; `text` replaces the answer's text, `tool_calls` the turn's calls, when code
+    /// repairs changed them.
+    Accept { text: Option<String>, tool_calls: Option<Vec<ToolCall>> },
     /// Ask the same tier again with this request.
     Reask(Box<ChatRequest>),
     /// Do not use it; the next tier may do better.
@@ -42,11 +49,36 @@ impl Engine {
         already_forwarded: bool,
         call: &mut CallState,
     ) -> Checked {
-        let Some(derived) = contract_for(route, sent) else {
-            return Checked::Accept { text: None };
+        let tool_turn = is_tool_call_turn(response);
+        // A tool-call turn is checked as a tool call whatever the route's contract; an answer
+        // only when there is a contract to hold it to.
+        let contract = if tool_turn { None } else { contract_for(route, sent) };
+        if !tool_turn && contract.is_none() {
+            return Checked::Accept { text: None, tool_calls: None };
+        }
+        let (verdict, repaired_calls) = match &contract {
+            Some(contract) => (check_answer(response, contract, &options.evidence).await, None),
+            None => match check_stop(response) {
+                Some(verdict) => (verdict, None),
+                None => {
+                    let checked = check_tool_calls(response, &sent.tools);
+                    if checked.passed() {
+                        let verdict = Verdict::Pass {
+                            text: response.text.clone(),
+                            json: None,
+                            repairs: checked.repairs,
+                            failed_open: Vec::new(),
+                        };
+                        (verdict, Some(checked.calls))
+                    } else {
+                        (
+                            Verdict::Fail { problems: checked.problems, repairs: checked.repairs },
+                            None,
+                        )
+                    }
+                }
+            },
         };
-        let contract = &derived;
-        let verdict = check_answer(response, contract, &options.evidence).await;
         let at_ms = millis(call.deadline.elapsed());
         let (repairs, problems, failed_open) = match &verdict {
             Verdict::Pass { repairs, failed_open, .. } => {
@@ -70,11 +102,17 @@ impl Engine {
             if !verdict.is_pass() {
                 tracing::warn!(route = %route.name, verdict = verdict.label(), "passthrough answer failed its checks after it was sent");
             }
-            return Checked::Accept { text: None };
+            return Checked::Accept { text: None, tool_calls: None };
         }
         match verdict {
             Verdict::Pass { text, repairs, .. } => {
-                Checked::Accept { text: (!repairs.is_empty()).then_some(text) }
+                if repairs.is_empty() {
+                    Checked::Accept { text: None, tool_calls: None }
+                } else if tool_turn {
+                    Checked::Accept { text: None, tool_calls: repaired_calls }
+                } else {
+                    Checked::Accept { text: Some(text), tool_calls: None }
+                }
             }
             Verdict::CutOff => {
                 // Never parse the partial output: ask once more with a higher ceiling.
@@ -108,9 +146,17 @@ impl Engine {
                 // One re-ask that sends the failed output and the exact problems.
                 call.reasked = true;
                 let mut next = sent.clone();
-                next.messages.push(Message::assistant(response.text.clone()));
-                next.messages
-                    .push(Message::user(reask_message(&problems, contract.expects_json())));
+                match &contract {
+                    Some(contract) => {
+                        next.messages.push(Message::assistant(response.text.clone()));
+                        next.messages
+                            .push(Message::user(reask_message(&problems, contract.expects_json())));
+                    }
+                    None => {
+                        next.messages.push(Message::assistant(tool_calls_as_text(response)));
+                        next.messages.push(Message::user(tool_reask_message(&problems)));
+                    }
+                }
                 call.steps.push(Step::Reask {
                     tier,
                     at_ms,

@@ -384,9 +384,12 @@ impl Engine {
                             .check(route, index, &response, &tier_request, options, sent, call)
                             .await
                         {
-                            Checked::Accept { text } => {
+                            Checked::Accept { text, tool_calls } => {
                                 if let Some(text) = text {
                                     response.text = text;
+                                }
+                                if let Some(tool_calls) = tool_calls {
+                                    response.tool_calls = tool_calls;
                                 }
                             }
                             Checked::Reask(next) => {

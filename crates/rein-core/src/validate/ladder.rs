@@ -135,20 +135,29 @@ impl Verdict {
 }
 
 /// Run the ladder over a provider's response: the stop-reason rung, then [`check_output`].
+/// This is the ladder of a turn that answers; a turn that stops to call tools
+/// ([`super::is_tool_call_turn`]) takes the stop-reason rung and then the tool-call rung
+/// ([`super::check_tool_calls`]) instead, never the output contract.
 pub async fn check_answer(
     response: &ChatResponse,
     contract: &OutputContract,
     evidence: &Evidence,
 ) -> Verdict {
+    if let Some(verdict) = check_stop(response) {
+        return verdict;
+    }
+    check_output(&response.text, contract, evidence).await
+}
+
+/// The stop-reason rung, free and first for every turn: `Some` when the turn is settled by how
+/// it stopped (cut off, filtered, refused), `None` when it goes on to the next rung.
+pub fn check_stop(response: &ChatResponse) -> Option<Verdict> {
     match &response.stop_reason {
-        Some(StopReason::MaxTokens) => return Verdict::CutOff,
-        Some(StopReason::ContentFilter) => return Verdict::Filtered,
+        Some(StopReason::MaxTokens) => return Some(Verdict::CutOff),
+        Some(StopReason::ContentFilter) => return Some(Verdict::Filtered),
         Some(StopReason::Refusal) => {
-            return Verdict::Refused { refusal: response.refusal.clone() };
+            return Some(Verdict::Refused { refusal: response.refusal.clone() });
         }
-        // A finished turn goes on to the parse rung. A tool-use or paused turn is not a final
-        // answer; the engine validates final answers only, and if one reaches here its text is
-        // checked like any other.
         Some(
             StopReason::EndTurn
             | StopReason::StopSequence
@@ -159,9 +168,9 @@ pub async fn check_answer(
         | None => {}
     }
     if response.refusal.is_some() {
-        return Verdict::Refused { refusal: response.refusal.clone() };
+        return Some(Verdict::Refused { refusal: response.refusal.clone() });
     }
-    check_output(&response.text, contract, evidence).await
+    None
 }
 
 /// Run the parse, repair, schema and rule rungs over an answer's text.

@@ -11,6 +11,9 @@
 //! - `schema`: the route's JSON Schema, compiled once, checked by rein itself.
 //! - `rules` and `builtin`: problems, the [`Rule`] trait and the built-in business rules.
 //! - `ladder`: the rungs in order, the route's [`OutputContract`] and the [`Verdict`].
+//! - `tool_call`: the rung for a turn that stops to call tools instead of answering: declared
+//!   tools, arguments that parse and match the tool's parameters schema. The output contract
+//!   applies only to a turn that answers.
 
 mod builtin;
 mod evidence;
@@ -19,6 +22,7 @@ mod parse;
 mod repair;
 mod rules;
 mod schema;
+mod tool_call;
 
 pub use builtin::{
     BuiltinRule, CitedIdsReturned, Condition, FlagRequiredWhen, IdMatchesTool, NumbersInCitedText,
@@ -26,10 +30,13 @@ pub use builtin::{
 };
 pub use evidence::{CALLER_SOURCE, Evidence, EvidenceItem};
 pub use ladder::{
-    OutputContract, ProblemKindSelector, Verdict, check_answer, check_output, raised_ceiling,
-    reask_message,
+    OutputContract, ProblemKindSelector, Verdict, check_answer, check_output, check_stop,
+    raised_ceiling, reask_message,
 };
 pub use parse::{AnswerShape, parse_answer};
 pub use repair::{CodeRepair, RepairedText, fix_enum_case, parse_with_repairs};
 pub use rules::{Answer, Problem, ProblemKind, Rule, RuleSet};
 pub use schema::{CompiledSchema, EnumMismatch, SchemaError};
+pub use tool_call::{
+    ToolCallCheck, check_tool_calls, is_tool_call_turn, tool_calls_as_text, tool_reask_message,
+};

@@ -28,17 +28,22 @@ pub enum ProblemKind {
     /// A rule could not run (a webhook that failed or timed out); holds the rule's name. The
     /// answer is not accepted: an unavailable check is a failed check.
     RuleUnavailable(String),
+    /// A turn's tool call is unusable (an undeclared tool, arguments that are not one JSON
+    /// object or break the tool's parameters schema); holds what is wrong (`unknown_tool`,
+    /// `arguments_not_json`, `schema/required`).
+    ToolCall(String),
 }
 
 impl ProblemKind {
     /// A stable label for logs, metrics and fail-open selectors: `not_json`, `schema/enum`,
-    /// `rule/cited_ids_returned`, `rule_unavailable/fraud_webhook`.
+    /// `rule/cited_ids_returned`, `rule_unavailable/fraud_webhook`, `tool_call/unknown_tool`.
     pub fn label(&self) -> String {
         match self {
             ProblemKind::NotJson => "not_json".to_string(),
             ProblemKind::Schema(keyword) => format!("schema/{keyword}"),
             ProblemKind::Rule(name) => format!("rule/{name}"),
             ProblemKind::RuleUnavailable(name) => format!("rule_unavailable/{name}"),
+            ProblemKind::ToolCall(what) => format!("tool_call/{what}"),
         }
     }
 }

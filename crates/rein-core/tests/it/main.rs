@@ -11,3 +11,4 @@ mod props;
 mod release;
 mod rules_fp;
 mod support;
+mod tool_turns;

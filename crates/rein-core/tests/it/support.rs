@@ -47,10 +47,16 @@ pub enum Act {
     Say(String, StopReason),
     /// Answer this text after this delay.
     SayAfter(String, Duration),
+    /// A turn that calls tools: `(name, arguments as written)` each, stopping for this reason.
+    Call(Vec<(String, String)>, StopReason),
     /// This error response, after this delay.
     HttpAfter(Duration, HttpError),
 }
 
+/// A turn that calls one tool with these arguments and stops to wait for its result.
+pub fn call(name: &str, arguments: &str) -> Act {
+    Act::Call(vec![(name.to_string(), arguments.to_string())], StopReason::ToolUse)
+}
 
 /// An answer with this text that ends normally.
 pub fn say(text: &str) -> Act {
@@ -160,6 +166,22 @@ fn said(text: &str, delay: Duration) -> Vec<(Duration, Option<Item>)> {
     ]
 }
 
+fn called(calls: &[(String, String)]) -> Vec<(Duration, Option<Item>)> {
+    let mut plan = vec![(
+        Duration::ZERO,
+        Some(Ok(StreamEvent::Start { id: "r".into(), model: "scripted".into() })),
+    )];
+    for (index, (name, arguments)) in calls.iter().enumerate() {
+        let index = index as u32;
+        let id = format!("call_{index}");
+        let name = name.clone();
+        let arguments = arguments.clone();
+        plan.push((Duration::ZERO, Some(Ok(StreamEvent::ToolCallStart { index, id, name }))));
+        plan.push((Duration::ZERO, Some(Ok(StreamEvent::ToolCallDelta { index, arguments }))));
+    }
+    plan
+}
+
 fn finished(
     mut plan: Vec<(Duration, Option<Item>)>,
     reason: StopReason,
@@ -255,6 +277,7 @@ impl Provider for Scripted {
                 Act::SayAfter(text, delay) => {
                     finished(said(&text, delay), StopReason::EndTurn, true)
                 }
+                Act::Call(calls, reason) => finished(called(&calls), reason, true),
             };
             Ok(planned(plan))
         })
