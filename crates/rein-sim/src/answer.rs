@@ -178,14 +178,14 @@ impl Plan {
     }
 }
 
-/// Which tool the answer calls, if any: when tools are offered and the tool choice demands a
-/// call, or the last user message says "tool" (and tool choice is not `none`).
+/// Which tool the answer calls, if any: the named one when the tool choice names one, the
+/// first offered when it demands some call or when the last user message says "tool" (and tool
+/// choice is not `none`). A named tool the request does not offer was refused when it was read.
 fn tool_to_call(request: &SimRequest) -> Option<(String, Value)> {
     let first = request.tools.first()?;
-    let find = |name: &str| request.tools.iter().find(|t| t.name == name);
     let chosen = match &request.tool_choice {
         ToolChoice::None => return None,
-        ToolChoice::Named(name) => find(name).unwrap_or(first),
+        ToolChoice::Named(name) => request.tools.iter().find(|t| &t.name == name)?,
         ToolChoice::Required => first,
         ToolChoice::Auto => {
             let asks = request.last_user_text().is_some_and(|text| {
@@ -313,6 +313,31 @@ mod tests {
         assert_eq!(call.arguments, r#"{"id":1}"#);
         b["tool_choice"] = json!("none");
         assert!(healthy_answer(&b).tool_call.is_none());
+    }
+
+    #[test]
+    fn a_named_tool_choice_calls_that_tool() {
+        let tool = |name: &str, property: &str| {
+            json!({"type": "function", "function": {"name": name, "parameters": {
+                "type": "object", "properties": {property: {"type": "string"}},
+                "required": [property]}}})
+        };
+        let mut b = body("where is my order");
+        b["tools"] = json!([tool("search_docs", "query"), tool("lookup_order", "order_id")]);
+        for choice in [
+            json!({"type": "function", "function": {"name": "lookup_order"}}),
+            json!({"type": "tool", "name": "lookup_order"}),
+            json!({"type": "function", "name": "lookup_order"}),
+        ] {
+            b["tool_choice"] = choice.clone();
+            let call = healthy_answer(&b).tool_call.unwrap();
+            assert_eq!(call.name, "lookup_order", "{choice}");
+            assert_eq!(call.arguments, r#"{"order_id":"sim-order_id"}"#, "{choice}");
+        }
+        b["tool_choice"] = json!("required");
+        assert_eq!(healthy_answer(&b).tool_call.unwrap().name, "search_docs");
+        b["tool_choice"] = json!({"type": "function", "function": {"name": "cancel_order"}});
+        assert_eq!(healthy_answer(&b).tool_call, None, "never a tool that was not named");
     }
 
     #[test]

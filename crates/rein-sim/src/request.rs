@@ -108,6 +108,16 @@ impl SimRequest {
                 read_message(message, &mut turns);
             }
         }
+        let tools = read_tools(obj.get("tools"));
+        let tool_choice = read_tool_choice(obj.get("tool_choice"));
+        // Both providers refuse to force a tool the request does not offer.
+        if let ToolChoice::Named(name) = &tool_choice
+            && !tools.iter().any(|tool| &tool.name == name)
+        {
+            return Err(format!(
+                "tool_choice: the tool `{name}` is not one of the request's `tools`"
+            ));
+        }
         Ok(SimRequest {
             model,
             stream,
@@ -115,8 +125,8 @@ impl SimRequest {
             logprobs,
             top_logprobs,
             max_tokens,
-            tools: read_tools(obj.get("tools")),
-            tool_choice: read_tool_choice(obj.get("tool_choice")),
+            tools,
+            tool_choice,
             output: read_output_format(obj),
             turns,
             messages,
@@ -357,6 +367,22 @@ mod tests {
         let err = SimRequest::parse(Some(WireFormat::Anthropic), &body).unwrap_err();
         assert!(err.contains("max_tokens"));
         assert!(SimRequest::parse(Some(WireFormat::OpenAi), &body).is_ok());
+    }
+
+    #[test]
+    fn a_named_tool_must_be_offered() {
+        let body = json!({
+            "model": "m",
+            "messages": [],
+            "tools": [{"type": "function", "function": {"name": "a", "parameters": {}}}],
+            "tool_choice": {"type": "function", "function": {"name": "b"}}
+        });
+        let err = SimRequest::parse(Some(WireFormat::OpenAi), &body).unwrap_err();
+        assert_eq!(err, "tool_choice: the tool `b` is not one of the request's `tools`");
+        let mut offered = body.clone();
+        offered["tool_choice"]["function"]["name"] = json!("a");
+        let request = SimRequest::parse(Some(WireFormat::OpenAi), &offered).unwrap();
+        assert_eq!(request.tool_choice, ToolChoice::Named("a".into()));
     }
 
     #[test]

@@ -6,4 +6,5 @@ mod openai;
 mod say;
 mod scenario;
 mod support;
+mod tool_choice;
 mod transport;
