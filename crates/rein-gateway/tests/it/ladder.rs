@@ -775,3 +775,235 @@ async fn what_the_runs_tool_calls_returned_is_the_evidence_for_its_citations() {
     assert_eq!(said(&response), expect("degraded", 2, 1, 0));
     gw.stop().await.unwrap();
 }
+
+/// The order-lookup tool in both wire formats; the simulator fills `order_id` with a value of
+/// its own (`sim-order_id`), so `pattern` decides whether its call passes rein's check.
+fn order_tool(pattern: Option<&str>) -> (Value, Value) {
+    let mut order_id = json!({"type": "string"});
+    if let Some(pattern) = pattern {
+        order_id["pattern"] = json!(pattern);
+    }
+    let parameters = json!({
+        "type": "object",
+        "required": ["order_id"],
+        "additionalProperties": false,
+        "properties": {"order_id": order_id}
+    });
+    (
+        json!([{"type": "function", "function": {"name": "lookup_order", "parameters": parameters}}]),
+        json!([{"name": "lookup_order", "input_schema": parameters}]),
+    )
+}
+
+fn reason_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["reply", "reason"],
+        "additionalProperties": false,
+        "properties": {
+            "reply": {"type": "string"},
+            "reason": {"type": "string", "enum": ["refund", "delivery", "other"]}
+        }
+    })
+}
+
+const REASON_OUTPUT: &str = r#"
+[routes.ROUTE.output.schema]
+type = "object"
+required = ["reply", "reason"]
+additionalProperties = false
+
+[routes.ROUTE.output.schema.properties]
+reply = { type = "string" }
+reason = { type = "string", enum = ["refund", "delivery", "other"] }
+"#;
+
+/// The JSON of every `data:` line of an SSE body, `[DONE]` left out.
+async fn sse_data(response: reqwest::Response) -> Vec<Value> {
+    let text = response.text().await.unwrap();
+    text.lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter(|data| *data != "[DONE]")
+        .map(json_of)
+        .collect()
+}
+
+/// Regression: with tools and a JSON Schema in force (the caller's `response_format`, or the
+/// route's output schema), the tool call was re-asked as "the answer is empty" and the agent got
+/// the safe reply. Now the tool call comes back as it is, whole and streamed, in both wire
+/// formats; after the tool result the answer is checked against the schema.
+#[tokio::test]
+async fn a_tool_call_under_an_output_contract_comes_back_then_the_answer_is_checked() {
+    let (openai_tools, anthropic_tools) = order_tool(None);
+    let gw = gateway(&[
+        route("agent", &[tier("primary", "sim-openai", "sim-agent", "")], None),
+        route(
+            "agent-claude",
+            &[tier("primary", "sim-anthropic", "sim-agent", "")],
+            Some(REASON_OUTPUT),
+        ),
+    ])
+    .await;
+    let question = json!({"role": "user", "content": "Use the tool to look up order A10."});
+    let mut ask = json!({
+        "model": "agent",
+        "messages": [question],
+        "tools": openai_tools,
+        "response_format": {"type": "json_schema",
+                            "json_schema": {"name": "reason", "strict": true, "schema": reason_schema()}}
+    });
+
+    let response = gw.post("/v1/chat/completions", KEY, ask.clone()).await;
+    assert_eq!(said(&response), expect("answered", 1, 0, 0), "the tool call is not re-asked");
+    let body: Value = response.json().await.unwrap();
+    let choice = &body["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{body}");
+    let call = &choice["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "lookup_order");
+    assert_eq!(
+        json_of(call["function"]["arguments"].as_str().unwrap()),
+        json!({"order_id": "sim-order_id"})
+    );
+
+    // Streamed (checked release): the same call, and nothing else.
+    let mut streamed = ask.clone();
+    streamed["stream"] = json!(true);
+    let response = gw.post("/v1/chat/completions", KEY, streamed).await;
+    assert_eq!(said(&response), expect("answered", 1, 0, 0));
+    let chunks = sse_data(response).await;
+    let deltas: Vec<&Value> =
+        chunks.iter().map(|c| &c["choices"][0]["delta"]["tool_calls"][0]).collect();
+    assert!(deltas.iter().any(|d| d["function"]["name"] == "lookup_order"), "{chunks:?}");
+    let arguments: String =
+        deltas.iter().filter_map(|d| d["function"]["arguments"].as_str()).collect();
+    assert_eq!(json_of(&arguments), json!({"order_id": "sim-order_id"}));
+    let finish: Vec<&Value> =
+        chunks.iter().map(|c| &c["choices"][0]["finish_reason"]).filter(|f| !f.is_null()).collect();
+    assert_eq!(finish, vec![&json!("tool_calls")]);
+
+    // After the tool result: the answer, checked against the caller's schema.
+    let turn = choice["message"].clone();
+    let id = call["id"].clone();
+    ask["messages"].as_array_mut().unwrap().extend([
+        turn,
+        json!({"role": "tool", "tool_call_id": id, "content": "{\"status\": \"shipped\"}"}),
+    ]);
+    let response = gw.post("/v1/chat/completions", KEY, ask).await;
+    assert_eq!(said(&response), expect("answered", 1, 0, 0));
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+    assert_eq!(json_of(&openai_text(&body)), json!({"reply": "sim-reply", "reason": "refund"}));
+
+    // The Anthropic API to a route with its own output schema.
+    let mut ask = json!({
+        "model": "agent-claude",
+        "max_tokens": 1024,
+        "messages": [{"role": "user", "content": "Use the tool to look up order A10."}],
+        "tools": anthropic_tools,
+        "output_config": {"format": {"type": "json_schema", "schema": reason_schema()}}
+    });
+    let response = gw.post("/v1/messages", KEY, ask.clone()).await;
+    assert_eq!(said(&response), expect("answered", 1, 0, 0));
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["stop_reason"], "tool_use", "{body}");
+    let block = body["content"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(block["type"], "tool_use");
+    assert_eq!(block["name"], "lookup_order");
+    assert_eq!(block["input"], json!({"order_id": "sim-order_id"}));
+
+    let mut streamed = ask.clone();
+    streamed["stream"] = json!(true);
+    let response = gw.post("/v1/messages", KEY, streamed).await;
+    assert_eq!(said(&response), expect("answered", 1, 0, 0));
+    let events = sse_data(response).await;
+    assert!(
+        events.iter().any(|e| e["content_block"]["type"] == "tool_use"
+            && e["content_block"]["name"] == "lookup_order"),
+        "{events:?}"
+    );
+    assert!(events.iter().any(|e| e["delta"]["stop_reason"] == "tool_use"), "{events:?}");
+
+    ask["messages"].as_array_mut().unwrap().extend([
+        json!({"role": "assistant", "content": [block.clone()]}),
+        json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": block["id"],
+                                            "content": "{\"status\": \"shipped\"}"}]}),
+    ]);
+    let response = gw.post("/v1/messages", KEY, ask).await;
+    assert_eq!(said(&response), expect("answered", 1, 0, 0));
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["stop_reason"], "end_turn");
+    assert_eq!(
+        json_of(body["content"][0]["text"].as_str().unwrap()),
+        json!({"reply": "sim-reply", "reason": "refund"})
+    );
+    gw.stop().await.unwrap();
+}
+
+/// A tool call is still checked: arguments that break the tool's parameters schema (the
+/// simulator ignores `pattern`) are asked again once, then the call fails closed to the safe
+/// reply, in both wire formats. No unchecked call reaches the agent.
+#[tokio::test]
+async fn a_tool_call_whose_arguments_break_the_tools_schema_is_re_asked_then_fails_closed() {
+    let (openai_tools, anthropic_tools) = order_tool(Some("^A[0-9]+$"));
+    let gw = gateway(&[
+        route("strict", &[tier("primary", "sim-openai", "sim-agent", "")], None),
+        route("strict-claude", &[tier("primary", "sim-anthropic", "sim-agent", "")], None),
+    ])
+    .await;
+    let question = json!([{"role": "user", "content": "Use the tool to look up order A10."}]);
+    let response = gw
+        .post(
+            "/v1/chat/completions",
+            KEY,
+            json!({"model": "strict", "messages": question, "tools": openai_tools}),
+        )
+        .await;
+    assert_eq!(said(&response), expect("degraded", 2, 1, 0));
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(openai_text(&body), SAFE_REPLY);
+    assert!(body["choices"][0]["message"]["tool_calls"].is_null(), "{body}");
+
+    let response = gw
+        .post(
+            "/v1/messages",
+            KEY,
+            json!({"model": "strict-claude", "max_tokens": 1024, "messages": question,
+                   "tools": anthropic_tools, "stream": true}),
+        )
+        .await;
+    assert_eq!(said(&response), expect("degraded", 2, 1, 0));
+    let events = sse_data(response).await;
+    assert!(!events.iter().any(|e| e["content_block"]["type"] == "tool_use"), "{events:?}");
+    let text: String =
+        events.iter().filter_map(|e| e["delta"]["text"].as_str()).collect::<Vec<_>>().concat();
+    assert_eq!(text, SAFE_REPLY);
+    gw.stop().await.unwrap();
+}
+
+/// Regression: any `x-rein-deadline-ms` at or under the route's minimum attempt (8 s by
+/// default) got the degraded reply at once on a healthy route. A shorter deadline now shrinks
+/// the attempt to fit; it never skips it.
+#[tokio::test]
+async fn a_short_caller_deadline_on_a_healthy_route_gets_its_answer() {
+    let config = format!(
+        "{HEAD}\n[routes.chat]\ndegraded = {{ template = \"{SAFE_REPLY}\" }}\n\n[[routes.chat.tiers]]\n{}",
+        tier("primary", "sim-openai", "sim-primary", "")
+    );
+    let gw = start_with(&config, None).await;
+    for deadline in ["5000", "8000", "1000"] {
+        let response = gw
+            .client
+            .post(gw.url("/v1/chat/completions"))
+            .bearer_auth(KEY.unwrap())
+            .header("x-rein-deadline-ms", deadline)
+            .json(&json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(header(&response, "x-rein-outcome"), "answered", "{deadline} ms");
+        let body: Value = response.json().await.unwrap();
+        assert!(openai_text(&body).ends_with(rein_sim::SENTINEL), "{deadline} ms: {body}");
+    }
+    gw.stop().await.unwrap();
+}
