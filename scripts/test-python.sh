@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The official-SDK suite: builds `rein`, makes a virtualenv at .venv (gitignored) with the pinned
-# `openai`, `anthropic`, `pydantic` and `pytest` from tests/python/requirements.txt, and runs
-# tests/python against a real `rein serve` (the fixture starts it from $REIN_BIN).
+# `openai`, `anthropic`, `pydantic`, `pydantic-ai-slim` and `pytest` from
+# tests/python/requirements.txt, and runs tests/python against a real `rein serve` (the fixture
+# starts it from $REIN_BIN).
 # Needs only python3 with venv and PyPI; after the first install a run takes seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -14,6 +14,8 @@ The routes (see CONFIG):
 - `passthrough`: `release = "passthrough"`, tokens trickle in (OpenAI-format tier).
 - `checked`: `release = "checked"`, tokens trickle in (Anthropic-format tier).
 - `interrupted`: passthrough, the stream breaks after 3 tokens.
+- `agent`: one OpenAI-format sim tier with its own output schema (a reply and a reason), for
+  agents that use tools and a structured final answer on one route.
 """
 
 from __future__ import annotations
@@ -154,6 +156,19 @@ name = "primary"
 provider = "sim-openai"
 model = "sim:{_say(MISSING_FIELD)},{_say(GOOD_REFUND)}"
 
+[routes.agent]
+[[routes.agent.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "sim-agent"
+[routes.agent.output.schema]
+type = "object"
+required = ["reply", "reason"]
+additionalProperties = false
+[routes.agent.output.schema.properties]
+reply = {{ type = "string" }}
+reason = {{ type = "string", enum = ["refund", "delivery", "other"] }}
+
 [routes.interrupted]
 release = "passthrough"
 attempts = 1
@@ -164,6 +179,7 @@ model = "sim:stream_error:after=3"
 """
 
 ROUTES = [
+    "agent",
     "chat",
     "checked",
     "claude",
