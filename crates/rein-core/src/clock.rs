@@ -26,8 +26,10 @@ pub struct ClockPolicy {
     /// The whole call: every attempt, wait and tier.
     #[serde(rename = "deadline_ms", with = "crate::clock::millis")]
     pub deadline: Duration,
-    /// No attempt starts with less than this left before the deadline (defaults to `attempt`:
-    /// an attempt that cannot run its full course is not started, the call steps down instead).
+    /// No retry and no later tier starts with less than this left before the route's deadline
+    /// (defaults to `attempt`: an attempt that cannot run its full course is not started, the
+    /// call steps down instead). A shorter caller deadline scales it by the same ratio; a call's
+    /// first attempt always starts, cut to the time left.
     #[serde(rename = "min_attempt_ms", with = "crate::clock::millis")]
     pub min_attempt: Duration,
 }
