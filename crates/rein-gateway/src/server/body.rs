@@ -6,7 +6,10 @@
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, StatusCode, header};
 use http_body_util::BodyExt;
+
+use crate::config::ServerConfig;
 
 /// How much of an oversize body is read and dropped so that the client sees the 413.
 pub const DRAIN_BYTES: usize = 64 * 1024 * 1024;
@@ -24,8 +27,47 @@ pub enum BodyError {
     Broken(String),
 }
 
+impl BodyError {
+    /// 413 over the limit, 408 past the clock, 400 for a broken stream.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            BodyError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            BodyError::Timeout => StatusCode::REQUEST_TIMEOUT,
+            BodyError::Broken(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// What the caller is told, naming the setting that bounds it.
+    pub fn message(&self, server: &ServerConfig) -> String {
+        match self {
+            BodyError::TooLarge => format!(
+                "The request body is larger than this gateway accepts ({} bytes, `server.max_body_bytes`).",
+                server.max_body_bytes
+            ),
+            BodyError::Timeout => format!(
+                "The request body did not arrive within {} ms (`server.body_read_timeout_ms`).",
+                server.edge.body_read_timeout.as_millis()
+            ),
+            BodyError::Broken(why) => format!("The request body could not be read: {why}."),
+        }
+    }
+}
+
+/// The whole body of a request with these `headers`, within `server`'s limit and clock.
+pub async fn read_request(
+    body: Body,
+    headers: &HeaderMap,
+    server: &ServerConfig,
+) -> Result<Bytes, BodyError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    read(body, declared, server.max_body_bytes, server.edge.body_read_timeout).await
+}
+
 /// The whole body, or why not. `declared` is the request's `Content-Length`, if any.
-pub async fn read(
+async fn read(
     body: Body,
     declared: Option<usize>,
     limit: usize,

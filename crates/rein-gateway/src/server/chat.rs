@@ -92,14 +92,9 @@ async fn prepare(
         return Err(ApiError::new(api, ErrorKind::UnsupportedMediaType, &message, request_id));
     }
     let server = &runtime.config.server;
-    let limit = server.max_body_bytes;
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    let bytes = super::body::read(body, declared, limit, server.edge.body_read_timeout)
+    let bytes = super::body::read_request(body, headers, server)
         .await
-        .map_err(|error| body_error(api, &error, limit, server, request_id))?;
+        .map_err(|error| body_error(api, &error, server, request_id))?;
 
     let mut parsed = match api {
         Api::OpenAi => wire::openai::parse_request(&bytes).map(|p| Parsed {
@@ -154,35 +149,20 @@ async fn prepare(
     Ok((parsed, options))
 }
 
-/// A body that could not be read, in the caller's format: 413 over the limit (the connection
-/// then closes), 408 past the read clock, 400 for a broken stream.
+/// A body that could not be read, in the caller's format; the connection then closes.
 fn body_error(
     api: Api,
     error: &super::body::BodyError,
-    limit: usize,
     server: &crate::config::ServerConfig,
     request_id: &str,
 ) -> ApiError {
     use super::body::BodyError;
-    match error {
-        BodyError::TooLarge => {
-            let message = format!(
-                "The request body is larger than this gateway accepts ({limit} bytes, `server.max_body_bytes`)."
-            );
-            ApiError::new(api, ErrorKind::RequestTooLarge, &message, request_id).closing()
-        }
-        BodyError::Timeout => {
-            let message = format!(
-                "The request body did not arrive within {} ms (`server.body_read_timeout_ms`).",
-                server.edge.body_read_timeout.as_millis()
-            );
-            ApiError::new(api, ErrorKind::RequestTimeout, &message, request_id).closing()
-        }
-        BodyError::Broken(why) => {
-            let message = format!("The request body could not be read: {why}.");
-            ApiError::new(api, ErrorKind::InvalidRequest, &message, request_id).closing()
-        }
-    }
+    let kind = match error {
+        BodyError::TooLarge => ErrorKind::RequestTooLarge,
+        BodyError::Timeout => ErrorKind::RequestTimeout,
+        BodyError::Broken(_) => ErrorKind::InvalidRequest,
+    };
+    ApiError::new(api, kind, &error.message(server), request_id).closing()
 }
 
 /// Counts and logs a call whose client went away before its answer was complete (hyper drops

@@ -71,35 +71,12 @@ pub async fn call(
         );
     }
     let server = &runtime.config.server;
-    let limit = server.max_body_bytes;
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    let bytes = match super::body::read(body, declared, limit, server.edge.body_read_timeout).await
-    {
+    let bytes = match super::body::read_request(body, &headers, server).await {
         Ok(bytes) => bytes,
         Err(failure) => {
-            use super::body::BodyError;
-            let (status, message) = match failure {
-                BodyError::TooLarge => (
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!(
-                        "The request body is larger than this gateway accepts ({limit} bytes, `server.max_body_bytes`)."
-                    ),
-                ),
-                BodyError::Timeout => (
-                    StatusCode::REQUEST_TIMEOUT,
-                    format!(
-                        "The request body did not arrive within {} ms (`server.body_read_timeout_ms`).",
-                        server.edge.body_read_timeout.as_millis()
-                    ),
-                ),
-                BodyError::Broken(why) => {
-                    (StatusCode::BAD_REQUEST, format!("The request body could not be read: {why}."))
-                }
-            };
+            let status = failure.status();
             gateway.metrics.http_error("tools", status.as_u16());
+            let message = failure.message(server);
             let mut response = error(status, "invalid_request_error", None, &message, &request_id);
             response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
             return response;
