@@ -1,7 +1,8 @@
 //! `rein outbox`: the durable write queue of a running gateway, through its admin API. `list`
 //! prints one line per queued write with its key, tool, state, age, attempts and last error;
-//! `show` prints one item whole; `replay` makes an item due now; `drop` removes it for good (its
-//! key's result then says it was not done). `--json` prints the admin API's answer as is.
+//! `show` prints one item whole; `replay` makes an item due now (for an item in `review`: the
+//! operator releases it to be sent again); `executed` settles an item in `review` whose write the
+//! operator found done at the backend; `drop` removes it for good. `--json` prints the admin API's answer as is.
 
 use std::io::Write;
 
@@ -29,7 +30,7 @@ pub struct OutboxArgs {
 enum OutboxAction {
     /// Queued writes, newest first: key, tool, state, age, attempts, last error.
     List {
-        /// pending, done, failed, dropped or all.
+        /// pending, review, done, failed, dropped or all.
         #[arg(long, default_value = "all")]
         state: String,
         #[arg(long, default_value_t = 100)]
@@ -39,6 +40,18 @@ enum OutboxAction {
     Show { id: i64 },
     /// Make a pending or failed write due now; the gateway's worker sends it with its key.
     Replay { id: i64 },
+    /// Settle a write held for review (its outcome was unknown) as executed: the backend has it.
+    Executed {
+        id: i64,
+        /// Who checked the backend.
+        #[arg(long)]
+        by: String,
+        /// The backend's result, as JSON (becomes the key's stored answer).
+        #[arg(long)]
+        result: Option<String>,
+        #[arg(long, default_value = "")]
+        note: String,
+    },
     /// Drop a pending or failed write: it is never sent.
     Drop {
         id: i64,
@@ -57,6 +70,18 @@ pub async fn run(args: OutboxArgs) -> anyhow::Result<std::process::ExitCode> {
         }
         OutboxAction::Show { id } => admin.get(&format!("/admin/outbox/{id}")),
         OutboxAction::Replay { id } => admin.post(&format!("/admin/outbox/{id}/replay")),
+        OutboxAction::Executed { id, by, result, note } => {
+            let result: Option<Value> = match result {
+                Some(text) => Some(
+                    serde_json::from_str(text)
+                        .map_err(|error| anyhow::anyhow!("--result is not JSON: {error}"))?,
+                ),
+                None => None,
+            };
+            admin
+                .post(&format!("/admin/outbox/{id}/executed"))
+                .json(&serde_json::json!({"by": by, "result": result, "note": note}))
+        }
         OutboxAction::Drop { id, reason, by } => admin
             .post(&format!("/admin/outbox/{id}/drop"))
             .json(&serde_json::json!({"reason": reason, "by": by})),
@@ -94,7 +119,12 @@ fn write_table(out: &mut dyn Write, body: &Value) -> std::io::Result<()> {
     let stats = body.get("stats").cloned().unwrap_or(Value::Null);
     let pending = stats.get("pending").and_then(Value::as_i64).unwrap_or(0);
     let failed = stats.get("failed").and_then(Value::as_i64).unwrap_or(0);
-    writeln!(out, "{} shown; {pending} pending, {failed} failed", items.len())
+    let review = stats.get("review").and_then(Value::as_i64).unwrap_or(0);
+    writeln!(
+        out,
+        "{} shown; {pending} pending, {review} held for review, {failed} failed",
+        items.len()
+    )
 }
 
 /// `950ms`, `12.5s`, `4.2m`, `3.6h`, `2.1d`.

@@ -341,6 +341,36 @@ fn admin_commands_take_their_flags_after_the_subcommand() {
     let (code, stdout, stderr) =
         admin_command(&[&["outbox", "--url", url], &key[..], &["list"]].concat());
     assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("0 held for review"), "{stdout}");
+    // Settling a write held for review reaches the admin API (which has no item 999 to settle).
+    let (code, stdout, stderr) = admin_command(
+        &[
+            &[
+                "outbox",
+                "executed",
+                "999",
+                "--by",
+                "ops",
+                "--result",
+                "{\"ticket\": \"T-1\"}",
+                "--url",
+                url,
+            ],
+            &key[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(stdout.contains("409") && stdout.contains("outbox item 999"), "{stdout}{stderr}");
+    let (code, _, stderr) = admin_command(
+        &[
+            &["outbox", "executed", "1", "--by", "ops", "--result", "not json", "--url", url],
+            &key[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("--result is not JSON"), "{stderr}");
 
     // The flag is really used: a gateway that is not there is named, not the default address.
     let closed = TcpListener::bind("127.0.0.1:0").unwrap();
