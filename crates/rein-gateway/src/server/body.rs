@@ -79,16 +79,32 @@ async fn read(
     }
     let mut body = body;
     let collected = tokio::time::timeout(timeout, async {
-        let mut bytes = bytes::BytesMut::new();
+        // A body that comes in one frame (the common case) is kept as it is, not copied.
+        let mut first: Option<Bytes> = None;
+        let mut joined = bytes::BytesMut::new();
         loop {
             match body.frame().await {
-                None => return Ok(bytes.freeze()),
+                None => {
+                    return Ok(match first {
+                        Some(only) if joined.is_empty() => only,
+                        _ => joined.freeze(),
+                    });
+                }
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
-                        if bytes.len() + data.len() > limit {
+                        let held = first.as_ref().map_or(0, Bytes::len) + joined.len();
+                        if held + data.len() > limit {
                             return Err(BodyError::TooLarge);
                         }
-                        bytes.extend_from_slice(&data);
+                        match first.take() {
+                            None if joined.is_empty() => first = Some(data),
+                            earlier => {
+                                if let Some(earlier) = earlier {
+                                    joined.extend_from_slice(&earlier);
+                                }
+                                joined.extend_from_slice(&data);
+                            }
+                        }
                     }
                 }
                 Some(Err(error)) => {

@@ -365,13 +365,19 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
             Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
             Poll::Pending => {
                 if let Some((deadline, reason)) = this.conn.deadline(cx.waker()) {
-                    if this.timer.deadline() != deadline {
+                    // The timer only ever moves earlier here; one that fires before the (later)
+                    // deadline is re-armed then, so a busy keep-alive connection does not
+                    // re-arm it on every request.
+                    if deadline < this.timer.deadline() {
                         this.timer.as_mut().reset(deadline);
                     }
-                    if this.timer.as_mut().poll(cx).is_ready() {
-                        this.conn.close(reason);
-                        // End of stream: hyper closes the connection.
-                        return Poll::Ready(Ok(()));
+                    while this.timer.as_mut().poll(cx).is_ready() {
+                        if Instant::now() >= deadline {
+                            this.conn.close(reason);
+                            // End of stream: hyper closes the connection.
+                            return Poll::Ready(Ok(()));
+                        }
+                        this.timer.as_mut().reset(deadline);
                     }
                 }
                 Poll::Pending
