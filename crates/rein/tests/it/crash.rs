@@ -531,7 +531,7 @@ async fn rein_outbox_lists_shows_drops_and_replays_queued_writes() {
     for needle in ["IDEMPOTENCY KEY", "cli-refund-1", "cli-refund-2", "refund", "pending", "503"] {
         assert!(table.contains(needle), "`{needle}` missing from:\n{table}");
     }
-    assert!(table.contains("2 shown; 2 pending, 0 failed"), "{table}");
+    assert!(table.contains("2 shown; 2 pending, 0 held for review, 0 failed"), "{table}");
 
     let (ok, json) = outbox_cli(&gateway.url, &["list", "--json"]);
     assert!(ok);
