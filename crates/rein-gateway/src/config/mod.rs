@@ -139,11 +139,14 @@ pub struct EdgeLimits {
     pub max_connections: usize,
 }
 
-/// The listener's certificate chain and key, as PEM files.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The listener's certificate chain and key, as PEM files, and the pair read from them when the
+/// config was validated.
+#[derive(Debug, Clone, Serialize)]
 pub struct TlsFiles {
     pub cert_path: String,
     pub key_path: String,
+    #[serde(skip)]
+    pub key: std::sync::Arc<rustls::sign::CertifiedKey>,
 }
 
 impl ServerConfig {
@@ -354,16 +357,20 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
     if raw.server.max_connections == 0 {
         problems.add("server.max_connections", "must be at least 1");
     }
-    let tls = raw
-        .server
-        .tls
-        .as_ref()
-        .map(|tls| TlsFiles { cert_path: tls.cert_path.clone(), key_path: tls.key_path.clone() });
-    if let Some(tls) = &tls
-        && let Err(problem) = crate::server::tls::load(tls)
-    {
-        problems.add(problem.key, problem.message);
-    }
+    let tls = match &raw.server.tls {
+        Some(tls) => match crate::server::tls::load(&tls.cert_path, &tls.key_path) {
+            Ok(key) => Some(TlsFiles {
+                cert_path: tls.cert_path.clone(),
+                key_path: tls.key_path.clone(),
+                key,
+            }),
+            Err(problem) => {
+                problems.add(problem.key, problem.message);
+                None
+            }
+        },
+        None => None,
+    };
     if raw.upstream.connect_ms == 0 {
         problems.add("upstream.connect_ms", "must be greater than 0");
     }

@@ -126,7 +126,7 @@ struct Fixed {
     listen: std::net::SocketAddr,
     workers: usize,
     sqlite_path: String,
-    postgres_url: Option<String>,
+    postgres_url: Option<Secret>,
     tls: bool,
 }
 
@@ -136,7 +136,7 @@ impl Fixed {
             listen: config.server.listen,
             workers: config.server.workers,
             sqlite_path: config.store.sqlite_path.clone(),
-            postgres_url: config.store.postgres_url.as_ref().map(|url| url.expose().to_string()),
+            postgres_url: config.store.postgres_url.clone(),
             tls: config.server.tls.is_some(),
         }
     }
@@ -250,9 +250,7 @@ impl Gateway {
         }
         let tls = match &config.server.tls {
             Some(files) => {
-                let key =
-                    tls::load(files).map_err(|problem| ConfigError { problems: vec![problem] })?;
-                let resolver = tls::CertResolver::new(key);
+                let resolver = tls::CertResolver::new(files.key.clone());
                 let acceptor = tls::acceptor(resolver.clone())
                     .map_err(|error| BuildError::Client(format!("TLS: {error}")))?;
                 Some((resolver, acceptor))
@@ -368,16 +366,8 @@ impl Gateway {
         self.overrides.apply(&mut config);
         let mut problems = self.fixed.changed_in(&config);
         problems.extend(config.server.auth_problems(self.fixed.listen));
-        let renewed = match (&config.server.tls, &self.tls) {
-            (Some(files), Some(_)) => match tls::load(files) {
-                Ok(key) => Some(key),
-                Err(problem) => {
-                    problems.push(problem);
-                    None
-                }
-            },
-            _ => None,
-        };
+        // Validation read the files: a renewed certificate is already in `config`.
+        let renewed = config.server.tls.as_ref().map(|files| files.key.clone());
         if !problems.is_empty() {
             return Err(ConfigError { problems }.into());
         }
