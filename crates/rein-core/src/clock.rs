@@ -46,23 +46,52 @@ impl Default for ClockPolicy {
     }
 }
 
-/// The point in time by which a call must be over.
+/// The point in time by which a call must be over, and when the call began.
+///
+/// One is made per call, at the edge (the gateway's request, or a Rust agent's
+/// [`crate::CallContext`]); everything below narrows it ([`Deadline::within`]) and cuts its own
+/// clocks to it ([`Deadline::cut`]), so no wait, attempt, rule, judge or tool rung outlives the
+/// caller. A deadline may be unbounded (a tool call with no caller deadline): then only each
+/// step's own clock applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Deadline {
     started: Instant,
-    at: Instant,
+    at: Option<Instant>,
 }
 
 impl Deadline {
     /// A deadline `total` from now.
     pub fn after(total: Duration) -> Self {
         let started = Instant::now();
-        Self { started, at: started + total }
+        Self { started, at: Some(started + total) }
     }
 
-    /// Time left, zero once passed.
+    /// No deadline, started now: only the clocks of each step apply.
+    pub fn unbounded() -> Self {
+        Self { started: Instant::now(), at: None }
+    }
+
+    /// The same call's deadline, brought in to `total` from now when that is sooner (a route's
+    /// own deadline inside a caller's, a judge's route inside the call it checks). The start
+    /// stays the call's.
+    #[must_use]
+    pub fn within(self, total: Duration) -> Self {
+        let limit = Instant::now() + total;
+        let at = Some(self.at.map_or(limit, |at| at.min(limit)));
+        Self { at, ..self }
+    }
+
+    /// Time left, zero once passed; [`Duration::MAX`] when unbounded.
     pub fn remaining(&self) -> Duration {
-        self.at.saturating_duration_since(Instant::now())
+        match self.at {
+            Some(at) => at.saturating_duration_since(Instant::now()),
+            None => Duration::MAX,
+        }
+    }
+
+    /// Whether the deadline has an end.
+    pub fn is_bounded(&self) -> bool {
+        self.at.is_some()
     }
 
     /// Time since the call started.
@@ -75,8 +104,16 @@ impl Deadline {
         self.remaining() >= needed
     }
 
-    pub fn total(&self) -> Duration {
-        self.at.saturating_duration_since(self.started)
+    /// A step's own clock, cut to what is left: `clock` or the time remaining, whichever is
+    /// shorter.
+    pub fn cut(&self, clock: Duration) -> Duration {
+        clock.min(self.remaining())
+    }
+
+    /// A step's own clock, cut to what is left after `reserve` (kept for a later step that must
+    /// still run, like a write's queue rung).
+    pub fn cut_leaving(&self, clock: Duration, reserve: Duration) -> Duration {
+        clock.min(self.remaining().saturating_sub(reserve))
     }
 }
 
@@ -118,5 +155,40 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(30)).await;
         assert_eq!(deadline.remaining(), Duration::ZERO);
         assert_eq!(deadline.elapsed(), Duration::from_secs(42));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_narrowed_deadline_keeps_the_start_and_never_moves_out() {
+        let ms = Duration::from_millis;
+        let call = Deadline::after(ms(2_000));
+        tokio::time::sleep(ms(500)).await;
+        // A route of 20 s inside a call with 1.5 s left: still 1.5 s.
+        let route = call.within(ms(20_000));
+        assert_eq!(route.remaining(), ms(1_500));
+        assert_eq!(route.elapsed(), ms(500));
+        // A route of 1 s inside it: 1 s.
+        assert_eq!(call.within(ms(1_000)).remaining(), ms(1_000));
+        // An unbounded deadline takes the bound it is given.
+        let open = Deadline::unbounded();
+        assert!(!open.is_bounded());
+        assert_eq!(open.remaining(), Duration::MAX);
+        assert_eq!(open.within(ms(300)).remaining(), ms(300));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn clocks_are_cut_to_what_is_left_and_keep_the_reserve() {
+        let ms = Duration::from_millis;
+        let deadline = Deadline::after(ms(1000));
+        assert_eq!(deadline.cut(ms(400)), ms(400));
+        tokio::time::sleep(ms(800)).await;
+        assert_eq!(deadline.cut(ms(400)), ms(200));
+        assert_eq!(deadline.cut_leaving(ms(400), ms(100)), ms(100));
+        assert_eq!(deadline.cut_leaving(ms(400), ms(300)), Duration::ZERO);
+        assert_eq!(deadline.elapsed(), ms(800));
+        tokio::time::sleep(ms(500)).await;
+        assert_eq!(deadline.cut(ms(400)), Duration::ZERO);
+
+        let open = Deadline::unbounded();
+        assert_eq!(open.cut_leaving(ms(400), ms(100)), ms(400));
     }
 }

@@ -9,6 +9,7 @@ pub mod budget;
 pub mod chain;
 pub mod classify;
 pub mod clock;
+pub mod context;
 pub mod degraded;
 pub mod failure;
 pub mod model;
@@ -22,11 +23,12 @@ pub mod validate;
 pub use breaker::{BreakerState, Cooldown, CooldownPolicy};
 pub use budget::{RetryBudget, RetryBudgetPolicy};
 pub use chain::{
-    CallError, CallOptions, Completion, Engine, EngineBuilder, JUDGE_RULE, JudgeRule, Observer,
-    TierCooldown, TierState,
+    CallError, Completion, Engine, EngineBuilder, JUDGE_RULE, JudgeRule, Observer, TierCooldown,
+    TierState,
 };
 pub use classify::{Classified, Disposition, FailureKind, Fault, classify};
 pub use clock::{ClockPolicy, Deadline};
+pub use context::{CallContext, TraceParent};
 pub use degraded::{DegradedReply, KillFlip, KillScope, KillSwitch};
 pub use failure::{Clock, Failure, HttpError, WireFormat};
 pub use model::*;

@@ -13,7 +13,8 @@ use futures_core::Stream;
 use tokio::sync::mpsc;
 
 use crate::attempt::Forwarder;
-use crate::chain::{CallError, CallOptions, Completion, Engine};
+use crate::chain::{CallError, Completion, Engine};
+use crate::context::CallContext;
 use crate::model::{ChatRequest, StreamEvent};
 use crate::route::ReleaseMode;
 
@@ -46,9 +47,9 @@ impl Engine {
     /// stops when the returned stream is dropped.
     pub fn stream(
         &self,
+        ctx: CallContext,
         route: &str,
         request: ChatRequest,
-        options: CallOptions,
     ) -> Result<ReleaseStream, CallError> {
         let handle = self.route_state(route)?;
         let (tx, rx) = mpsc::channel(64);
@@ -58,11 +59,8 @@ impl Engine {
             let passthrough = handle.release_mode() == ReleaseMode::Passthrough;
             let run = async {
                 let mut forwarder = Forwarder::new(tx.clone());
-                let result = if passthrough {
-                    engine.run(&handle, request, &options, Some(&mut forwarder)).await
-                } else {
-                    engine.run(&handle, request, &options, None).await
-                };
+                let forward = passthrough.then_some(&mut forwarder);
+                let result = engine.run(ctx, &handle, request, forward).await;
                 match result {
                     Ok(completion) => {
                         if !forwarder.forwarded() {

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use rein_core::CallContext;
 use rein_core::validate::{Answer, Evidence, Problem, Rule};
 use serde::Deserialize;
 use serde_json::json;
@@ -115,16 +116,26 @@ impl Rule for WebhookRule {
         &self.name
     }
 
+    /// The webhook gets its own timeout cut to what the call has left: a check never keeps a
+    /// call past its deadline, and one that cannot finish in time is an unavailable check.
     fn check<'a>(
         &'a self,
+        ctx: &'a CallContext,
         answer: &'a Answer,
-        evidence: &'a Evidence,
     ) -> BoxFuture<'a, Vec<Problem>> {
         Box::pin(async move {
-            let outcome = match tokio::time::timeout(self.timeout, self.ask(answer, evidence)).await
-            {
-                Ok(outcome) => outcome,
-                Err(_) => Err(format!("timed out after {} ms", self.timeout.as_millis())),
+            let budget = ctx.deadline().cut(self.timeout);
+            let outcome = if budget.is_zero() {
+                Err("no time left before the call's deadline".to_string())
+            } else {
+                match tokio::time::timeout(budget, self.ask(answer, &ctx.evidence)).await {
+                    Ok(outcome) => outcome,
+                    Err(_) if budget < self.timeout => Err(format!(
+                        "timed out after {} ms, at the call's deadline",
+                        budget.as_millis()
+                    )),
+                    Err(_) => Err(format!("timed out after {} ms", budget.as_millis())),
+                }
             };
             match outcome {
                 Ok(problems) => problems,
@@ -207,7 +218,8 @@ mod tests {
     async fn check(reply: &'static str, delay_ms: u64, timeout_ms: u64) -> Vec<Problem> {
         let url = serve(reply, Duration::from_millis(delay_ms)).await;
         let evidence = Evidence::new().with(EvidenceItem::new("search", "140", "48 hours"));
-        rule(url, timeout_ms).check(&Answer::text("hello"), &evidence).await
+        let ctx = CallContext::new().evidence(evidence);
+        rule(url, timeout_ms).check(&ctx, &Answer::text("hello")).await
     }
 
     fn http(status: &str, body: &str) -> &'static str {
@@ -259,8 +271,29 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/check", listener.local_addr().unwrap());
         drop(listener);
-        let problems = rule(url, 1000).check(&Answer::text("x"), &Evidence::new()).await;
+        let problems = rule(url, 1000).check(&CallContext::new(), &Answer::text("x")).await;
         assert_eq!(problems[0].kind, ProblemKind::RuleUnavailable("policy".into()));
         assert!(problems[0].message.contains("the request failed"), "{}", problems[0].message);
+    }
+
+    /// The bug this guards: a webhook rule ran on its own timeout whatever the call had left, so
+    /// a call with 2 s left could wait on a slow webhook for its whole timeout.
+    #[tokio::test(start_paused = true)]
+    async fn a_webhook_never_outlives_the_callers_deadline() {
+        // The webhook would answer in 5 s, inside its own 10 s timeout; the call has 2 s left.
+        let url = serve(http("200 OK", r#"{"problems":[]}"#), Duration::from_secs(5)).await;
+        let ctx = CallContext::with_deadline(Duration::from_secs(2));
+        let started = tokio::time::Instant::now();
+        let problems = rule(url.clone(), 10_000).check(&ctx, &Answer::text("x")).await;
+        let elapsed = started.elapsed();
+        assert!(elapsed <= Duration::from_secs(2), "ended inside the call's 2 s: {elapsed:?}");
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].kind, ProblemKind::RuleUnavailable("policy".into()));
+        assert!(problems[0].message.contains("at the call's deadline"), "{}", problems[0].message);
+
+        // With the deadline passed, the webhook is not asked at all.
+        let problems = rule(url, 10_000).check(&ctx, &Answer::text("x")).await;
+        assert!(problems[0].message.contains("no time left"), "{}", problems[0].message);
+        assert_eq!(started.elapsed(), elapsed);
     }
 }

@@ -10,14 +10,13 @@
 //! `replay.rs`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use rein_core::breaker::{Admission, BreakerState, Permit};
 use rein_core::retry::{Jitter, SeededJitter};
+use rein_core::{CallContext, Deadline};
 use rein_store::tools::ToolStore;
 use serde::Serialize;
 use serde_json::Value;
-use tokio::time::Instant;
 
 use crate::clock::{SystemClock, WallClock};
 use crate::config::{ConfigError, ToolKind, ToolsConfig, compile};
@@ -29,17 +28,6 @@ use crate::ladder::{HttpRung, OutboxSettings, Rung, RungAction, Tool, Tools};
 use crate::observer::{LADDER_EXHAUSTED, NoopObserver, ToolObserver};
 use crate::redact::Redactor;
 use crate::wording::Situation;
-
-/// Per-call context (from the gateway's headers, or set by a Rust agent).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CallContext {
-    /// The caller's idempotency key (writes); ignored by reads, which are safe to repeat.
-    pub idempotency_key: Option<String>,
-    /// The conversation, for `key_from = "conversation"` tools and hold records.
-    pub conversation_id: Option<String>,
-    /// The whole call's budget; no rung runs past it.
-    pub deadline: Option<Duration>,
-}
 
 /// How a call ended: the envelope the model sees, and the facts the caller's headers and logs
 /// need without parsing it.
@@ -159,14 +147,15 @@ impl Dispatcher {
             .collect()
     }
 
-    /// Dispatch one call of `tool` with `args` (a JSON object) through its ladder.
+    /// Dispatch one call of `tool` with `args` (a JSON object) through its ladder, within the
+    /// context's deadline (no rung runs past it), with its idempotency key and conversation.
     pub async fn call(
         &self,
+        ctx: &CallContext,
         tool: &str,
         args: Value,
-        ctx: CallContext,
     ) -> Result<ToolOutcome, ToolError> {
-        let timing = Timing::start(ctx.deadline);
+        let deadline = ctx.deadline();
         let Some(tool) = self.tools.get(tool) else {
             return Err(ToolError::UnknownTool(tool.to_string()));
         };
@@ -179,8 +168,8 @@ impl Dispatcher {
         }
         let urls = fill_urls(tool, &args)?;
         match tool.kind {
-            ToolKind::Read => Ok(self.call_read(tool, &args, &urls, &timing).await),
-            ToolKind::Write => self.call_write(tool, args, &urls, ctx, &timing).await,
+            ToolKind::Read => Ok(self.call_read(tool, &args, &urls, deadline).await),
+            ToolKind::Write => self.call_write(ctx, tool, args, &urls).await,
         }
     }
 
@@ -189,11 +178,11 @@ impl Dispatcher {
         tool: &Tool,
         args: &Value,
         urls: &[Option<String>],
-        timing: &Timing,
+        deadline: &Deadline,
     ) -> ToolOutcome {
         let hash = args_hash(args);
         for (rung, url) in tool.rungs.iter().zip(urls) {
-            let budget = timing.budget(rung.timeout, Duration::ZERO);
+            let budget = deadline.cut(rung.timeout);
             let needs_time = !matches!(rung.action, RungAction::Static { .. });
             if needs_time && budget.is_zero() {
                 tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: no time left before the deadline");
@@ -211,7 +200,7 @@ impl Dispatcher {
                     };
                     let Some(_slot) = http.bulkhead.try_enter() else {
                         resolve(permit, Resolution::Unused);
-                        return self.busy(tool, rung, http, None, timing);
+                        return self.busy(tool, rung, http, None, deadline);
                     };
                     let sent =
                         http::send(&self.http, http, url, args, None, budget, &self.redactor);
@@ -225,7 +214,7 @@ impl Dispatcher {
                                 result,
                                 None,
                                 None,
-                                timing.elapsed_ms(),
+                                elapsed_ms(deadline),
                             );
                             return self.finish(tool, envelope, Some(rung));
                         }
@@ -238,7 +227,7 @@ impl Dispatcher {
                                 Some(rung),
                                 Some(&message),
                                 None,
-                                timing.elapsed_ms(),
+                                elapsed_ms(deadline),
                             );
                             return self.finish(tool, envelope, Some(rung));
                         }
@@ -278,7 +267,7 @@ impl Dispatcher {
                                 cached.result,
                                 Some(age_ms),
                                 None,
-                                timing.elapsed_ms(),
+                                elapsed_ms(deadline),
                             );
                             return self.finish(tool, envelope, Some(rung));
                         }
@@ -304,7 +293,7 @@ impl Dispatcher {
                         result.clone(),
                         None,
                         None,
-                        timing.elapsed_ms(),
+                        elapsed_ms(deadline),
                     );
                     return self.finish(tool, envelope, Some(rung));
                 }
@@ -313,7 +302,7 @@ impl Dispatcher {
             }
         }
         let envelope =
-            envelope::refused(tool, Situation::Refused, None, None, None, timing.elapsed_ms());
+            envelope::refused(tool, Situation::Refused, None, None, None, elapsed_ms(deadline));
         self.finish(tool, envelope, None)
     }
 
@@ -342,12 +331,12 @@ impl Dispatcher {
         rung: &Rung,
         http: &HttpRung,
         key: Option<&str>,
-        timing: &Timing,
+        deadline: &Deadline,
     ) -> ToolOutcome {
         let bulkhead = &http.bulkhead;
         self.observer.busy(&tool.name, &bulkhead.name);
         let envelope =
-            envelope::busy(tool, rung, bulkhead.retry_after_ms, key, timing.elapsed_ms());
+            envelope::busy(tool, rung, bulkhead.retry_after_ms, key, elapsed_ms(deadline));
         outcome(envelope, Some(rung), false)
     }
 
@@ -362,6 +351,11 @@ impl Dispatcher {
         self.observer.served(&tool.name, source, envelope.status);
         outcome(envelope, rung, false)
     }
+}
+
+/// Milliseconds since the call began, for the envelope.
+pub(crate) fn elapsed_ms(deadline: &Deadline) -> u64 {
+    u64::try_from(deadline.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 pub(crate) fn outcome(envelope: Envelope, rung: Option<&Rung>, replayed: bool) -> ToolOutcome {
@@ -402,37 +396,6 @@ pub(crate) fn resolve(permit: Option<Permit>, resolution: Resolution) {
     }
 }
 
-/// A call's clock: when it started and its deadline, on tokio's clock.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Timing {
-    started: Instant,
-    deadline: Option<Instant>,
-}
-
-impl Timing {
-    pub fn start(deadline: Option<Duration>) -> Self {
-        let started = Instant::now();
-        Self { started, deadline: deadline.map(|d| started + d) }
-    }
-
-    /// A rung's budget: its own timeout, cut to what is left before the deadline after
-    /// `reserve` (kept for a later rung that must still run, like a write's queue).
-    pub fn budget(&self, timeout: Duration, reserve: Duration) -> Duration {
-        match self.deadline {
-            Some(deadline) => {
-                let left =
-                    deadline.saturating_duration_since(Instant::now()).saturating_sub(reserve);
-                timeout.min(left)
-            }
-            None => timeout,
-        }
-    }
-
-    pub fn elapsed_ms(&self) -> u64 {
-        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-}
-
 /// Each rung's URL for these arguments (`None` for rungs that are not http), or the first
 /// argument the URLs cannot take: the caller's mistake (400), found before anything runs.
 fn fill_urls(tool: &Tool, args: &Value) -> Result<Vec<Option<String>>, ToolError> {
@@ -455,27 +418,5 @@ fn json_kind(value: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn budgets_never_pass_the_deadline_and_keep_the_reserve() {
-        let ms = Duration::from_millis;
-        let timing = Timing::start(Some(ms(1000)));
-        assert_eq!(timing.budget(ms(400), Duration::ZERO), ms(400));
-        tokio::time::sleep(ms(800)).await;
-        assert_eq!(timing.budget(ms(400), Duration::ZERO), ms(200));
-        assert_eq!(timing.budget(ms(400), ms(100)), ms(100));
-        assert_eq!(timing.budget(ms(400), ms(300)), Duration::ZERO);
-        assert_eq!(timing.elapsed_ms(), 800);
-        tokio::time::sleep(ms(500)).await;
-        assert_eq!(timing.budget(ms(400), Duration::ZERO), Duration::ZERO);
-
-        let no_deadline = Timing::start(None);
-        assert_eq!(no_deadline.budget(ms(400), ms(100)), ms(400));
     }
 }

@@ -29,7 +29,7 @@ mod write;
 
 pub use clock::{SystemClock, WallClock};
 pub use config::{ConfigError, ConfigProblem, Idempotency, ToolsConfig};
-pub use dispatcher::{CallContext, Dispatcher, RungBreaker, ToolOutcome};
+pub use dispatcher::{Dispatcher, RungBreaker, ToolOutcome};
 pub use envelope::{PROVENANCE_FIELDS, ToolStatus};
 pub use error::ToolError;
 pub use http::IDEMPOTENCY_KEY_HEADER;

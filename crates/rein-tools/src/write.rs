@@ -19,15 +19,14 @@
 
 use std::time::Duration;
 
+use rein_core::{CallContext, Deadline};
 use rein_store::StoreError;
 use rein_store::tools::{Decision, Hold, HoldState, KeyBegin, NewHold, NewOutboxItem};
 use serde_json::Value;
 
 use crate::config::compile::DEFAULT_QUEUE_TIMEOUT_MS;
 use crate::config::{Idempotency, KeyFrom};
-use crate::dispatcher::{
-    CallContext, Dispatcher, Resolution, Timing, ToolOutcome, admit, outcome, resolve,
-};
+use crate::dispatcher::{Dispatcher, Resolution, ToolOutcome, admit, elapsed_ms, outcome, resolve};
 use crate::envelope::{self, Envelope, ToolStatus};
 use crate::error::ToolError;
 use crate::gate::{Gate, first_hold};
@@ -40,12 +39,12 @@ use crate::wording::{Situation, Wording};
 impl Dispatcher {
     pub(crate) async fn call_write(
         &self,
+        ctx: &CallContext,
         tool: &Tool,
         args: Value,
         urls: &[Option<String>],
-        ctx: CallContext,
-        timing: &Timing,
     ) -> Result<ToolOutcome, ToolError> {
+        let deadline = ctx.deadline();
         let key = match (ctx.idempotency_key.as_deref(), tool.key_from) {
             (Some(key), _) => key.to_string(),
             (None, Some(KeyFrom::Conversation)) => match ctx.conversation_id.as_deref() {
@@ -89,7 +88,7 @@ impl Dispatcher {
             };
 
         if let Some(gate) = first_hold(&tool.gates, &args) {
-            return self.hold(tool, &key, args, ctx.conversation_id, gate, timing).await;
+            return self.hold(tool, &key, args, ctx.conversation_id.clone(), gate, deadline).await;
         }
 
         let queue = tool.rungs.iter().find(|rung| matches!(rung.action, RungAction::Queue));
@@ -99,7 +98,7 @@ impl Dispatcher {
         let mut review = false;
         for (rung, url) in tool.rungs.iter().zip(urls) {
             let (RungAction::Http(http), Some(url)) = (&rung.action, url) else { continue };
-            let budget = timing.budget(rung.timeout, reserve);
+            let budget = deadline.cut_leaving(rung.timeout, reserve);
             if budget.is_zero() {
                 tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: no time left before the deadline");
                 continue;
@@ -109,7 +108,7 @@ impl Dispatcher {
                 match self.duplicate_guard(tool, write, budget).await {
                     Guard::Send => {}
                     Guard::Found(result) => {
-                        return Ok(self.write_done(tool, rung, &key, result, timing).await);
+                        return Ok(self.write_done(tool, rung, &key, result, deadline).await);
                     }
                     Guard::Wait(reason) => {
                         tracing::warn!(tool = %tool.name, rung = %rung.source, %reason, "not resending: the duplicate guard could not clear it");
@@ -121,7 +120,7 @@ impl Dispatcher {
                     }
                 }
             }
-            let budget = timing.budget(rung.timeout, reserve);
+            let budget = deadline.cut_leaving(rung.timeout, reserve);
             let Some(permit) = admit(rung) else {
                 tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: breaker open");
                 continue;
@@ -133,19 +132,19 @@ impl Dispatcher {
                     break;
                 }
                 self.release_key(&key, false).await;
-                return Ok(self.busy(tool, rung, http, Some(&key), timing));
+                return Ok(self.busy(tool, rung, http, Some(&key), deadline));
             };
             let sent = http::send(&self.http, http, url, &args, Some(&key), budget, &self.redactor);
             match sent.await {
                 HttpOutcome::Answered(result) => {
                     resolve(permit, Resolution::Succeeded);
-                    return Ok(self.write_done(tool, rung, &key, result, timing).await);
+                    return Ok(self.write_done(tool, rung, &key, result, deadline).await);
                 }
                 HttpOutcome::Unparseable { body } => {
                     // A 2xx executed the write; its body is reported as it came.
                     resolve(permit, Resolution::Succeeded);
                     return Ok(self
-                        .write_done(tool, rung, &key, Value::String(body), timing)
+                        .write_done(tool, rung, &key, Value::String(body), deadline)
                         .await);
                 }
                 HttpOutcome::Rejected { status, message } => {
@@ -157,7 +156,7 @@ impl Dispatcher {
                         Some(rung),
                         Some(&message),
                         Some(&key),
-                        timing.elapsed_ms(),
+                        elapsed_ms(deadline),
                     );
                     self.store_final(&key, &envelope).await;
                     return Ok(self.finish(tool, envelope, Some(rung)));
@@ -188,9 +187,9 @@ impl Dispatcher {
             let source = queue.map_or(REVIEW_SOURCE, |rung| rung.source.as_str());
             let envelope = match queue {
                 Some(rung) if !review => {
-                    envelope::queued(tool, rung, &key, maybe_executed, timing.elapsed_ms())
+                    envelope::queued(tool, rung, &key, maybe_executed, elapsed_ms(deadline))
                 }
-                _ => envelope::held_for_review(tool, source, &key, timing.elapsed_ms()),
+                _ => envelope::held_for_review(tool, source, &key, elapsed_ms(deadline)),
             };
             let item = NewOutboxItem {
                 idempotency_key: key.clone(),
@@ -200,7 +199,7 @@ impl Dispatcher {
                 outcome_unknown: maybe_executed,
                 review,
             };
-            let budget = timing.budget(reserve, Duration::ZERO);
+            let budget = deadline.cut(reserve);
             let now = self.clock.now_unix_ms();
             let queued_result = envelope.to_json();
             let enqueue = self.store.outbox_enqueue(&item, &queued_result, now);
@@ -230,7 +229,7 @@ impl Dispatcher {
             Situation::RefusedWrite
         };
         let envelope =
-            envelope::refused(tool, situation, None, None, Some(&key), timing.elapsed_ms());
+            envelope::refused(tool, situation, None, None, Some(&key), elapsed_ms(deadline));
         Ok(self.finish(tool, envelope, None))
     }
 
@@ -241,9 +240,9 @@ impl Dispatcher {
         rung: &Rung,
         key: &str,
         result: Value,
-        timing: &Timing,
+        deadline: &Deadline,
     ) -> ToolOutcome {
-        let envelope = envelope::served(tool, rung, result, None, Some(key), timing.elapsed_ms());
+        let envelope = envelope::served(tool, rung, result, None, Some(key), elapsed_ms(deadline));
         self.store_final(key, &envelope).await;
         self.finish(tool, envelope, Some(rung))
     }
@@ -276,9 +275,9 @@ impl Dispatcher {
         args: Value,
         conversation_id: Option<String>,
         gate: &Gate,
-        timing: &Timing,
+        deadline: &Deadline,
     ) -> Result<ToolOutcome, ToolError> {
-        let held = envelope::pending_approval(tool, key, None, &gate.reason, timing.elapsed_ms());
+        let held = envelope::pending_approval(tool, key, None, &gate.reason, elapsed_ms(deadline));
         let new_hold = NewHold {
             idempotency_key: key.to_string(),
             tool: tool.name.clone(),
@@ -295,8 +294,13 @@ impl Dispatcher {
             }
         };
         self.observer.gate_held(&tool.name);
-        let envelope =
-            envelope::pending_approval(tool, key, Some(hold.id), &gate.reason, timing.elapsed_ms());
+        let envelope = envelope::pending_approval(
+            tool,
+            key,
+            Some(hold.id),
+            &gate.reason,
+            elapsed_ms(deadline),
+        );
         Ok(outcome(envelope, None, false))
     }
 

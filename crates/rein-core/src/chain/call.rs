@@ -1,31 +1,18 @@
-//! The types of one call: what the caller passes in ([`CallOptions`]), what comes out
-//! ([`Completion`] or [`CallError`], each with the full report), the [`Observer`] that watches
-//! calls, and the state a call accumulates while the chain runs.
+//! The types of one call: what comes out ([`Completion`] or [`CallError`], each with the full
+//! report), the [`Observer`] that watches calls, and the state a call accumulates while the
+//! chain runs. What goes in besides the request is the caller's [`CallContext`].
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
 use crate::attempt::AttemptClocks;
 use crate::clock::{ClockPolicy, Deadline};
+use crate::context::CallContext;
 use crate::model::{ChatResponse, StopReason, Usage};
 use crate::report::{
     Alert, AttemptRecord, CallReport, Outcome, ServedBy, SkipReason, Step, millis,
 };
 use crate::route::Route;
-use crate::validate::Evidence;
-
-/// Per-call options from the caller.
-#[derive(Debug, Clone, Default)]
-pub struct CallOptions {
-    /// The caller's deadline; the call uses the shorter of this and the route's.
-    pub deadline: Option<Duration>,
-    /// Values for the degraded reply's template.
-    pub vars: BTreeMap<String, String>,
-    /// What rein saw in this run (tool results, documents the caller passed), for the
-    /// business rules of the validation ladder.
-    pub evidence: Evidence,
-}
 
 /// A finished call: the answer (a model's or the degraded reply) and what happened.
 #[derive(Debug, Clone)]
@@ -125,11 +112,12 @@ pub(super) struct CallState {
 }
 
 impl CallState {
-    pub(super) fn new(route: &Route, options: &CallOptions) -> Self {
-        let total =
-            options.deadline.map_or(route.clocks.deadline, |d| d.min(route.clocks.deadline));
+    /// The state of a call on `route`, whose context has been narrowed to the route's deadline.
+    pub(super) fn new(route: &Route, ctx: &CallContext) -> Self {
+        let deadline = *ctx.deadline();
+        let total = deadline.remaining();
         Self {
-            deadline: Deadline::after(total),
+            deadline,
             min_attempt: attempt_floor(&route.clocks, total),
             attempted: false,
             steps: Vec::new(),
@@ -188,22 +176,22 @@ impl CallState {
         Completion { response, report: self.report(route) }
     }
 
-    pub(super) fn degraded(&mut self, route: &Route, options: &CallOptions) -> Completion {
-        self.safe_reply(route, options, Outcome::Degraded)
+    pub(super) fn degraded(&mut self, route: &Route, ctx: &CallContext) -> Completion {
+        self.safe_reply(route, ctx, Outcome::Degraded)
     }
 
-    pub(super) fn declined(&mut self, route: &Route, options: &CallOptions) -> Completion {
-        self.safe_reply(route, options, Outcome::Declined)
+    pub(super) fn declined(&mut self, route: &Route, ctx: &CallContext) -> Completion {
+        self.safe_reply(route, ctx, Outcome::Declined)
     }
 
-    fn safe_reply(&mut self, route: &Route, options: &CallOptions, outcome: Outcome) -> Completion {
+    fn safe_reply(&mut self, route: &Route, ctx: &CallContext, outcome: Outcome) -> Completion {
         self.outcome = outcome;
         self.served_by = None;
         self.steps.push(Step::Degraded { at_ms: millis(self.deadline.elapsed()) });
         let response = ChatResponse {
             id: format!("degraded-{}", route.name),
             model: "rein-degraded".to_string(),
-            text: route.degraded.render(&options.vars),
+            text: route.degraded.render(&ctx.vars),
             stop_reason: Some(StopReason::EndTurn),
             usage: Usage::default(),
             ..ChatResponse::default()

@@ -20,7 +20,8 @@ use crate::validate::{
 };
 
 use super::Engine;
-use super::call::{CallOptions, CallState};
+use super::call::CallState;
+use crate::context::CallContext;
 
 /// The move decided for an answer.
 pub(super) enum Checked {
@@ -41,11 +42,11 @@ impl Engine {
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn check(
         &self,
+        ctx: &CallContext,
         route: &Route,
         tier: usize,
         response: &ChatResponse,
         sent: &ChatRequest,
-        options: &CallOptions,
         already_forwarded: bool,
         call: &mut CallState,
     ) -> Checked {
@@ -57,7 +58,7 @@ impl Engine {
             return Checked::Accept { text: None, tool_calls: None };
         }
         let (verdict, repaired_calls) = match &contract {
-            Some(contract) => (check_answer(response, contract, &options.evidence).await, None),
+            Some(contract) => (check_answer(ctx, response, contract).await, None),
             None => match check_stop(response) {
                 Some(verdict) => (verdict, None),
                 None => {

@@ -10,7 +10,8 @@ use std::sync::{Arc, Weak};
 
 use futures_util::future::BoxFuture;
 
-use super::{CallOptions, Engine, Inner};
+use super::{Engine, Inner};
+use crate::context::CallContext;
 use crate::model::{ChatRequest, Message};
 use crate::validate::{Answer, Evidence, Problem, ProblemKindSelector, Rule};
 
@@ -64,18 +65,20 @@ impl Rule for JudgeRule {
         JUDGE_RULE
     }
 
+    /// The judge's call is made on the checked call's behalf: it runs on that call's deadline
+    /// (cut to the judge route's own), never on a fresh one.
     fn check<'a>(
         &'a self,
+        ctx: &'a CallContext,
         answer: &'a Answer,
-        evidence: &'a Evidence,
     ) -> BoxFuture<'a, Vec<Problem>> {
         Box::pin(async move {
             let Some(inner) = self.engine.upgrade() else {
                 return vec![Problem::rule_unavailable(JUDGE_RULE, "the engine is gone")];
             };
             let engine = Engine { inner };
-            let request = Self::question(answer, evidence);
-            match engine.complete(&self.route, request, CallOptions::default()).await {
+            let request = Self::question(answer, &ctx.evidence);
+            match engine.complete(ctx.child(), &self.route, request).await {
                 Ok(done) if done.report.served_by.is_some() => {
                     let verdict = done.response.text.trim().trim_matches('`').to_ascii_lowercase();
                     if verdict.starts_with("supported") {

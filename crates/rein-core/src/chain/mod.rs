@@ -18,6 +18,7 @@ use crate::attempt::{Forwarder, run_attempt};
 use crate::breaker::{Admission, BreakerState};
 use crate::budget::{RetryBudget, RetryBudgetPolicy};
 use crate::classify::{Classified, Disposition, Fault, classify};
+use crate::context::CallContext;
 use crate::degraded::KillSwitch;
 use crate::failure::Failure;
 use crate::model::ChatRequest;
@@ -25,7 +26,7 @@ use crate::report::{Alert, AttemptRecord, Outcome, ServedBy, SkipReason, Step, m
 use crate::retry::{Jitter, SeededJitter};
 use crate::route::Route;
 
-pub use call::{CallError, CallOptions, Completion, Observer};
+pub use call::{CallError, Completion, Observer};
 use call::{CallState, Ended};
 use check::Checked;
 pub use judge::{JUDGE_RULE, JudgeRule};
@@ -204,15 +205,16 @@ impl Engine {
             .clone()
     }
 
-    /// Run one call to completion, holding the answer until it is whole.
+    /// Run one call to completion, holding the answer until it is whole. The call ends by the
+    /// context's deadline or the route's, whichever comes first.
     pub async fn complete(
         &self,
+        ctx: CallContext,
         route: &str,
         request: ChatRequest,
-        options: CallOptions,
     ) -> Result<Completion, CallError> {
         let state = self.route_state(route)?;
-        self.run(&state, request, &options, None).await
+        self.run(ctx, &state, request, None).await
     }
 
     pub(crate) fn route_state(&self, route: &str) -> Result<RouteHandle, CallError> {
@@ -227,19 +229,20 @@ impl Engine {
     /// arrive, and a failure after the first one ends the call as `Interrupted`.
     pub(crate) async fn run(
         &self,
+        mut ctx: CallContext,
         state: &RouteHandle,
         request: ChatRequest,
-        options: &CallOptions,
         forward: Option<&mut Forwarder>,
     ) -> Result<Completion, CallError> {
         let route = &state.0.route;
-        let mut call = CallState::new(route, options);
-        let result = self.run_inner(state, &mut call, request, options, forward).await;
+        ctx.narrow(route.clocks.deadline);
+        let mut call = CallState::new(route, &ctx);
+        let result = self.run_inner(&ctx, state, &mut call, request, forward).await;
         let result = match result {
             Ok(done) => Ok(done),
             Err(Ended::Error(error)) => Err(error),
-            Err(Ended::Degraded) => Ok(call.degraded(route, options)),
-            Err(Ended::Declined) => Ok(call.declined(route, options)),
+            Err(Ended::Degraded) => Ok(call.degraded(route, &ctx)),
+            Err(Ended::Declined) => Ok(call.declined(route, &ctx)),
         };
         let report = match &result {
             Ok(completion) => Some(&completion.report),
@@ -253,10 +256,10 @@ impl Engine {
 
     async fn run_inner(
         &self,
+        ctx: &CallContext,
         state: &RouteHandle,
         call: &mut CallState,
         request: ChatRequest,
-        options: &CallOptions,
         mut forward: Option<&mut Forwarder>,
     ) -> Result<Completion, Ended> {
         let route = &state.0.route;
@@ -381,7 +384,7 @@ impl Engine {
                         call.steps.push(Step::Attempt(record));
                         let sent = forward.as_deref().is_some_and(|f| f.forwarded());
                         match self
-                            .check(route, index, &response, &tier_request, options, sent, call)
+                            .check(ctx, route, index, &response, &tier_request, sent, call)
                             .await
                         {
                             Checked::Accept { text, tool_calls } => {

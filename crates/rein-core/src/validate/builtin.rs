@@ -20,6 +20,7 @@ use serde_json::Value;
 use super::evidence::Evidence;
 use super::rules::{Answer, Problem, Rule, RuleSet};
 use super::schema::describe_path;
+use crate::context::CallContext;
 
 fn default_item() -> String {
     "id".to_string()
@@ -344,10 +345,10 @@ macro_rules! rule_from_evaluate {
 
             fn check<'a>(
                 &'a self,
+                ctx: &'a CallContext,
                 answer: &'a Answer,
-                evidence: &'a Evidence,
             ) -> BoxFuture<'a, Vec<Problem>> {
-                Box::pin(std::future::ready(self.evaluate(answer, evidence)))
+                Box::pin(std::future::ready(self.evaluate(answer, &ctx.evidence)))
             }
         }
     )*};
@@ -367,10 +368,10 @@ impl Rule for BuiltinRule {
 
     fn check<'a>(
         &'a self,
+        ctx: &'a CallContext,
         answer: &'a Answer,
-        evidence: &'a Evidence,
     ) -> BoxFuture<'a, Vec<Problem>> {
-        Box::pin(std::future::ready(self.evaluate(answer, evidence)))
+        Box::pin(std::future::ready(self.evaluate(answer, &ctx.evidence)))
     }
 }
 

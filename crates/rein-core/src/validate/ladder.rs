@@ -11,10 +11,10 @@ use serde_json::Value;
 
 use crate::model::{ChatResponse, StopReason};
 
-use super::evidence::Evidence;
 use super::repair::{CodeRepair, fix_enum_case, parse_with_repairs};
 use super::rules::{Answer, Problem, ProblemKind, RuleSet};
 use super::schema::CompiledSchema;
+use crate::context::CallContext;
 
 /// Which problems a route lets fail open: by problem label or family, and optionally only under
 /// a JSON pointer. `{ kind = "schema/required", path_prefix = "/order_id" }` lets a missing
@@ -139,14 +139,14 @@ impl Verdict {
 /// ([`super::is_tool_call_turn`]) takes the stop-reason rung and then the tool-call rung
 /// ([`super::check_tool_calls`]) instead, never the output contract.
 pub async fn check_answer(
+    ctx: &CallContext,
     response: &ChatResponse,
     contract: &OutputContract,
-    evidence: &Evidence,
 ) -> Verdict {
     if let Some(verdict) = check_stop(response) {
         return verdict;
     }
-    check_output(&response.text, contract, evidence).await
+    check_output(ctx, &response.text, contract).await
 }
 
 /// The stop-reason rung, free and first for every turn: `Some` when the turn is settled by how
@@ -174,10 +174,11 @@ pub fn check_stop(response: &ChatResponse) -> Option<Verdict> {
 }
 
 /// Run the parse, repair, schema and rule rungs over an answer's text.
-pub async fn check_output(text: &str, contract: &OutputContract, evidence: &Evidence) -> Verdict {
+/// The rules get the call's context: its evidence, and its deadline, which no rule outlives.
+pub async fn check_output(ctx: &CallContext, text: &str, contract: &OutputContract) -> Verdict {
     if !contract.expects_json() {
         let answer = Answer::text(text);
-        let problems = contract.rules.check(&answer, evidence).await;
+        let problems = contract.rules.check(ctx, &answer).await;
         return settle(contract, answer, Vec::new(), Vec::new(), problems);
     }
 
@@ -204,7 +205,7 @@ pub async fn check_output(text: &str, contract: &OutputContract, evidence: &Evid
     }
 
     let answer = Answer { text, json: Some(value) };
-    let problems = contract.rules.check(&answer, evidence).await;
+    let problems = contract.rules.check(ctx, &answer).await;
     settle(contract, answer, repairs, failed_open, problems)
 }
 

@@ -13,7 +13,7 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::evidence::Evidence;
+use crate::context::CallContext;
 
 /// Which rung found a problem, and for rules, which rule.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -111,19 +111,17 @@ impl Answer {
     }
 }
 
-/// A business rule. Rules are pure checks of an answer against what rein saw in this run;
-/// the future lets a rule ask something outside (the gateway's webhook rule), and that rule owns
-/// its own timeout and reports [`Problem::rule_unavailable`] when it cannot answer.
+/// A business rule. Rules are pure checks of an answer against what rein saw in this run (the
+/// context's [`CallContext::evidence`]); the future lets a rule ask something outside (the
+/// webhook rule, the judge), and such a rule cuts its own timeout to the context's deadline and
+/// reports [`Problem::rule_unavailable`] when it cannot answer in time.
 pub trait Rule: Send + Sync {
     /// Stable name, used in [`ProblemKind::Rule`], logs, metrics and fail-open selectors.
     fn name(&self) -> &str;
 
     /// Every problem the rule finds; empty means the answer passes this rule.
-    fn check<'a>(
-        &'a self,
-        answer: &'a Answer,
-        evidence: &'a Evidence,
-    ) -> BoxFuture<'a, Vec<Problem>>;
+    fn check<'a>(&'a self, ctx: &'a CallContext, answer: &'a Answer)
+    -> BoxFuture<'a, Vec<Problem>>;
 }
 
 /// An ordered set of rules for a route.
@@ -175,10 +173,10 @@ impl RuleSet {
     }
 
     /// Run every rule in order and collect all their problems.
-    pub async fn check(&self, answer: &Answer, evidence: &Evidence) -> Vec<Problem> {
+    pub async fn check(&self, ctx: &CallContext, answer: &Answer) -> Vec<Problem> {
         let mut problems = Vec::new();
         for rule in &self.rules {
-            problems.extend(rule.check(answer, evidence).await);
+            problems.extend(rule.check(ctx, answer).await);
         }
         problems
     }
@@ -208,8 +206,8 @@ mod tests {
 
         fn check<'a>(
             &'a self,
+            _ctx: &'a CallContext,
             answer: &'a Answer,
-            _evidence: &'a Evidence,
         ) -> BoxFuture<'a, Vec<Problem>> {
             let promises = answer
                 .at("/reply")
@@ -232,7 +230,7 @@ mod tests {
             "fraud_webhook"
         }
 
-        fn check<'a>(&'a self, _: &'a Answer, _: &'a Evidence) -> BoxFuture<'a, Vec<Problem>> {
+        fn check<'a>(&'a self, _: &'a CallContext, _: &'a Answer) -> BoxFuture<'a, Vec<Problem>> {
             Box::pin(async move {
                 vec![Problem::rule_unavailable(self.name(), "timed out after 300 ms")]
             })
@@ -244,7 +242,7 @@ mod tests {
         let rules = RuleSet::new().with(NoRefundPromises).with(Unreachable);
         assert_eq!(rules.names(), ["no_refund_promises", "fraud_webhook"]);
         let answer = Answer::json(json!({"reply": "Sorry! we will refund you."}));
-        let problems = rules.check(&answer, &Evidence::new()).now_or_never().unwrap();
+        let problems = rules.check(&CallContext::new(), &answer).now_or_never().unwrap();
         assert_eq!(
             problems.iter().map(|p| p.kind.label()).collect::<Vec<_>>(),
             ["rule/no_refund_promises", "rule_unavailable/fraud_webhook"]

@@ -26,8 +26,7 @@ async fn a_tier_down_for_a_minute_cools_down_then_takes_traffic_back() {
     let mut served = Vec::new();
     for i in 0..20u64 {
         tokio::time::sleep_until(start + secs(5 * i)).await;
-        let done =
-            engine.complete("r", ChatRequest::default(), CallOptions::default()).await.unwrap();
+        let done = engine.complete(CallContext::new(), "r", ChatRequest::default()).await.unwrap();
         served.push((
             5 * i,
             done.report.served_by.as_ref().unwrap().tier,
@@ -61,8 +60,7 @@ async fn failover_share_keeps_a_steady_slice_on_the_fallback() {
     let engine = engine(vec![route]);
     let mut on_fallback = 0;
     for _ in 0..200 {
-        let done =
-            engine.complete("r", ChatRequest::default(), CallOptions::default()).await.unwrap();
+        let done = engine.complete(CallContext::new(), "r", ChatRequest::default()).await.unwrap();
         let served = done.report.served_by.unwrap();
         if served.tier == 1 {
             on_fallback += 1;
@@ -100,7 +98,7 @@ async fn storm(budget: RetryBudgetPolicy) -> (usize, usize) {
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep_until(start + Duration::from_millis(100 * i as u64)).await;
             engine
-                .complete("r", ChatRequest::default(), CallOptions::default())
+                .complete(CallContext::new(), "r", ChatRequest::default())
                 .await
                 .unwrap()
                 .outcome()
@@ -143,16 +141,16 @@ async fn kill_switch_sends_the_route_to_its_degraded_reply_and_back() {
     };
     let engine = engine(vec![route]);
     engine.kill_switch().set(KillScope::Route("support".into()), true, "answers look wrong");
-    let mut options = CallOptions::default();
-    options.vars.insert("order_id".into(), "4417".into());
-    let done = engine.complete("support", ChatRequest::default(), options).await.unwrap();
+    let mut ctx = CallContext::new();
+    ctx.vars.insert("order_id".into(), "4417".into());
+    let done = engine.complete(ctx, "support", ChatRequest::default()).await.unwrap();
     assert_eq!(done.outcome(), Outcome::Degraded);
     assert_eq!(done.response.text, "Order 4417 is on its way. A person will reply within 2 hours.");
     assert!(primary.arrivals().is_empty(), "no model call while the switch is on");
 
     engine.kill_switch().set(KillScope::Route("support".into()), false, "fixed");
     let done =
-        engine.complete("support", ChatRequest::default(), CallOptions::default()).await.unwrap();
+        engine.complete(CallContext::new(), "support", ChatRequest::default()).await.unwrap();
     assert_eq!(done.outcome(), Outcome::Answered);
     assert_eq!(engine.kill_switch().audit().len(), 2);
 }
@@ -168,7 +166,7 @@ async fn each_tier_sends_its_own_model_and_prompt_and_the_answer_names_who_answe
     assert_eq!(route.tiers[1].prepare(&request).model, "fallback-model");
     assert_eq!(route.tiers[0].prepare(&request).system.as_deref(), Some("caller prompt"));
     let engine = engine(vec![route]);
-    let done = engine.complete("r", request, CallOptions::default()).await.unwrap();
+    let done = engine.complete(CallContext::new(), "r", request).await.unwrap();
     let served = done.report.served_by.unwrap();
     assert_eq!((served.tier_name.as_str(), served.provider.as_str()), ("fallback", "f"));
     // Usage is that of the answer only, not summed over failed attempts.
@@ -179,6 +177,6 @@ async fn each_tier_sends_its_own_model_and_prompt_and_the_answer_names_who_answe
 async fn unknown_route_is_a_typed_error() {
     let engine = engine(vec![]);
     let error =
-        engine.complete("nope", ChatRequest::default(), CallOptions::default()).await.unwrap_err();
+        engine.complete(CallContext::new(), "nope", ChatRequest::default()).await.unwrap_err();
     assert!(matches!(error, CallError::UnknownRoute(name) if name == "nope"));
 }

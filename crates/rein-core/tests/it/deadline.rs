@@ -158,9 +158,9 @@ async fn check(row: Row) {
         "r",
         vec![("primary", primary.clone()), ("fallback", fallback.clone())],
     )]);
-    let options = CallOptions { deadline: Some(ms(row.deadline_ms)), ..CallOptions::default() };
+    let ctx = CallContext::with_deadline(ms(row.deadline_ms));
     let started = tokio::time::Instant::now();
-    let done = engine.complete("r", ChatRequest::default(), options).await.unwrap();
+    let done = engine.complete(ctx, "r", ChatRequest::default()).await.unwrap();
     let elapsed = started.elapsed();
 
     assert_eq!(done.outcome(), row.outcome, "{name}: {:?}", done.report.steps);
@@ -196,8 +196,8 @@ async fn on_the_real_clock_a_short_deadline_still_gets_its_answer() {
         let primary = Scripted::new("p", WireFormat::OpenAi, vec![ok()]);
         let fallback = Scripted::new("f", WireFormat::Anthropic, vec![ok()]);
         let engine = engine(vec![route("r", vec![("primary", primary), ("fallback", fallback)])]);
-        let options = CallOptions { deadline: Some(ms(deadline_ms)), ..CallOptions::default() };
-        let done = engine.complete("r", ChatRequest::default(), options).await.unwrap();
+        let ctx = CallContext::with_deadline(ms(deadline_ms));
+        let done = engine.complete(ctx, "r", ChatRequest::default()).await.unwrap();
         assert_eq!(done.outcome(), Outcome::Answered, "{deadline_ms} ms: {:?}", done.report.steps);
         assert_eq!(done.response.text, full_text(), "{deadline_ms} ms");
     }

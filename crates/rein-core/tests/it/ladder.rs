@@ -63,7 +63,7 @@ impl Rule for Unavailable {
     fn name(&self) -> &str {
         "policy_webhook"
     }
-    fn check<'a>(&'a self, _: &'a Answer, _: &'a Evidence) -> BoxFuture<'a, Vec<Problem>> {
+    fn check<'a>(&'a self, _: &'a CallContext, _: &'a Answer) -> BoxFuture<'a, Vec<Problem>> {
         Box::pin(async {
             vec![Problem::rule_unavailable("policy_webhook", "timed out after 500 ms")]
         })
@@ -242,8 +242,8 @@ async fn check(row: Row) {
         messages: vec![Message::user("Can I change my order?")],
         ..ChatRequest::default()
     };
-    let options = CallOptions { evidence: evidence(), ..CallOptions::default() };
-    let result = engine.complete("r", request, options).await;
+    let ctx = CallContext::new().evidence(evidence());
+    let result = engine.complete(ctx, "r", request).await;
 
     assert_eq!(
         (primary.requests().len(), fallback.requests().len()),
@@ -306,7 +306,7 @@ async fn a_cut_off_answer_is_asked_again_with_double_the_ceiling_once() {
     route.max_tokens_cap = 1500;
     let engine = engine(vec![route]);
     let request = ChatRequest { max_tokens: Some(500), ..ChatRequest::default() };
-    let done = engine.complete("r", request, CallOptions::default()).await.unwrap();
+    let done = engine.complete(CallContext::new(), "r", request).await.unwrap();
     let ceilings: Vec<Option<u32>> = primary.requests().iter().map(|r| r.max_tokens).collect();
     assert_eq!(ceilings, vec![Some(500), Some(1000)], "doubled once, never a third time");
     assert_eq!(done.outcome(), Outcome::Fallback, "still cut off: the next tier answers");
@@ -322,8 +322,8 @@ async fn a_repair_never_runs_twice_in_one_call() {
     route.contract =
         Some(OutputContract::json(Some(schema())).with_rules(RuleSet::new().with(citations())));
     let engine = engine(vec![route]);
-    let options = CallOptions { evidence: evidence(), ..CallOptions::default() };
-    let done = engine.complete("r", ChatRequest::default(), options).await.unwrap();
+    let ctx = CallContext::new().evidence(evidence());
+    let done = engine.complete(ctx, "r", ChatRequest::default()).await.unwrap();
     assert_eq!(done.report.reask_count(), 1);
     assert_eq!(fallback.requests().len(), 1, "the fallback tier gets no second re-ask");
     assert_eq!(done.outcome(), Outcome::Degraded);
@@ -342,8 +342,8 @@ async fn passthrough_streams_are_checked_after_the_fact_and_recorded() {
     route.contract =
         Some(OutputContract::json(Some(schema())).with_rules(RuleSet::new().with(citations())));
     let engine = Arc::new(engine(vec![route]));
-    let options = CallOptions { evidence: evidence(), ..CallOptions::default() };
-    let mut stream = engine.stream("r", ChatRequest::default(), options).unwrap();
+    let ctx = CallContext::new().evidence(evidence());
+    let mut stream = engine.stream(ctx, "r", ChatRequest::default()).unwrap();
     let mut end = None;
     while let Some(item) = stream.next().await {
         if !matches!(item, Released::Event(_)) {
@@ -374,7 +374,7 @@ async fn the_callers_response_format_schema_is_checked_by_rein_too() {
         }),
         ..ChatRequest::default()
     };
-    let done = engine.complete("r", request, CallOptions::default()).await.unwrap();
+    let done = engine.complete(CallContext::new(), "r", request).await.unwrap();
     assert_eq!(done.report.reask_count(), 1, "the provider's strict decoding is not trusted");
     assert_eq!(primary.requests().len(), 2);
     assert!(primary.requests()[1].messages.last().unwrap().content.contains("article_ids"));
@@ -408,8 +408,8 @@ async fn a_judge_that_fails_the_answer_sends_it_back_once() {
         vec![say("not_supported"), say("supported")],
         true,
     );
-    let options = CallOptions { evidence: evidence(), ..CallOptions::default() };
-    let done = engine.complete("r", ChatRequest::default(), options).await.unwrap();
+    let ctx = CallContext::new().evidence(evidence());
+    let done = engine.complete(ctx, "r", ChatRequest::default()).await.unwrap();
     assert_eq!(done.outcome(), Outcome::Answered);
     assert_eq!(done.report.reask_count(), 1);
     assert_eq!((primary.requests().len(), judge.requests().len()), (2, 2));
@@ -424,7 +424,7 @@ async fn a_judge_that_fails_the_answer_sends_it_back_once() {
 async fn an_advisory_judge_is_recorded_but_does_not_fail_the_answer() {
     let (engine, primary, _) =
         judged(vec![say("Changes close 24 hours before.")], vec![say("not_supported")], false);
-    let done = engine.complete("r", ChatRequest::default(), CallOptions::default()).await.unwrap();
+    let done = engine.complete(CallContext::new(), "r", ChatRequest::default()).await.unwrap();
     assert_eq!((done.outcome(), primary.requests().len()), (Outcome::Answered, 1));
     let recorded = done.report.steps.iter().any(|step| {
         matches!(step, Step::Checked { verdict: "pass", failed_open, .. } if failed_open.iter().any(|p| p.kind == ProblemKind::Rule(JUDGE_RULE.into())))
@@ -436,6 +436,39 @@ async fn an_advisory_judge_is_recorded_but_does_not_fail_the_answer() {
 async fn a_judge_that_cannot_answer_is_a_failed_check() {
     let (engine, _, _) =
         judged(vec![say("Changes close 48 hours before.")], vec![status(503)], true);
-    let done = engine.complete("r", ChatRequest::default(), CallOptions::default()).await.unwrap();
+    let done = engine.complete(CallContext::new(), "r", ChatRequest::default()).await.unwrap();
     assert_eq!(done.outcome(), Outcome::Degraded, "never a pass by default");
+}
+
+/// The bug this guards: the judge ran on a fresh route deadline of its own, so a call with two
+/// seconds left could wait on its judge for the judge route's whole 20 s.
+#[tokio::test(start_paused = true)]
+async fn a_judge_never_outlives_the_callers_deadline() {
+    let slow_verdict = Act::SayAfter("supported".into(), Duration::from_millis(5_000));
+    for fail in [true, false] {
+        let (engine, primary, judge) =
+            judged(vec![say("Changes close 48 hours before.")], vec![slow_verdict.clone()], fail);
+        let started = tokio::time::Instant::now();
+        let ctx = CallContext::with_deadline(Duration::from_millis(2_000)).evidence(evidence());
+        let done = engine.complete(ctx, "r", ChatRequest::default()).await.unwrap();
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed <= Duration::from_millis(2_000),
+            "ended inside the caller's 2 s, took {elapsed:?}"
+        );
+        assert_eq!(judge.requests().len(), 1, "the judge was asked, inside the deadline");
+        let unavailable = done.report.steps.iter().any(|step| {
+            matches!(step, Step::Checked { problems, failed_open, .. }
+                if problems.iter().chain(failed_open).any(|p| p.kind == ProblemKind::RuleUnavailable(JUDGE_RULE.into())))
+        });
+        assert!(
+            unavailable,
+            "the check that could not finish is recorded: {:?}",
+            done.report.steps
+        );
+        // A check that could not finish is a failed check even for an advisory judge (only its
+        // verdict fails open): no time is left for the re-ask, so the call takes the safe reply.
+        assert_eq!(done.outcome(), Outcome::Degraded, "{:?}", done.report.steps);
+        assert_eq!(primary.requests().len(), 1);
+    }
 }

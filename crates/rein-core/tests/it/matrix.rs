@@ -196,9 +196,9 @@ async fn check(row: Row) {
         route.tiers[1].context_window = Some(f);
     }
     let engine = engine(vec![route]);
-    let options = CallOptions { deadline: row.deadline_ms.map(ms), ..CallOptions::default() };
+    let ctx = row.deadline_ms.map_or_else(CallContext::new, |d| CallContext::with_deadline(ms(d)));
     let started = tokio::time::Instant::now();
-    let result = engine.complete("r", ChatRequest::default(), options).await;
+    let result = engine.complete(ctx, "r", ChatRequest::default()).await;
     let elapsed = started.elapsed();
     let name = row.name;
 

@@ -75,12 +75,12 @@ proptest! {
             route.release = if passthrough { ReleaseMode::Passthrough } else { ReleaseMode::Checked };
             let engine = engine(vec![route]);
             let deadline = Duration::from_millis(deadline_ms);
-            let options = CallOptions { deadline: Some(deadline), ..CallOptions::default() };
+            let ctx = CallContext::with_deadline(deadline);
             let started = tokio::time::Instant::now();
             let result = if passthrough {
-                released(engine.stream("r", ChatRequest::default(), options).unwrap()).await
+                released(engine.stream(ctx, "r", ChatRequest::default()).unwrap()).await
             } else {
-                engine.complete("r", ChatRequest::default(), options).await
+                engine.complete(ctx, "r", ChatRequest::default()).await
             };
             let elapsed = started.elapsed();
             prop_assert!(elapsed <= deadline.min(Duration::from_secs(20)), "took {elapsed:?} with a {deadline:?} deadline");

@@ -42,7 +42,7 @@ fn engine_with(
 async fn checked_mode_hides_a_cut_stream_and_releases_only_the_whole_answer() {
     let (engine, primary) =
         engine_with(ReleaseMode::Checked, vec![Act::CutAfter(3), ok()], vec![ok()]);
-    let stream = engine.stream("r", ChatRequest::default(), CallOptions::default()).unwrap();
+    let stream = engine.stream(CallContext::new(), "r", ChatRequest::default()).unwrap();
     let (text, _, end) = drain(stream).await;
     assert_eq!(text, full_text(), "no fragment of the cut attempt reaches the caller");
     let Released::Completed(done) = end else { panic!("expected Completed, got {end:?}") };
@@ -54,7 +54,7 @@ async fn checked_mode_hides_a_cut_stream_and_releases_only_the_whole_answer() {
 async fn passthrough_failure_after_the_first_token_ends_with_an_in_band_error() {
     let (engine, primary) =
         engine_with(ReleaseMode::Passthrough, vec![Act::StreamErrorAfter(3), ok()], vec![ok()]);
-    let stream = engine.stream("r", ChatRequest::default(), CallOptions::default()).unwrap();
+    let stream = engine.stream(CallContext::new(), "r", ChatRequest::default()).unwrap();
     let (text, _, end) = drain(stream).await;
     assert_eq!(text, WORDS[..3].concat());
     let Released::Failed(error) = end else {
@@ -68,7 +68,7 @@ async fn passthrough_failure_after_the_first_token_ends_with_an_in_band_error() 
 #[tokio::test(start_paused = true)]
 async fn passthrough_falls_back_invisibly_before_the_first_token() {
     let (engine, _) = engine_with(ReleaseMode::Passthrough, vec![Act::Hang], vec![ok()]);
-    let stream = engine.stream("r", ChatRequest::default(), CallOptions::default()).unwrap();
+    let stream = engine.stream(CallContext::new(), "r", ChatRequest::default()).unwrap();
     let (text, _, end) = drain(stream).await;
     assert_eq!(text, full_text());
     let Released::Completed(done) = end else { panic!("{end:?}") };
@@ -82,7 +82,7 @@ async fn passthrough_never_holds_back_the_first_token() {
         token_delay: Duration::from_millis(1000),
     };
     let (engine, _) = engine_with(ReleaseMode::Passthrough, vec![slow], vec![ok()]);
-    let stream = engine.stream("r", ChatRequest::default(), CallOptions::default()).unwrap();
+    let stream = engine.stream(CallContext::new(), "r", ChatRequest::default()).unwrap();
     let (text, times, end) = drain(stream).await;
     assert_eq!(text, full_text());
     assert_eq!(times[0], Duration::from_millis(200), "first token forwarded the moment it arrived");
@@ -97,7 +97,7 @@ async fn checked_mode_holds_tokens_until_the_answer_is_whole() {
         token_delay: Duration::from_millis(1000),
     };
     let (engine, _) = engine_with(ReleaseMode::Checked, vec![slow], vec![ok()]);
-    let stream = engine.stream("r", ChatRequest::default(), CallOptions::default()).unwrap();
+    let stream = engine.stream(CallContext::new(), "r", ChatRequest::default()).unwrap();
     let (text, times, _) = drain(stream).await;
     assert_eq!(text, full_text());
     assert_eq!(times[0], Duration::from_millis(5200));
@@ -106,7 +106,7 @@ async fn checked_mode_holds_tokens_until_the_answer_is_whole() {
 #[tokio::test(start_paused = true)]
 async fn a_stream_with_every_tier_down_releases_the_degraded_reply() {
     let (engine, _) = engine_with(ReleaseMode::Passthrough, vec![status(503)], vec![status(529)]);
-    let stream = engine.stream("r", ChatRequest::default(), CallOptions::default()).unwrap();
+    let stream = engine.stream(CallContext::new(), "r", ChatRequest::default()).unwrap();
     let (text, _, end) = drain(stream).await;
     assert_eq!(text, DegradedReply::default().fallback_text);
     let Released::Completed(done) = end else { panic!("{end:?}") };

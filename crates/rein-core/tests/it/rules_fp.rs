@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use rein_core::CallContext;
 use rein_core::validate::{
     BuiltinRule, CitedIdsReturned, CompiledSchema, Evidence, EvidenceItem, OutputContract, Problem,
     RuleSet, Verdict, check_output,
@@ -78,7 +79,7 @@ impl LabelledSet {
 
 async fn problems(rules: &RuleSet, set: &LabelledSet, case: &Case) -> Vec<Problem> {
     let answer = rein_core::validate::Answer::json(case.answer.clone());
-    rules.check(&answer, &set.evidence(case)).await
+    rules.check(&CallContext::new().evidence(set.evidence(case)), &answer).await
 }
 
 /// The distinct rule names that flagged the case, in rule order.
@@ -199,7 +200,8 @@ async fn through_the_ladder_an_answer_passes_exactly_when_no_rule_flags_it() {
     let contract = OutputContract::json(Some(schema)).with_rules(set.rule_set());
     for case in set.correct.iter().chain(&set.wrong) {
         let text = case.answer.to_string();
-        let verdict = check_output(&text, &contract, &set.evidence(case)).await;
+        let verdict =
+            check_output(&CallContext::new().evidence(set.evidence(case)), &text, &contract).await;
         match &verdict {
             Verdict::Pass { repairs, failed_open, .. } => {
                 assert!(case.flagged_by.is_empty(), "case {} passed", case.name);

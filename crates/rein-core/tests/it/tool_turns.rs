@@ -339,8 +339,8 @@ fn check_result(row: &Row, result: &Result<Completion, CallError>) {
 async fn check(row: Row) {
     let name = row.name;
     let (engine, primary, fallback) = engine_for(&row);
-    let options = CallOptions { evidence: evidence(), ..CallOptions::default() };
-    let result = engine.complete("r", request(&row), options).await;
+    let ctx = CallContext::new().evidence(evidence());
+    let result = engine.complete(ctx, "r", request(&row)).await;
     assert_eq!(
         (primary.requests().len(), fallback.requests().len()),
         row.attempts,
@@ -372,8 +372,8 @@ async fn tool_turn_matrix_streamed_checked() {
     for row in rows() {
         let name = row.name;
         let (engine, _, _) = engine_for(&row);
-        let options = CallOptions { evidence: evidence(), ..CallOptions::default() };
-        let mut stream = engine.stream("r", request(&row), options).unwrap();
+        let ctx = CallContext::new().evidence(evidence());
+        let mut stream = engine.stream(ctx, "r", request(&row)).unwrap();
         let mut builder = ResponseBuilder::default();
         let mut completed = None;
         while let Some(item) = stream.next().await {
@@ -403,7 +403,7 @@ async fn a_failed_tool_turn_is_recorded_with_its_problems() {
         Expect::ToolCall,
     );
     let (engine, _, _) = engine_for(&row);
-    let done = engine.complete("r", request(&row), CallOptions::default()).await.unwrap();
+    let done = engine.complete(CallContext::new(), "r", request(&row)).await.unwrap();
     let checks: Vec<(&str, Vec<String>)> = done
         .report
         .steps

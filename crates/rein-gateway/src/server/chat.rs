@@ -5,7 +5,6 @@
 //! with response headers that say what happened (outcome, tier, attempts, re-asks, repairs).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -14,17 +13,12 @@ use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
 use futures_util::StreamExt;
 use rein_core::validate::Evidence;
-use rein_core::{CallOptions, CallReport, ChatRequest, ReleaseMode, ReleaseStream, Released};
+use rein_core::{CallContext, CallReport, ChatRequest, ReleaseMode, ReleaseStream, Released};
 
 use super::Gateway;
+use super::context::call_context;
 use super::error::{Api, ApiError};
 use crate::wire::{self, ErrorKind, ResponseMeta};
-
-/// Per-request context the caller sends in headers.
-pub const DEADLINE_HEADER: &str = "x-rein-deadline-ms";
-pub const RUN_HEADER: &str = "x-rein-run-id";
-pub const CONVERSATION_HEADER: &str = "x-rein-conversation-id";
-pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 
 // The whole request is taken (not a `HeaderMap` extractor, which clones the headers).
 pub async fn openai_chat(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
@@ -48,12 +42,12 @@ struct Parsed {
 async fn handle(gateway: Arc<Gateway>, api: Api, headers: HeaderMap, body: Body) -> Response {
     let request_id = super::new_id("req_");
     match prepare(&gateway, api, &headers, body, &request_id).await {
-        Ok((parsed, options)) => {
+        Ok((parsed, ctx)) => {
             let mut abandoned = Abandoned::new(&gateway, &parsed.route, &request_id);
             if parsed.stream {
-                stream(gateway, api, parsed, options, request_id, abandoned).await
+                stream(gateway, api, parsed, ctx, request_id, abandoned).await
             } else {
-                let response = complete(gateway, api, parsed, options, request_id).await;
+                let response = complete(gateway, api, parsed, ctx, request_id).await;
                 abandoned.finished();
                 response
             }
@@ -71,7 +65,7 @@ async fn prepare(
     headers: &HeaderMap,
     body: Body,
     request_id: &str,
-) -> Result<(Parsed, CallOptions), ApiError> {
+) -> Result<(Parsed, CallContext), ApiError> {
     let runtime = gateway.runtime();
     if !runtime.client_allowed(headers) {
         let message = match api {
@@ -84,6 +78,9 @@ async fn prepare(
         };
         return Err(ApiError::new(api, ErrorKind::Authentication, message, request_id));
     }
+    let mut ctx = call_context(headers).map_err(|problem| {
+        ApiError::new(api, ErrorKind::InvalidRequest, &problem.message, request_id)
+    })?;
     let content_type =
         headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !content_type.to_ascii_lowercase().starts_with("application/json") {
@@ -116,37 +113,15 @@ async fn prepare(
 
     let mut evidence = std::mem::take(&mut parsed.evidence);
     // What the run's tool calls returned through rein comes first, then what the caller sent.
-    if let Some(run) = headers.get(RUN_HEADER).and_then(|v| v.to_str().ok()) {
+    if let Some(run) = &ctx.run_id {
         let mut items = gateway.runs.items(run);
         if !items.is_empty() {
             items.extend(evidence.items().iter().cloned());
             evidence = Evidence::from_items(items);
         }
     }
-    let mut options = CallOptions { evidence, ..CallOptions::default() };
-    if let Some(value) = headers.get(DEADLINE_HEADER) {
-        let deadline =
-            value.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()).filter(|ms| *ms > 0);
-        match deadline {
-            Some(ms) => options.deadline = Some(Duration::from_millis(ms)),
-            None => {
-                let message = format!(
-                    "Header `{DEADLINE_HEADER}` must be a positive whole number of milliseconds."
-                );
-                return Err(ApiError::new(api, ErrorKind::InvalidRequest, &message, request_id));
-            }
-        }
-    }
-    for (name, var) in [
-        (RUN_HEADER, "run_id"),
-        (CONVERSATION_HEADER, "conversation_id"),
-        (IDEMPOTENCY_HEADER, "idempotency_key"),
-    ] {
-        if let Some(value) = headers.get(name).and_then(|v| v.to_str().ok()) {
-            options.vars.insert(var.to_string(), value.to_string());
-        }
-    }
-    Ok((parsed, options))
+    ctx.evidence = evidence;
+    Ok((parsed, ctx))
 }
 
 /// A body that could not be read, in the caller's format; the connection then closes.
@@ -214,11 +189,11 @@ async fn complete(
     gateway: Arc<Gateway>,
     api: Api,
     parsed: Parsed,
-    options: CallOptions,
+    ctx: CallContext,
     request_id: String,
 ) -> Response {
     let engine = gateway.engine.clone();
-    match engine.complete(&parsed.route, parsed.request, options).await {
+    match engine.complete(ctx, &parsed.route, parsed.request).await {
         Ok(completion) => {
             let meta = meta(api);
             let body: Vec<u8> = match api {
@@ -275,13 +250,13 @@ async fn stream(
     gateway: Arc<Gateway>,
     api: Api,
     parsed: Parsed,
-    options: CallOptions,
+    ctx: CallContext,
     request_id: String,
     mut abandoned: Abandoned,
 ) -> Response {
     let engine = gateway.engine.clone();
     let mode = engine.release_mode(&parsed.route);
-    let mut released = match engine.stream(&parsed.route, parsed.request, options) {
+    let mut released = match engine.stream(ctx, &parsed.route, parsed.request) {
         Ok(stream) => stream,
         Err(error) => {
             abandoned.finished();

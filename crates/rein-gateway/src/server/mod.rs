@@ -8,6 +8,7 @@ mod admin;
 mod admin_tools;
 mod body;
 mod chat;
+mod context;
 mod edge;
 mod error;
 pub(crate) mod tls;
@@ -35,7 +36,9 @@ use crate::metrics::{Metrics, MetricsObserver};
 use crate::runtime::{BuildError, Upstreams};
 use crate::wire::ErrorKind;
 
-pub use chat::{CONVERSATION_HEADER, DEADLINE_HEADER, IDEMPOTENCY_HEADER, RUN_HEADER};
+pub use context::{
+    CONVERSATION_HEADER, DEADLINE_HEADER, IDEMPOTENCY_HEADER, RUN_HEADER, TRACEPARENT_HEADER,
+};
 pub use error::{Api, ApiError};
 
 /// The config in force, with its version number (1 at start, +1 per successful reload), and

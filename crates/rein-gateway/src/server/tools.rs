@@ -10,18 +10,17 @@
 //! (the same key is in flight; `retry-after(-ms)` says when it is settled), 422 (the key was used with other arguments), 503 (store down).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use rein_tools::{CallContext, ToolError, ToolStatus};
+use rein_tools::{ToolError, ToolStatus};
 use serde_json::{Value, json};
 
 use super::Gateway;
-use super::chat::{CONVERSATION_HEADER, DEADLINE_HEADER, IDEMPOTENCY_HEADER, RUN_HEADER};
+use super::context::{CONVERSATION_HEADER, IDEMPOTENCY_HEADER, call_context};
 
 /// An error answer for a tool call that was not dispatched.
 fn error(status: StatusCode, kind: &str, param: Option<&str>, message: &str, id: &str) -> Response {
@@ -57,6 +56,10 @@ pub async fn call(
         gateway.metrics.http_error("tools", 400);
         error(StatusCode::BAD_REQUEST, "invalid_request_error", param, message, &request_id)
     };
+    let ctx = match call_context(&headers) {
+        Ok(ctx) => ctx,
+        Err(problem) => return invalid(Some(problem.header), &problem.message),
+    };
     let content_type =
         headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !content_type.to_ascii_lowercase().starts_with("application/json") {
@@ -89,40 +92,9 @@ pub async fn call(
         }
         Err(e) => return invalid(None, &format!("The body is not valid JSON: {e}")),
     };
-    // A header that is present but not text is an error: skipping it would replace the
-    // caller's idempotency key with a freshly minted one, so each retry would execute again.
-    let text = |name: &'static str| match headers.get(name) {
-        None => Ok(None),
-        Some(value) => value.to_str().map(|v| Some(v.to_string())).map_err(|_| name),
-    };
-    let (idempotency_key, conversation_id, run) =
-        match (text(IDEMPOTENCY_HEADER), text(CONVERSATION_HEADER), text(RUN_HEADER)) {
-            (Ok(key), Ok(conversation), Ok(run)) => (key, conversation, run),
-            (Err(name), _, _) | (_, Err(name), _) | (_, _, Err(name)) => {
-                return invalid(
-                    Some(name),
-                    &format!("Header `{name}` must be printable ASCII text."),
-                );
-            }
-        };
-    let mut ctx = CallContext { idempotency_key, conversation_id, deadline: None };
-    if let Some(value) = headers.get(DEADLINE_HEADER) {
-        match value.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()).filter(|ms| *ms > 0) {
-            Some(ms) => ctx.deadline = Some(Duration::from_millis(ms)),
-            None => {
-                return invalid(
-                    Some(DEADLINE_HEADER),
-                    &format!(
-                        "Header `{DEADLINE_HEADER}` must be a positive whole number of milliseconds."
-                    ),
-                );
-            }
-        }
-    }
-
-    match runtime.tools.call(&tool, args, ctx).await {
+    match runtime.tools.call(&ctx, &tool, args).await {
         Ok(outcome) => {
-            if let Some(run) = &run {
+            if let Some(run) = &ctx.run_id {
                 gateway.runs.record(run, runtime.tools.evidence_of(&tool, &outcome.envelope));
             }
             let status = match outcome.status {

@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
+use rein_core::CallContext;
 use rein_store::tools::ToolStore;
 use rein_tools::keys::args_hash;
-use rein_tools::{CallContext, Dispatcher, ToolOutcome, ToolStatus, WallClock};
+use rein_tools::{Dispatcher, ToolOutcome, ToolStatus, WallClock};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
@@ -14,7 +15,7 @@ use crate::support::Harness;
 
 fn spawn_call(dispatcher: &Arc<Dispatcher>, tool: &str, args: Value) -> JoinHandle<ToolOutcome> {
     let (dispatcher, tool) = (Arc::clone(dispatcher), tool.to_string());
-    tokio::spawn(async move { dispatcher.call(&tool, args, CallContext::default()).await.unwrap() })
+    tokio::spawn(async move { dispatcher.call(&CallContext::new(), &tool, args).await.unwrap() })
 }
 
 #[tokio::test]

@@ -6,9 +6,10 @@
 use std::time::Duration;
 
 use rein_core::BreakerState;
+use rein_core::CallContext;
 use rein_store::tools::ToolStore;
 use rein_tools::keys::args_hash;
-use rein_tools::{CallContext, ToolError, ToolStatus, WallClock};
+use rein_tools::{ToolError, ToolStatus, WallClock};
 use serde_json::{Value, json};
 
 use crate::backend::{Backend, Mode, dead_url};
@@ -304,7 +305,7 @@ async fn the_call_deadline_caps_every_rung() {
         &search_docs(&search.url("/search/{q}"), BREAKER, &format!("{CACHE_RUNG}{STATIC_RUNG}"))
             .replace("timeout_ms = 400", "timeout_ms = 5000"),
     );
-    let ctx = CallContext { deadline: Some(Duration::from_millis(150)), ..CallContext::default() };
+    let ctx = CallContext::with_deadline(Duration::from_millis(150));
     let result = h.call_with("search_docs", json!({"q": "x"}), ctx).await.unwrap();
     assert_eq!(result.served_by.as_deref(), Some("canned"), "{}", result.envelope);
     let elapsed = result.envelope["elapsed_ms"].as_u64().unwrap();
@@ -316,18 +317,18 @@ async fn bad_calls_are_errors_or_refusals_that_send_nothing() {
     let search = Backend::start("search").await;
     let h = Harness::new(&search_docs(&search.url("/search/{q}"), BREAKER, STATIC_RUNG));
 
-    let not_object = h.call_with("search_docs", json!(["q"]), CallContext::default()).await;
+    let not_object = h.call_with("search_docs", json!(["q"]), CallContext::new()).await;
     assert!(matches!(not_object, Err(ToolError::BadArgs(_))), "{not_object:?}");
-    let unknown = h.call_with("search_everything", json!({}), CallContext::default()).await;
+    let unknown = h.call_with("search_everything", json!({}), CallContext::new()).await;
     assert!(matches!(unknown, Err(ToolError::UnknownTool(name)) if name == "search_everything"));
 
-    let missing = h.call_with("search_docs", json!({"query": "x"}), CallContext::default()).await;
+    let missing = h.call_with("search_docs", json!({"query": "x"}), CallContext::new()).await;
     let Err(ToolError::BadArgument { argument, message }) = missing else {
         panic!("expected BadArgument, got {missing:?}");
     };
     assert_eq!((argument.as_str(), message.as_str()), ("q", "argument `q` is required"));
     for dots in [".", ".."] {
-        let walk = h.call_with("search_docs", json!({ "q": dots }), CallContext::default()).await;
+        let walk = h.call_with("search_docs", json!({ "q": dots }), CallContext::new()).await;
         assert!(
             matches!(&walk, Err(ToolError::BadArgument { argument, .. }) if argument == "q"),
             "{walk:?}"

@@ -7,15 +7,15 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use rein_core::FixedJitter;
+use rein_core::{CallContext, FixedJitter};
 use rein_store::tools::{
     CachedResult, Decision, Hold, HoldState, KeyBegin, NewHold, NewOutboxItem, OutboxItem,
     OutboxState, OutboxStats, Pruned, ToolStore,
 };
 use rein_store::{SqliteToolStore, Store, StoreError};
 use rein_tools::{
-    CallContext, Dispatcher, PROVENANCE_FIELDS, ReplayResult, SystemClock, ToolError, ToolObserver,
-    ToolOutcome, ToolStatus, ToolsConfig, WallClock,
+    Dispatcher, PROVENANCE_FIELDS, ReplayResult, SystemClock, ToolError, ToolObserver, ToolOutcome,
+    ToolStatus, ToolsConfig, WallClock,
 };
 use serde_json::Value;
 
@@ -302,7 +302,7 @@ impl Harness {
     }
 
     pub async fn call(&self, tool: &str, args: Value) -> ToolOutcome {
-        self.call_with(tool, args, CallContext::default()).await.unwrap()
+        self.call_with(tool, args, CallContext::new()).await.unwrap()
     }
 
     pub async fn call_with(
@@ -311,7 +311,7 @@ impl Harness {
         args: Value,
         ctx: CallContext,
     ) -> Result<ToolOutcome, ToolError> {
-        self.dispatcher.call(tool, args, ctx).await
+        self.dispatcher.call(&ctx, tool, args).await
     }
 }
 
@@ -322,7 +322,7 @@ pub fn http_client() -> reqwest::Client {
 }
 
 pub fn with_key(key: &str) -> CallContext {
-    CallContext { idempotency_key: Some(key.to_string()), ..CallContext::default() }
+    CallContext::new().idempotency_key(key)
 }
 
 /// The provenance contract of a stale answer (the spec's test): ok, degraded, fidelity stale,

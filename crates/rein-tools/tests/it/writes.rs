@@ -7,8 +7,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use rein_core::CallContext;
 use rein_store::tools::{OutboxState, ToolStore};
-use rein_tools::{CallContext, ToolError, ToolStatus, WallClock};
+use rein_tools::{ToolError, ToolStatus, WallClock};
 use serde_json::json;
 
 use crate::backend::{Backend, Mode, dead_url};
@@ -67,7 +68,7 @@ timeout_ms = 200
 }
 
 fn conversation(id: &str) -> CallContext {
-    CallContext { conversation_id: Some(id.to_string()), ..CallContext::default() }
+    CallContext::new().conversation(id)
 }
 
 #[tokio::test]
@@ -188,7 +189,7 @@ async fn a_concurrent_duplicate_is_in_flight() {
     let dispatcher = Arc::clone(&h.dispatcher);
     let first_args = args.clone();
     let first = tokio::spawn(async move {
-        dispatcher.call("create_refund", first_args, with_key("k-3")).await.unwrap()
+        dispatcher.call(&with_key("k-3"), "create_refund", first_args).await.unwrap()
     });
     refunds.wait_for_hits(1).await;
 
@@ -262,7 +263,7 @@ async fn a_hand_off_keyed_by_its_conversation_opens_one_ticket() {
         tickets.received().iter().all(|r| r.idempotency_key.as_deref() == Some("hand_off:c-42"))
     );
 
-    let missing = h.call_with("hand_off", args, CallContext::default()).await;
+    let missing = h.call_with("hand_off", args, CallContext::new()).await;
     assert!(matches!(missing, Err(ToolError::MissingConversation { .. })), "{missing:?}");
 }
 
@@ -401,7 +402,7 @@ async fn a_busy_write_lets_its_key_go() {
     let dispatcher = Arc::clone(&h.dispatcher);
     let first = tokio::spawn(async move {
         dispatcher
-            .call("create_refund", json!({"order_id": "a", "amount": 1}), with_key("k-a"))
+            .call(&with_key("k-a"), "create_refund", json!({"order_id": "a", "amount": 1}))
             .await
             .unwrap()
     });

@@ -684,10 +684,10 @@ async fn check(row: Row) {
     let started = Instant::now();
     let (result, streamed) = match row.mode {
         Mode::Complete | Mode::Whole => {
-            (engine.complete("r", request, CallOptions::default()).await, None)
+            (engine.complete(CallContext::new(), "r", request).await, None)
         }
         Mode::Checked | Mode::Passthrough => {
-            let stream = engine.stream("r", request, CallOptions::default()).expect("route");
+            let stream = engine.stream(CallContext::new(), "r", request).expect("route");
             let (end, text) = drain(stream).await;
             (end, Some(text))
         }

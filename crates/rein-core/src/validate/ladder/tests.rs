@@ -4,8 +4,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
+use crate::context::CallContext;
 use crate::validate::builtin::{CitedIdsReturned, NumbersInCitedText};
-use crate::validate::evidence::EvidenceItem;
+use crate::validate::evidence::{Evidence, EvidenceItem};
 use futures_util::FutureExt;
 use serde_json::json;
 
@@ -40,6 +41,10 @@ fn support_contract() -> OutputContract {
     OutputContract::json(Some(support_schema())).with_rules(rules)
 }
 
+fn ctx() -> CallContext {
+    CallContext::new().evidence(evidence())
+}
+
 fn evidence() -> Evidence {
     Evidence::new()
         .with(EvidenceItem::new("search", "118", "We deliver Monday to Saturday, 9 am to 6 pm."))
@@ -51,7 +56,7 @@ fn response(text: &str, stop: Option<StopReason>) -> ChatResponse {
 }
 
 fn check(text: &str, contract: &OutputContract) -> Verdict {
-    check_answer(&response(text, Some(StopReason::EndTurn)), contract, &evidence())
+    check_answer(&ctx(), &response(text, Some(StopReason::EndTurn)), contract)
         .now_or_never()
         .unwrap()
 }
@@ -74,13 +79,13 @@ fn a_good_answer_passes_unchanged() {
 #[test]
 fn a_cut_off_answer_is_never_parsed() {
     let cut = response(r#"{"reply": "Changes close 48 ho"#, Some(StopReason::MaxTokens));
-    let verdict = check_answer(&cut, &support_contract(), &evidence()).now_or_never().unwrap();
+    let verdict = check_answer(&ctx(), &cut, &support_contract()).now_or_never().unwrap();
     assert_eq!(verdict, Verdict::CutOff);
     assert_eq!(verdict.label(), "cut_off");
     // Even a complete-looking answer cut off at the ceiling is not used.
     let looks_whole = response(GOOD, Some(StopReason::MaxTokens));
     assert_eq!(
-        check_answer(&looks_whole, &support_contract(), &evidence()).now_or_never().unwrap(),
+        check_answer(&ctx(), &looks_whole, &support_contract()).now_or_never().unwrap(),
         Verdict::CutOff
     );
 }
@@ -90,7 +95,7 @@ fn refusals_and_filtered_output_have_their_own_verdicts() {
     let contract = support_contract();
     let by_stop = response("", Some(StopReason::Refusal));
     assert_eq!(
-        check_answer(&by_stop, &contract, &evidence()).now_or_never().unwrap(),
+        check_answer(&ctx(), &by_stop, &contract).now_or_never().unwrap(),
         Verdict::Refused { refusal: None }
     );
     let by_field = ChatResponse {
@@ -98,12 +103,12 @@ fn refusals_and_filtered_output_have_their_own_verdicts() {
         ..response("", Some(StopReason::EndTurn))
     };
     assert_eq!(
-        check_answer(&by_field, &contract, &evidence()).now_or_never().unwrap(),
+        check_answer(&ctx(), &by_field, &contract).now_or_never().unwrap(),
         Verdict::Refused { refusal: Some("I can't help with that.".into()) }
     );
     let filtered = response("", Some(StopReason::ContentFilter));
     assert_eq!(
-        check_answer(&filtered, &contract, &evidence()).now_or_never().unwrap(),
+        check_answer(&ctx(), &filtered, &contract).now_or_never().unwrap(),
         Verdict::Filtered
     );
 }
@@ -305,9 +310,9 @@ fn the_ceiling_doubles_up_to_the_cap() {
 fn the_ladder_future_is_send() {
     fn assert_send<T: Send>(_: &T) {}
     let contract = support_contract();
-    let evidence = evidence();
+    let ctx = ctx();
     let answer = response(GOOD, None);
-    let future = check_answer(&answer, &contract, &evidence);
+    let future = check_answer(&ctx, &answer, &contract);
     assert_send(&future);
     assert!(future.now_or_never().unwrap().is_pass());
 }
