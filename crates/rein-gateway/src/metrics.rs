@@ -381,6 +381,10 @@ impl Observer for MetricsObserver {
 pub struct ToolMetricsObserver(pub Arc<Metrics>);
 
 impl ToolObserver for ToolMetricsObserver {
+    fn configured(&self, primaries: &[(String, String)]) {
+        self.0.set_tool_primaries(primaries.iter().cloned());
+    }
+
     fn served(&self, tool: &str, source: &str, status: ToolStatus) {
         let metrics = &self.0;
         metrics

@@ -33,6 +33,12 @@ impl ReplayResult {
 
 /// Callbacks for metrics. Called inline on the call's path: keep them cheap.
 pub trait ToolObserver: Send + Sync + fmt::Debug {
+    /// A dispatcher was built (at start and at every reload) with these tools, each with the
+    /// source of its first rung: anything else that serves it is a fallback.
+    fn configured(&self, primaries: &[(String, String)]) {
+        let _ = primaries;
+    }
+
     /// A call ended `ok`, `queued` or `refused`; `source` is the rung that served or refused
     /// it, or [`LADDER_EXHAUSTED`] when the ladder ran out.
     fn served(&self, tool: &str, source: &str, status: ToolStatus) {

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::io::Write;
 
 use anyhow::Context;
-use rein_gateway::config::{Config, ConfigError, ConfigProblem, process_env};
+use rein_runtime::config::{Config, ConfigError, ConfigProblem, process_env};
 
 use crate::CheckArgs;
 

@@ -1,7 +1,7 @@
 //! The `rein` command line: parses arguments and hands each subcommand to its library crate.
 //! The work lives in the libraries; this file is glue, with `anyhow` for the top-level error.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -45,6 +45,7 @@ enum Command {
     /// The writes a gate holds for a person, on a running gateway (through its admin API):
     /// list, approve (sent once, with its original key), reject.
     Approvals(approvals::ApprovalsArgs),
+    #[cfg(feature = "sim")]
     /// Run the fault-injecting OpenAI/Anthropic simulator, for tests and drills.
     ///
     /// Pick a fault per request with the `x-sim-fault: <spec>` header or `"model": "sim:<spec>"`,
@@ -127,6 +128,7 @@ enum VersionsAction {
     },
 }
 
+#[cfg(feature = "sim")]
 #[derive(Debug, Args)]
 struct SimArgs {
     /// Address to listen on (port 0 picks a free port).
@@ -181,6 +183,7 @@ fn main() -> std::process::ExitCode {
             Command::Versions(args) => versions(args).await,
             Command::Outbox(args) => outbox::run(args).await,
             Command::Approvals(args) => approvals::run(args).await,
+            #[cfg(feature = "sim")]
             Command::Sim(args) => sim(args).await,
         }
     });
@@ -193,7 +196,10 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+#[cfg(feature = "sim")]
 async fn sim(args: SimArgs) -> anyhow::Result<std::process::ExitCode> {
+    use std::io::Write;
+
     let scenario = match &args.scenario {
         Some(path) => Some(rein_sim::Scenario::from_file(path)?),
         None => None,

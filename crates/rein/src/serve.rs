@@ -5,22 +5,15 @@
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
 
-use rein_gateway::config::{Config, process_env, raw::RawServer};
-use rein_gateway::server::{Gateway, Overrides, StartError, bind};
+use rein_gateway::server::{Gateway, bind};
+use rein_runtime::config::{Config, Listen, client_key_env, process_env, with_listen};
+use rein_runtime::{Overrides, Runtime, StartError};
 
 use crate::ServeArgs;
 
 /// The config `rein serve` runs when given none.
 const EMBEDDED_CONFIG: &str = include_str!("../../../examples/embedded.toml");
-
-/// What the command line says about the address to listen on.
-#[derive(Debug, Clone, Copy)]
-enum Listen {
-    Addr(SocketAddr),
-    Port(u16),
-}
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
     let default = args.config.is_none().then(|| EMBEDDED_CONFIG.to_string());
@@ -58,15 +51,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
     let client_key_env = client_key_env(&text);
     // The address the flags chose stays in force across reloads (which re-read the file).
     let overrides = Overrides { listen: listen.map(|_| config.server.listen) };
-    let gateway = match Gateway::from_config_with_overrides(
-        config,
-        args.config.clone(),
-        default,
-        Arc::new(process_env),
-        overrides,
-    )
-    .await
-    {
+    let builder = match (&args.config, default) {
+        (Some(path), _) => Runtime::builder().path(path),
+        (None, Some(text)) => Runtime::builder().text(text),
+        (None, None) => Runtime::builder(),
+    };
+    let gateway = match Gateway::start(builder.overrides(overrides), Some(config)).await {
         Ok(gateway) => gateway,
         Err(error) => {
             eprintln!("error: {error}");
@@ -87,11 +77,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
         Err(error) => return Err(error.into()),
     };
     let addr = listener.local_addr()?;
-    let routes = gateway.engine.route_names();
+    let routes = gateway.runtime.engine.route_names();
     {
         // Nobody may be reading stdout (a closed pipe): the gateway runs on regardless.
         let mut stdout = std::io::stdout().lock();
-        let scheme = if gateway.runtime().config.server.tls.is_some() { "https" } else { "http" };
+        let scheme = if gateway.current().config.server.tls.is_some() { "https" } else { "http" };
         let _ = writeln!(stdout, "rein listening on {scheme}://{addr}");
         let _ = writeln!(stdout, "routes: {}", routes.join(", "));
         if let Some(route) = routes.first() {
@@ -118,38 +108,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
     });
     gateway.serve(listener, shutdown_signal()).await?;
     Ok(std::process::ExitCode::SUCCESS)
-}
-
-/// The config text with `server.listen` replaced as the command line says. Text that is not a
-/// TOML table (or whose `server` or `server.listen` is malformed) is returned as it is, so that
-/// validation names the problem by its key.
-fn with_listen(text: &str, listen: Listen) -> String {
-    let Ok(mut table) = text.parse::<toml::Table>() else { return text.to_string() };
-    let server = table.entry("server").or_insert_with(|| toml::Value::Table(toml::Table::new()));
-    let Some(server) = server.as_table_mut() else { return text.to_string() };
-    let addr = match listen {
-        Listen::Addr(addr) => addr,
-        Listen::Port(port) => {
-            let current = match server.get("listen") {
-                Some(value) => value.as_str().map(str::to_string),
-                None => Some(RawServer::default().listen),
-            };
-            let Some(mut addr) = current.and_then(|text| text.parse::<SocketAddr>().ok()) else {
-                return text.to_string();
-            };
-            addr.set_port(port);
-            addr
-        }
-    };
-    server.insert("listen".to_string(), toml::Value::String(addr.to_string()));
-    toml::to_string(&table).unwrap_or_else(|_| text.to_string())
-}
-
-/// The environment variable holding the first client key, when the config requires keys.
-fn client_key_env(text: &str) -> Option<String> {
-    let table = text.parse::<toml::Table>().ok()?;
-    let names = table.get("server")?.get("client_keys_env")?.as_array()?;
-    names.first()?.as_str().map(str::to_string)
 }
 
 /// One `curl` call of `route` on the gateway at `addr` (a wildcard address is called on

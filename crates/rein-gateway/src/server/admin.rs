@@ -42,14 +42,14 @@ pub(super) fn parse_body<T: serde::de::DeserializeOwned>(
 }
 
 pub(super) fn denied(gateway: &Gateway, headers: &HeaderMap) -> Option<Response> {
-    let runtime = gateway.runtime();
+    let runtime = gateway.current();
     if runtime.config.server.admin_key.is_none() {
         return Some(error(
             StatusCode::FORBIDDEN,
             "the admin API is off: set `server.admin_key_env` to the environment variable holding the admin key",
         ));
     }
-    (!runtime.admin_allowed(headers)).then(|| {
+    (!super::admin_allowed(&runtime, headers)).then(|| {
         error(
             StatusCode::UNAUTHORIZED,
             "missing or wrong admin key (`Authorization: Bearer <admin key>`)",
@@ -61,8 +61,9 @@ async fn kill_state(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> 
     if let Some(response) = denied(&gateway, &headers) {
         return response;
     }
-    let switch = gateway.engine.kill_switch();
+    let switch = gateway.runtime.engine.kill_switch();
     let routes: Vec<_> = gateway
+        .runtime
         .engine
         .route_names()
         .into_iter()
@@ -99,20 +100,22 @@ async fn kill_flip(
     }
     let scope = match flip.route {
         None => KillScope::Global,
-        Some(route) if gateway.engine.route_names().contains(&route) => KillScope::Route(route),
+        Some(route) if gateway.runtime.engine.route_names().contains(&route) => {
+            KillScope::Route(route)
+        }
         Some(route) => return error(StatusCode::NOT_FOUND, format!("no route named `{route}`")),
     };
     // Recorded first, then applied through the same sync every replica runs, so all of them
     // apply flips in the store's order; a flip the store could not keep does not take effect.
     let record = KillFlip::now(scope, flip.engaged, flip.reason);
-    if let Err(failure) = gateway.tool_store.kill_record(&record).await {
+    if let Err(failure) = gateway.runtime.tool_store().kill_record(&record).await {
         tracing::error!("cannot record a kill switch flip: {failure}");
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
             "the flip could not be recorded in the store, so it was not applied; try again",
         );
     }
-    if let Err(failure) = gateway.sync_kill_switch().await {
+    if let Err(failure) = gateway.runtime.sync_kill_switch().await {
         // Recorded: the next periodic sync applies it.
         tracing::warn!("kill switch flip recorded but not yet applied: {failure}");
     }
@@ -123,7 +126,7 @@ async fn tiers(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Respo
     if let Some(response) = denied(&gateway, &headers) {
         return response;
     }
-    axum::Json(json!({ "tiers": gateway.engine.tier_states() })).into_response()
+    axum::Json(json!({ "tiers": gateway.runtime.engine.tier_states() })).into_response()
 }
 
 async fn reload(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
@@ -150,7 +153,7 @@ async fn config(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
     if let Some(response) = denied(&gateway, &headers) {
         return response;
     }
-    let runtime = gateway.runtime();
+    let runtime = gateway.current();
     axum::Json(json!({ "version": runtime.version, "config": &runtime.config })).into_response()
 }
 
@@ -164,7 +167,7 @@ fn store_error(failure: rein_store::StoreError) -> Response {
 
 /// The route must exist in the config in force.
 fn known_route(gateway: &Gateway, route: &str) -> Option<Response> {
-    (!gateway.runtime().config.routes.contains_key(route))
+    (!gateway.current().config.routes.contains_key(route))
         .then(|| error(StatusCode::NOT_FOUND, format!("no route named `{route}`")))
 }
 
@@ -176,7 +179,7 @@ async fn versions(
     if let Some(response) = denied(&gateway, &headers).or_else(|| known_route(&gateway, &route)) {
         return response;
     }
-    match gateway.store.versions(&route) {
+    match gateway.runtime.store.versions(&route) {
         Ok(versions) => axum::Json(json!({ "route": route, "versions": versions })).into_response(),
         Err(e) => store_error(e),
     }
@@ -197,7 +200,7 @@ async fn diff(
     if let Some(response) = denied(&gateway, &headers).or_else(|| known_route(&gateway, &route)) {
         return response;
     }
-    match gateway.store.diff(&route, query.from, query.to) {
+    match gateway.runtime.store.diff(&route, query.from, query.to) {
         Ok(changes) => axum::Json(
             json!({ "route": route, "from": query.from, "to": query.to, "changes": changes }),
         )
@@ -234,7 +237,7 @@ async fn new_version(
     if request.author.trim().is_empty() {
         return error(StatusCode::BAD_REQUEST, "`author` must name who made the change");
     }
-    let runtime = gateway.runtime();
+    let runtime = gateway.current();
     let tiers: Vec<&str> =
         runtime.config.routes[&route].tiers.iter().map(|t| t.name.as_str()).collect();
     for (tier, settings) in &request.settings.tiers {
@@ -260,7 +263,7 @@ async fn new_version(
             );
         }
     }
-    let info = match gateway.store.record_settings(
+    let info = match gateway.runtime.store.record_settings(
         &route,
         &request.settings,
         &request.author,
@@ -269,7 +272,7 @@ async fn new_version(
         Ok(info) => info,
         Err(e) => return store_error(e),
     };
-    if let Err(e) = gateway.refresh_routes().await {
+    if let Err(e) = gateway.runtime.refresh_routes().await {
         return error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("version {} stored but not applied: {e}", info.version),
@@ -306,12 +309,16 @@ async fn revert(
             "`author` and `reason` must say who reverted and why",
         );
     }
-    let info =
-        match gateway.store.activate(&route, request.version, &request.author, &request.reason) {
-            Ok(info) => info,
-            Err(e) => return store_error(e),
-        };
-    if let Err(e) = gateway.refresh_routes().await {
+    let info = match gateway.runtime.store.activate(
+        &route,
+        request.version,
+        &request.author,
+        &request.reason,
+    ) {
+        Ok(info) => info,
+        Err(e) => return store_error(e),
+    };
+    if let Err(e) = gateway.runtime.refresh_routes().await {
         return error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("version {} activated but not applied: {e}", info.version),

@@ -88,7 +88,7 @@ async fn outbox_list(
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
     let limit = query.limit();
-    let tools = gateway.runtime().tools.clone();
+    let tools = gateway.current().tools.clone();
     let now = tools.now_unix_ms();
     match (tools.outbox_list(state, limit).await, tools.outbox_stats().await) {
         (Ok(items), Ok(stats)) => axum::Json(json!({
@@ -108,7 +108,7 @@ async fn outbox_show(
     if let Some(response) = denied(&gateway, &headers) {
         return response;
     }
-    let tools = gateway.runtime().tools.clone();
+    let tools = gateway.current().tools.clone();
     match tools.outbox_get(id).await {
         Ok(Some(item)) => axum::Json(item_json(&item, tools.now_unix_ms())).into_response(),
         Ok(None) => error(StatusCode::NOT_FOUND, format!("no outbox item {id}")),
@@ -124,10 +124,10 @@ async fn outbox_replay(
     if let Some(response) = denied(&gateway, &headers) {
         return response;
     }
-    let tools = gateway.runtime().tools.clone();
+    let tools = gateway.current().tools.clone();
     match tools.outbox_replay_now(id).await {
         Ok(true) => {
-            gateway.replay_kick.notify_one();
+            gateway.runtime.replay_kick.notify_one();
             axum::Json(json!({ "id": id, "due": "now" })).into_response()
         }
         Ok(false) => error(
@@ -173,7 +173,7 @@ async fn outbox_drop(
         return error(StatusCode::BAD_REQUEST, "`reason` must say why the write is dropped");
     };
     let by = request.by.unwrap_or_else(|| "admin".to_string());
-    let tools = gateway.runtime().tools.clone();
+    let tools = gateway.current().tools.clone();
     // An item under a live lease is being sent right now and may execute: dropping it would
     // store "it has NOT executed" as its key's answer about a write that then runs. Refuse
     // until the send is over. (The store's drop checks the lease again in its transaction, so
@@ -237,7 +237,7 @@ async fn outbox_executed(
     let Some(by) = request.by.filter(|b| !b.trim().is_empty()) else {
         return error(StatusCode::BAD_REQUEST, "`by` must name the person who checked the backend");
     };
-    let tools = gateway.runtime().tools.clone();
+    let tools = gateway.current().tools.clone();
     let note = request.note.unwrap_or_default();
     match tools.outbox_mark_executed(id, &by, request.result, &note).await {
         Ok(true) => axum::Json(json!({ "id": id, "state": "done" })).into_response(),
@@ -264,7 +264,7 @@ async fn approvals(
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
     let limit = query.limit();
-    match gateway.runtime().tools.holds(state, limit).await {
+    match gateway.current().tools.holds(state, limit).await {
         Ok(holds) => axum::Json(json!({ "holds": holds })).into_response(),
         Err(failure) => tool_error(failure),
     }
@@ -288,10 +288,10 @@ async fn decide(
         return error(StatusCode::BAD_REQUEST, "`by` must name the person deciding");
     };
     let note = request.note.or(request.reason).unwrap_or_default();
-    match gateway.runtime().tools.decide(id, approve, &by, &note).await {
+    match gateway.current().tools.decide(id, approve, &by, &note).await {
         Ok(Some(hold)) => {
             if approve {
-                gateway.replay_kick.notify_one();
+                gateway.runtime.replay_kick.notify_one();
             }
             axum::Json(json!({ "hold": hold })).into_response()
         }
@@ -325,7 +325,7 @@ async fn tools(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Respo
     if let Some(response) = denied(&gateway, &headers) {
         return response;
     }
-    let tools = gateway.runtime().tools.clone();
+    let tools = gateway.current().tools.clone();
     let list: Vec<_> =
         tools.tools().into_iter().map(|(name, kind)| json!({"tool": name, "kind": kind})).collect();
     axum::Json(json!({ "tools": list, "breakers": tools.breakers() })).into_response()

@@ -9,7 +9,7 @@ use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, StatusCode, header};
 use http_body_util::BodyExt;
 
-use crate::config::ServerConfig;
+use rein_runtime::config::ServerConfig;
 
 /// How much of an oversize body is read and dropped so that the client sees the 413.
 pub const DRAIN_BYTES: usize = 64 * 1024 * 1024;

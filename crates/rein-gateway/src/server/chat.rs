@@ -66,8 +66,8 @@ async fn prepare(
     body: Body,
     request_id: &str,
 ) -> Result<(Parsed, CallContext), ApiError> {
-    let runtime = gateway.runtime();
-    if !runtime.client_allowed(headers) {
+    let runtime = gateway.current();
+    if !super::client_allowed(&runtime, headers) {
         let message = match api {
             Api::OpenAi => {
                 "Incorrect API key provided. Send a rein client key as `Authorization: Bearer <key>`."
@@ -114,7 +114,7 @@ async fn prepare(
     let mut evidence = std::mem::take(&mut parsed.evidence);
     // What the run's tool calls returned through rein comes first, then what the caller sent.
     if let Some(run) = &ctx.run_id {
-        let mut items = gateway.runs.items(run);
+        let mut items = gateway.runtime.runs.items(run);
         if !items.is_empty() {
             items.extend(evidence.items().iter().cloned());
             evidence = Evidence::from_items(items);
@@ -128,7 +128,7 @@ async fn prepare(
 fn body_error(
     api: Api,
     error: &super::body::BodyError,
-    server: &crate::config::ServerConfig,
+    server: &rein_runtime::config::ServerConfig,
     request_id: &str,
 ) -> ApiError {
     use super::body::BodyError;
@@ -192,7 +192,7 @@ async fn complete(
     ctx: CallContext,
     request_id: String,
 ) -> Response {
-    let engine = gateway.engine.clone();
+    let engine = gateway.runtime.engine.clone();
     match engine.complete(ctx, &parsed.route, parsed.request).await {
         Ok(completion) => {
             let meta = meta(api);
@@ -254,7 +254,7 @@ async fn stream(
     request_id: String,
     mut abandoned: Abandoned,
 ) -> Response {
-    let engine = gateway.engine.clone();
+    let engine = gateway.runtime.engine.clone();
     let mode = engine.release_mode(&parsed.route);
     let mut released = match engine.stream(ctx, &parsed.route, parsed.request) {
         Ok(stream) => stream,

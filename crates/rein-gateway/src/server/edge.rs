@@ -32,7 +32,7 @@ use tokio::net::TcpListener;
 use tokio::time::{Instant, Sleep};
 
 use super::Gateway;
-use crate::config::EdgeLimits;
+use rein_runtime::config::EdgeLimits;
 
 /// Why rein closed a connection itself (the `reason` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,7 +113,7 @@ pub(super) async fn serve_connections(
                 continue;
             }
         };
-        let runtime = gateway.runtime();
+        let runtime = gateway.current();
         let limits = runtime.config.server.edge;
         let Some(admitted) = admit(&gateway, limits.max_connections) else {
             gateway.metrics.connection_closed(CloseReason::Limit.as_str());

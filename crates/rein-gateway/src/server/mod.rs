@@ -1,8 +1,6 @@
-//! The HTTP server: routes, shared state, config reload and graceful shutdown.
-//!
-//! One [`Gateway`] holds the engine (which lives as long as the process: retry budgets, breakers
-//! and the kill switch survive reloads) and the current config snapshot, swapped atomically on a
-//! reload so requests in flight finish on the config they started with.
+//! The HTTP server: routes, the [`Gateway`] (a [`Runtime`] and what only HTTP needs: metrics,
+//! TLS, the open connections), reload of the listener's certificate and graceful shutdown. The
+//! runtime owns the config, its reload and the background workers.
 
 mod admin;
 mod admin_tools;
@@ -17,23 +15,21 @@ mod tools;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use arc_swap::ArcSwap;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use rand::RngExt;
-use rein_core::Engine;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
-use crate::config::{Config, ConfigError, ConfigProblem, Secret, process_env};
-use crate::metrics::{Metrics, MetricsObserver};
-use crate::runtime::{BuildError, Upstreams};
+use rein_runtime::config::{Config, Secret};
+use rein_runtime::{BuildError, EnvSource, Runtime, RuntimeBuilder, Snapshot, StartError};
+
+use crate::metrics::{Metrics, MetricsObserver, ToolMetricsObserver};
 use crate::wire::ErrorKind;
 
 pub use context::{
@@ -41,30 +37,19 @@ pub use context::{
 };
 pub use error::{Api, ApiError};
 
-/// The config in force, with its version number (1 at start, +1 per successful reload), and
-/// the tool dispatcher built from it.
-#[derive(Debug)]
-pub struct Runtime {
-    pub config: Config,
-    pub version: u64,
-    pub tools: Arc<rein_tools::Dispatcher>,
+/// Whether the request carries a valid client key (always, when none are configured: rein
+/// then only listens on loopback, which config validation enforces).
+pub fn client_allowed(snapshot: &Snapshot, headers: &HeaderMap) -> bool {
+    let keys = &snapshot.config.server.client_keys;
+    keys.is_empty()
+        || presented(headers).iter().any(|given| keys.iter().any(|key| same(key, given)))
 }
 
-impl Runtime {
-    /// Whether the request carries a valid client key (always, when none are configured: rein
-    /// then only listens on loopback, which config validation enforces).
-    pub fn client_allowed(&self, headers: &HeaderMap) -> bool {
-        let keys = &self.config.server.client_keys;
-        keys.is_empty()
-            || presented(headers).iter().any(|given| keys.iter().any(|key| same(key, given)))
-    }
-
-    /// Whether the request carries the admin key. No admin key configured: the admin API is off.
-    pub fn admin_allowed(&self, headers: &HeaderMap) -> bool {
-        match &self.config.server.admin_key {
-            Some(key) => presented(headers).iter().any(|given| same(key, given)),
-            None => false,
-        }
+/// Whether the request carries the admin key. No admin key configured: the admin API is off.
+pub fn admin_allowed(snapshot: &Snapshot, headers: &HeaderMap) -> bool {
+    match &snapshot.config.server.admin_key {
+        Some(key) => presented(headers).iter().any(|given| same(key, given)),
+        None => false,
     }
 }
 
@@ -86,124 +71,22 @@ fn same(key: &Secret, given: &str) -> bool {
     key.expose().as_bytes().ct_eq(given.as_bytes()).into()
 }
 
-/// Everything a running gateway shares between requests.
+/// Everything a running gateway shares between requests: the runtime it serves, and what only
+/// HTTP needs (metrics, TLS, the connections, the draining flag).
 pub struct Gateway {
-    runtime: ArcSwap<Runtime>,
-    pub engine: Engine,
+    pub runtime: Arc<Runtime>,
     pub metrics: Arc<Metrics>,
-    /// The embedded store (route settings versions).
-    pub store: Arc<rein_store::Store>,
-    /// Tool state: outbox, idempotency keys, holds, read cache (SQLite, or Postgres when
-    /// `store.postgres_url_env` is set). Opened once; a reload keeps it.
-    pub tool_store: Arc<dyn rein_store::tools::ToolStore>,
-    /// The client behind tools' http rungs (no redirects, rustls).
-    tool_http: reqwest::Client,
-    upstreams: Upstreams,
-    config_path: Option<PathBuf>,
-    /// Replaces the config file when there is none (the embedded default).
-    default_config: Option<String>,
-    /// Where secrets named by the config are read from (the process environment in the binary).
-    env: EnvSource,
     draining: AtomicBool,
-    /// The sequence number of the last kill-switch flip applied here; held while syncing, so
-    /// flips apply once each, in the store's order.
-    kill_seen: tokio::sync::Mutex<i64>,
-    reloads: AtomicU64,
-    /// Evidence from tool calls, by run id, for the checks of later model calls in the run.
-    pub runs: crate::runs::RunEvidence,
-    /// Wakes the outbox replay worker (an approval or an operator's replay made an item due).
-    pub replay_kick: tokio::sync::Notify,
-    /// What was fixed at start and a reload cannot change (the socket, the stores, TLS on/off).
-    fixed: Fixed,
     /// TLS on the listener: the resolver a reload gives a renewed certificate to.
     tls: Option<(Arc<tls::CertResolver>, tokio_rustls::TlsAcceptor)>,
     /// Client connections open now, over every worker.
     edge: edge::OpenConnections,
-    overrides: Overrides,
 }
-
-/// Settings taken once at start. A reload whose config differs in one of them is refused by
-/// key: it would otherwise be reported as applied while the old value stays in force.
-#[derive(Debug, Clone, PartialEq)]
-struct Fixed {
-    listen: std::net::SocketAddr,
-    workers: usize,
-    sqlite_path: String,
-    postgres_url: Option<Secret>,
-    tls: bool,
-}
-
-impl Fixed {
-    fn of(config: &Config) -> Self {
-        Self {
-            listen: config.server.listen,
-            workers: config.server.workers,
-            sqlite_path: config.store.sqlite_path.clone(),
-            postgres_url: config.store.postgres_url.clone(),
-            tls: config.server.tls.is_some(),
-        }
-    }
-
-    /// The keys of `config` that differ from what is in force, each as a problem.
-    fn changed_in(&self, config: &Config) -> Vec<ConfigProblem> {
-        let new = Self::of(config);
-        let mut changed = Vec::new();
-        let mut check = |key: &str, same: bool| {
-            if !same {
-                changed.push(ConfigProblem {
-                    key: key.to_string(),
-                    message: "changed: restart to apply (a reload cannot change it)".into(),
-                });
-            }
-        };
-        check("server.listen", new.listen == self.listen);
-        check("server.workers", new.workers == self.workers);
-        check("server.tls", new.tls == self.tls);
-        check("store.sqlite_path", new.sqlite_path == self.sqlite_path);
-        check("store.postgres_url_env", new.postgres_url == self.postgres_url);
-        changed
-    }
-}
-
-/// What the command line sets over the config file, kept across reloads.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Overrides {
-    /// `rein serve --listen` / `--port`: the address served instead of `server.listen`.
-    pub listen: Option<std::net::SocketAddr>,
-}
-
-impl Overrides {
-    fn apply(&self, config: &mut Config) {
-        if let Some(listen) = self.listen {
-            config.server.listen = listen;
-        }
-    }
-}
-
-/// A source of environment variables.
-pub type EnvSource = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gateway")
-            .field("version", &self.runtime().version)
-            .field("routes", &self.engine.route_names())
-            .field("config_path", &self.config_path)
-            .finish_non_exhaustive()
+        f.debug_struct("Gateway").field("runtime", &self.runtime).finish_non_exhaustive()
     }
-}
-
-/// Why the gateway could not start or reload.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error("cannot read {path}: {source}")]
-    Read { path: String, source: std::io::Error },
-    #[error("{0}")]
-    Config(#[from] crate::config::ConfigError),
-    #[error("{0}")]
-    Build(#[from] BuildError),
-    #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: String, source: std::io::Error },
 }
 
 impl Gateway {
@@ -212,46 +95,36 @@ impl Gateway {
         path: Option<PathBuf>,
         default_config: Option<String>,
     ) -> Result<Arc<Self>, StartError> {
-        let env: EnvSource = Arc::new(process_env);
-        let text = read_config(path.as_ref(), default_config.as_deref()).await?;
-        let config = Config::from_toml(&text, &*env)?;
-        Self::from_config_with_overrides(config, path, default_config, env, Overrides::default())
-            .await
+        Self::start(source(Runtime::builder(), path, default_config), None).await
     }
 
-    /// Build a gateway from an already validated config.
+    /// Build a gateway from an already validated config; a reload re-reads `config_path` (or
+    /// `default_config`).
     pub async fn from_config(
         config: Config,
         config_path: Option<PathBuf>,
         default_config: Option<String>,
         env: EnvSource,
     ) -> Result<Arc<Self>, StartError> {
-        Self::from_config_with_overrides(
-            config,
-            config_path,
-            default_config,
-            env,
-            Overrides::default(),
-        )
-        .await
+        let builder = source(Runtime::builder(), config_path, default_config).env(env);
+        Self::start(builder, Some(config)).await
     }
 
-    /// [`Gateway::from_config`] with command-line settings over the file's (`rein serve
-    /// --listen`), kept across reloads.
-    pub async fn from_config_with_overrides(
-        mut config: Config,
-        config_path: Option<PathBuf>,
-        default_config: Option<String>,
-        env: EnvSource,
-        overrides: Overrides,
+    /// Build the runtime `builder` describes (from `config` when given, else from its source)
+    /// with the gateway's metrics observing it, and the gateway around it.
+    pub async fn start(
+        builder: RuntimeBuilder,
+        config: Option<Config>,
     ) -> Result<Arc<Self>, StartError> {
-        overrides.apply(&mut config);
-        // The file was checked against its own `server.listen`; check the address served.
-        let unsafe_auth = config.server.auth_problems(config.server.listen);
-        if !unsafe_auth.is_empty() {
-            return Err(ConfigError { problems: unsafe_auth }.into());
-        }
-        let tls = match &config.server.tls {
+        let metrics = Arc::new(Metrics::new());
+        let builder = builder
+            .observer(Arc::new(MetricsObserver(metrics.clone())))
+            .tool_observer(Arc::new(ToolMetricsObserver(metrics.clone())));
+        let runtime = match config {
+            Some(config) => builder.build_from(config).await?,
+            None => builder.build().await?,
+        };
+        let tls = match &runtime.current().config.server.tls {
             Some(files) => {
                 let resolver = tls::CertResolver::new(files.key.clone());
                 let acceptor = tls::acceptor(resolver.clone())
@@ -260,59 +133,18 @@ impl Gateway {
             }
             None => None,
         };
-        let fixed = Fixed::of(&config);
-        let metrics = Arc::new(Metrics::new());
-        let upstreams = Upstreams::new(&config)?;
-        let engine = Engine::builder()
-            .retry_budget(config.retry_budget)
-            .jitter(Arc::new(rein_core::SeededJitter::new(rand::rng().random())))
-            .observer(Arc::new(MetricsObserver(metrics.clone())))
-            .build();
-        let store = Arc::new(
-            rein_store::Store::open_path(&config.store.sqlite_path).map_err(BuildError::Store)?,
-        );
-        crate::runtime::record_config_settings(&config, &store).map_err(BuildError::Store)?;
-        let routes = upstreams.routes(&config, Some(&engine), &store).await?;
-        engine.replace_routes(routes);
-        let tool_store = match &config.store.postgres_url {
-            Some(url) => rein_store::tools::open_tool_store(url.expose(), None).await,
-            None => {
-                rein_store::tools::open_tool_store(&config.store.sqlite_path, Some(store.clone()))
-                    .await
-            }
-        }
-        .map_err(BuildError::Store)?;
-        // The kill switch comes back as the operators left it (on every replica sharing the store).
-        let flips = tool_store.kill_flips_after(0).await.map_err(BuildError::Store)?;
-        let kill_seen = flips.last().map_or(0, |(number, _)| *number);
-        engine.kill_switch().restore(flips.into_iter().map(|(_, flip)| flip));
-        let tool_http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|error| BuildError::Client(error.to_string()))?;
-        let tools = build_tools(&config, &tool_store, &tool_http, &env, &metrics)?;
         Ok(Arc::new(Self {
-            runtime: ArcSwap::from_pointee(Runtime { config, version: 1, tools }),
-            engine,
+            runtime: Arc::new(runtime),
             metrics,
-            store,
-            tool_store,
-            tool_http,
-            upstreams,
-            config_path,
-            default_config,
-            env,
             draining: AtomicBool::new(false),
-            kill_seen: tokio::sync::Mutex::new(kill_seen),
-            reloads: AtomicU64::new(0),
-            runs: crate::runs::RunEvidence::default(),
-            replay_kick: tokio::sync::Notify::new(),
-            fixed,
-            overrides,
             tls,
             edge: edge::OpenConnections::default(),
         }))
+    }
+
+    /// The config in force and the dispatcher built from it.
+    pub fn current(&self) -> Arc<Snapshot> {
+        self.runtime.current()
     }
 
     /// The TLS acceptor for new connections, when the listener speaks TLS.
@@ -320,124 +152,26 @@ impl Gateway {
         self.tls.as_ref().map(|(_, acceptor)| acceptor.clone())
     }
 
-    /// Apply the kill-switch flips recorded since the last sync, by any replica sharing the
-    /// store, in the order the store numbered them. Returns how many were applied.
-    pub async fn sync_kill_switch(&self) -> Result<usize, rein_store::StoreError> {
-        let mut seen = self.kill_seen.lock().await;
-        let flips = self.tool_store.kill_flips_after(*seen).await?;
-        let applied = flips.len();
-        for (number, flip) in flips {
-            self.engine.kill_switch().apply(flip);
-            *seen = number;
-        }
-        Ok(applied)
-    }
-
-    /// Sync the kill switch every `server.kill_sync_ms` until `stop`.
-    async fn sync_kill_switch_until(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
-        loop {
-            let every = self.runtime().config.server.kill_sync;
-            tokio::select! {
-                _ = tokio::time::sleep(every) => {}
-                _ = stop.wait_for(|stop| *stop) => return,
-            }
-            if let Err(failure) = self.sync_kill_switch().await {
-                tracing::warn!("cannot read kill switch flips from the store: {failure}");
-            }
-        }
-    }
-
-    pub fn runtime(&self) -> Arc<Runtime> {
-        self.runtime.load_full()
-    }
-
-    pub fn upstreams(&self) -> &Upstreams {
-        &self.upstreams
-    }
-
-    /// Re-read the config and swap it in. An invalid config is refused and the old one kept.
+    /// Re-read the config and swap it in (see [`Runtime::reload`]); a renewed TLS certificate
+    /// takes effect for new connections.
     pub async fn reload(&self) -> Result<u64, StartError> {
-        let text = read_config(self.config_path.as_ref(), self.default_config.as_deref()).await?;
-        let config = Config::from_toml(&text, &*self.env)?;
-        self.apply(config).await
-    }
-
-    /// Swap in a validated config, refusing it whole (by key) when it changes a setting fixed at
-    /// start or would leave the served socket less protected than the rules require. A renewed
-    /// TLS certificate is read and takes effect for new connections.
-    pub async fn apply(&self, mut config: Config) -> Result<u64, StartError> {
-        self.overrides.apply(&mut config);
-        let mut problems = self.fixed.changed_in(&config);
-        problems.extend(config.server.auth_problems(self.fixed.listen));
-        // Validation read the files: a renewed certificate is already in `config`.
-        let renewed = config.server.tls.as_ref().map(|files| files.key.clone());
-        if !problems.is_empty() {
-            return Err(ConfigError { problems }.into());
-        }
-        if let (Some(key), Some((resolver, _))) = (renewed, &self.tls) {
-            resolver.replace(key);
-        }
-        crate::runtime::record_config_settings(&config, &self.store).map_err(BuildError::Store)?;
-        let routes = self.upstreams.routes(&config, Some(&self.engine), &self.store).await?;
-        let tools =
-            build_tools(&config, &self.tool_store, &self.tool_http, &self.env, &self.metrics)?;
-        let version = self.runtime().version + 1;
-        self.engine.replace_routes(routes);
-        self.runtime.store(Arc::new(Runtime { config, version, tools }));
-        self.reloads.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(version, "config reloaded");
+        let version = self.runtime.reload().await?;
+        self.renew_certificate();
         Ok(version)
     }
 
-    /// The outbox replay worker: every `outbox.poll_ms` (or at once when kicked), claim due
-    /// queued writes under a lease and send each with its original idempotency key, until
-    /// `stop`. Replicas sharing a Postgres store each run one; leases keep them apart. Once an
-    /// hour it also runs the retention pass (`outbox.keys_retain_ms`, `outbox.cache_retain_ms`).
-    async fn replay_outbox(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
-        let owner = format!("{}-{}", std::process::id(), new_id(""));
-        let mut next_prune = tokio::time::Instant::now();
-        loop {
-            let tools = self.runtime().tools.clone();
-            // Once an hour: forget finished keys and cache entries past their retention.
-            if tokio::time::Instant::now() >= next_prune {
-                next_prune += PRUNE_EVERY;
-                match tools.prune().await {
-                    Ok(pruned) => tracing::debug!(?pruned, "retention pass"),
-                    Err(error) => tracing::warn!("retention pass failed: {error}"),
-                }
-            }
-            let batch = i64::from(self.runtime().config.tools.outbox.batch.max(1));
-            let report = tools.replay_due(&owner, batch).await;
-            if report.claimed > 0 {
-                tracing::info!(
-                    claimed = report.claimed,
-                    done = report.done,
-                    retried = report.retried,
-                    failed = report.failed,
-                    "outbox replay pass"
-                );
-            }
-            // A full batch may have more behind it: go again at once.
-            if report.claimed >= batch as usize && report.store_errors == 0 {
-                continue;
-            }
-            let poll = Duration::from_millis(self.runtime().config.tools.outbox.poll_ms.max(1));
-            tokio::select! {
-                _ = tokio::time::sleep(poll) => {}
-                _ = self.replay_kick.notified() => {}
-                _ = stop.wait_for(|stop| *stop) => return,
-            }
-        }
+    /// Swap in a validated config (see [`Runtime::apply`]).
+    pub async fn apply(&self, config: Config) -> Result<u64, StartError> {
+        let version = self.runtime.apply(config).await?;
+        self.renew_certificate();
+        Ok(version)
     }
 
-    /// Rebuild the routes from the current config and the store's active versions (after a
-    /// settings change or a revert through the admin API).
-    pub async fn refresh_routes(&self) -> Result<(), StartError> {
-        let runtime = self.runtime();
-        let routes =
-            self.upstreams.routes(&runtime.config, Some(&self.engine), &self.store).await?;
-        self.engine.replace_routes(routes);
-        Ok(())
+    /// Validation read the files: a renewed certificate is in the config now in force.
+    fn renew_certificate(&self) {
+        if let (Some(files), Some((resolver, _))) = (&self.current().config.server.tls, &self.tls) {
+            resolver.replace(files.key.clone());
+        }
     }
 
     /// Serve on `listener` until `shutdown` resolves, then stop accepting and drain in-flight
@@ -460,7 +194,7 @@ impl Gateway {
             gateway.draining.store(true, Ordering::SeqCst);
             // Load balancers see `/readyz` answer 503 "draining" and move traffic away while
             // new connections are still served, then the listener closes.
-            let delay = gateway.runtime().config.server.drain_delay;
+            let delay = gateway.current().config.server.drain_delay;
             if !delay.is_zero() {
                 tracing::info!(
                     delay_ms = delay.as_millis() as u64,
@@ -472,9 +206,8 @@ impl Gateway {
             stop_tx.send_replace(true);
         });
 
-        tokio::spawn(self.clone().replay_outbox(stop_rx.clone()));
-        tokio::spawn(self.clone().sync_kill_switch_until(stop_rx.clone()));
-        let workers = self.runtime().config.server.worker_threads();
+        self.runtime.spawn_workers(stop_rx.clone());
+        let workers = self.current().config.server.worker_threads();
         let listener = listener.into_std()?;
         let mut finished = Vec::with_capacity(workers);
         for index in 1..workers {
@@ -513,7 +246,7 @@ impl Gateway {
             result = &mut all => return result,
             _ = stopping.wait_for(|stop| *stop) => {}
         }
-        let drain = self.runtime().config.server.drain_timeout;
+        let drain = self.current().config.server.drain_timeout;
         match tokio::time::timeout(drain, all).await {
             Ok(result) => result,
             Err(_) => {
@@ -527,41 +260,22 @@ impl Gateway {
     }
 }
 
-/// How often the replay worker runs the tool store's retention pass.
-const PRUNE_EVERY: Duration = Duration::from_secs(3600);
-
-/// The tool dispatcher for `config`, reporting to `metrics`.
-fn build_tools(
-    config: &Config,
-    store: &Arc<dyn rein_store::tools::ToolStore>,
-    http: &reqwest::Client,
-    env: &EnvSource,
-    metrics: &Arc<Metrics>,
-) -> Result<Arc<rein_tools::Dispatcher>, BuildError> {
-    let dispatcher =
-        rein_tools::Dispatcher::with_env(&config.tools, store.clone(), http.clone(), &**env)
-            .map_err(|error| BuildError::Tools(error.to_string()))?
-            .with_observer(Arc::new(crate::metrics::ToolMetricsObserver(metrics.clone())));
-    metrics.set_tool_primaries(dispatcher.primaries());
-    Ok(Arc::new(dispatcher))
-}
-
-async fn read_config(path: Option<&PathBuf>, default: Option<&str>) -> Result<String, StartError> {
-    match (path, default) {
-        (Some(path), _) => tokio::fs::read_to_string(path)
-            .await
-            .map_err(|source| StartError::Read { path: path.display().to_string(), source }),
-        (None, Some(text)) => Ok(text.to_string()),
-        (None, None) => Err(StartError::Read {
-            path: "(none)".into(),
-            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no config given"),
-        }),
+/// The runtime builder reading `path`, else `default_config` text, at start and on reload.
+fn source(
+    builder: RuntimeBuilder,
+    path: Option<PathBuf>,
+    default_config: Option<String>,
+) -> RuntimeBuilder {
+    match (path, default_config) {
+        (Some(path), _) => builder.path(path),
+        (None, Some(text)) => builder.text(text),
+        (None, None) => builder,
     }
 }
 
 /// Bind the configured address.
 pub async fn bind(gateway: &Gateway) -> Result<TcpListener, StartError> {
-    let addr = gateway.runtime().config.server.listen;
+    let addr = gateway.current().config.server.listen;
     TcpListener::bind(addr)
         .await
         .map_err(|source| StartError::Bind { addr: addr.to_string(), source })
@@ -605,7 +319,7 @@ fn api_of(headers: &HeaderMap) -> Api {
 async fn models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
     let api = api_of(&headers);
     let request_id = new_id("req_");
-    if !gateway.runtime().client_allowed(&headers) {
+    if !client_allowed(&gateway.current(), &headers) {
         return ApiError::new(
             api,
             ErrorKind::Authentication,
@@ -615,7 +329,7 @@ async fn models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
         .into_response();
     }
     let created = rein_core::clock::unix_ms() / 1000;
-    let routes = gateway.engine.route_names();
+    let routes = gateway.runtime.engine.route_names();
     let body = match api {
         Api::OpenAi => crate::wire::openai::models_body(&routes, created),
         Api::Anthropic => crate::wire::anthropic::models_body(&routes, created),
@@ -633,7 +347,7 @@ async fn model(
 ) -> Response {
     let api = api_of(&headers);
     let request_id = new_id("req_");
-    if !gateway.runtime().client_allowed(&headers) {
+    if !client_allowed(&gateway.current(), &headers) {
         return ApiError::new(
             api,
             ErrorKind::Authentication,
@@ -642,7 +356,7 @@ async fn model(
         )
         .into_response();
     }
-    if !gateway.engine.route_names().contains(&id) {
+    if !gateway.runtime.engine.route_names().contains(&id) {
         let message = format!("no route named `{id}`");
         return ApiError::new(api, ErrorKind::NotFound, &message, &request_id).into_response();
     }
@@ -691,7 +405,7 @@ async fn healthz() -> &'static str {
 async fn readyz(State(gateway): State<Arc<Gateway>>) -> Response {
     if gateway.draining.load(Ordering::SeqCst) {
         (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response()
-    } else if gateway.engine.route_names().is_empty() {
+    } else if gateway.runtime.engine.route_names().is_empty() {
         (StatusCode::SERVICE_UNAVAILABLE, "no routes\n").into_response()
     } else {
         "ready\n".into_response()
@@ -701,10 +415,10 @@ async fn readyz(State(gateway): State<Arc<Gateway>>) -> Response {
 /// Off loopback, `/metrics` and the dashboard (route names, tiers, kill-switch reasons) are for
 /// operators: they need the admin key unless `server.metrics_public = true`.
 fn operator_view_refused(gateway: &Gateway, headers: &HeaderMap) -> Option<Response> {
-    let runtime = gateway.runtime();
-    if gateway.fixed.listen.ip().is_loopback()
+    let runtime = gateway.current();
+    if gateway.runtime.listen().ip().is_loopback()
         || runtime.config.server.metrics_public
-        || runtime.admin_allowed(headers)
+        || admin_allowed(&runtime, headers)
     {
         return None;
     }
@@ -718,12 +432,12 @@ async fn metrics(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Res
     if let Some(refused) = operator_view_refused(&gateway, &headers) {
         return refused;
     }
-    let tools = gateway.runtime().tools.clone();
+    let tools = gateway.current().tools.clone();
     match tools.outbox_stats().await {
         Ok(stats) => gateway.metrics.set_outbox(&stats, tools.now_unix_ms()),
         Err(error) => tracing::warn!("metrics: cannot read the outbox's numbers: {error}"),
     }
-    let body = gateway.metrics.render(&gateway.engine);
+    let body = gateway.metrics.render(&gateway.runtime.engine);
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body)
         .into_response()
 }
@@ -732,9 +446,9 @@ async fn dashboard(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> R
     if let Some(refused) = operator_view_refused(&gateway, &headers) {
         return refused;
     }
-    let runtime = gateway.runtime();
+    let runtime = gateway.current();
     let mut rows = String::new();
-    for tier in gateway.engine.tier_states() {
+    for tier in gateway.runtime.engine.tier_states() {
         rows.push_str(&format!(
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:?}</td></tr>",
             escape(&tier.route),
@@ -745,7 +459,7 @@ async fn dashboard(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> R
         ));
     }
     let mut kills = String::new();
-    for flip in gateway.engine.kill_switch().audit().iter().rev().take(20) {
+    for flip in gateway.runtime.engine.kill_switch().audit().iter().rev().take(20) {
         kills.push_str(&format!(
             "<li>{} {:?} engaged={} — {}</li>",
             flip.at_unix_ms,
@@ -761,7 +475,7 @@ async fn dashboard(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> R
          <h2>Tiers</h2><table><tr><th>route</th><th>tier</th><th>provider</th><th>model</th><th>breaker</th></tr>{rows}</table>\
          <h2>Kill switch</h2><ul>{kills}</ul><p><a href=/metrics>metrics</a></p>",
         runtime.version,
-        escape(&gateway.engine.route_names().join(", ")),
+        escape(&gateway.runtime.engine.route_names().join(", ")),
     ))
     .into_response()
 }

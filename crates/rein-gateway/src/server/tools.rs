@@ -41,8 +41,8 @@ pub async fn call(
     body: Body,
 ) -> Response {
     let request_id = super::new_id("req_");
-    let runtime = gateway.runtime();
-    if !runtime.client_allowed(&headers) {
+    let runtime = gateway.current();
+    if !super::client_allowed(&runtime, &headers) {
         gateway.metrics.http_error("tools", 401);
         return error(
             StatusCode::UNAUTHORIZED,
@@ -95,7 +95,10 @@ pub async fn call(
     match runtime.tools.call(&ctx, &tool, args).await {
         Ok(outcome) => {
             if let Some(run) = &ctx.run_id {
-                gateway.runs.record(run, runtime.tools.evidence_of(&tool, &outcome.envelope));
+                gateway
+                    .runtime
+                    .runs
+                    .record(run, runtime.tools.evidence_of(&tool, &outcome.envelope));
             }
             let status = match outcome.status {
                 ToolStatus::Queued | ToolStatus::PendingApproval => StatusCode::ACCEPTED,

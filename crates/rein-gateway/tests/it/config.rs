@@ -1,7 +1,7 @@
 //! Config parsing and validation: every shipped example parses, and bad configs are refused with
 //! messages that name the key (snapshots).
 
-use rein_gateway::config::{Config, ProviderKind};
+use rein_runtime::config::{Config, ProviderKind};
 
 fn env(name: &str) -> Option<String> {
     match name {

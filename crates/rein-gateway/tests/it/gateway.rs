@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use rein_gateway::config::Config;
-use rein_gateway::server::{EnvSource, Gateway};
+use rein_gateway::server::Gateway;
+use rein_runtime::EnvSource;
+use rein_runtime::config::Config;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
@@ -441,7 +442,7 @@ async fn reload_applies_a_valid_config_and_refuses_an_invalid_one() {
         200,
         "old config still serves"
     );
-    assert_eq!(gw.gateway.runtime().version, 2);
+    assert_eq!(gw.gateway.current().version, 2);
     gw.stop().await.unwrap();
 }
 
@@ -501,7 +502,7 @@ async fn shutdown_drains_an_open_stream_to_its_end() {
     let Running { addr, gateway, client, stop, task } = gw;
     stop.unwrap().send(()).unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(gateway.runtime().version, 1);
+    assert_eq!(gateway.current().version, 1);
     let mut text = String::from_utf8_lossy(&first).to_string();
     while let Some(chunk) = body.next().await {
         text.push_str(&String::from_utf8_lossy(&chunk.unwrap()));

@@ -13,7 +13,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
-use rein_gateway::config::Config;
+use rein_runtime::config::Config;
 use rein_sim::say_spec;
 use serde_json::{Value, json};
 

@@ -3,8 +3,10 @@
 //! variables through an injected lookup (so tests need no process environment), held in
 //! [`Secret`], and never printed.
 
+mod cli;
 mod output;
 pub mod raw;
+mod tls;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -17,6 +19,7 @@ use rein_core::{
 };
 use serde::Serialize;
 
+pub use cli::{Listen, client_key_env, with_listen};
 pub use output::{DEFAULT_MAX_TOKENS_CAP, DEFAULT_WEBHOOK_TIMEOUT_MS, OutputConfig, WebhookConfig};
 pub use raw::ProviderKind;
 use raw::{RawConfig, RawProvider, RawRoute};
@@ -358,7 +361,7 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
         problems.add("server.max_connections", "must be at least 1");
     }
     let tls = match &raw.server.tls {
-        Some(tls) => match crate::server::tls::load(&tls.cert_path, &tls.key_path) {
+        Some(tls) => match tls::load(&tls.cert_path, &tls.key_path) {
             Ok(key) => Some(TlsFiles {
                 cert_path: tls.cert_path.clone(),
                 key_path: tls.key_path.clone(),

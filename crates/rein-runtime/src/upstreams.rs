@@ -8,7 +8,9 @@
 //! same provider and model (an outage does not end because someone edited a prompt).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+#[cfg(feature = "sim")]
+use std::sync::Mutex;
 
 use rein_core::validate::{OutputContract, RuleSet};
 use rein_core::{Engine, FailoverShare, Provider, Route, Tier};
@@ -16,6 +18,7 @@ use rein_providers::{
     AnthropicConfig, AzureConfig, HttpClient, HttpClientConfig, OpenAiAuth, OpenAiConfig,
     ProviderConfig as AdapterConfig, ResponseLimits, Secret as ProviderSecret, build_provider,
 };
+#[cfg(feature = "sim")]
 use rein_sim::{Scenario, SimConfig, SimHandle};
 use rein_store::{RouteSettings, Store, StoreError, TierSettings};
 
@@ -82,9 +85,11 @@ pub struct Upstreams {
     client: HttpClient,
     /// The client every webhook rule sends through.
     webhooks: reqwest::Client,
+    #[cfg(feature = "sim")]
     sims: Mutex<BTreeMap<String, (SimKey, Arc<SimHandle>)>>,
 }
 
+#[cfg(feature = "sim")]
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct SimKey {
     scenario: Option<String>,
@@ -99,14 +104,39 @@ impl Upstreams {
         })
         .map_err(|e| BuildError::Client(e.to_string()))?;
         let webhooks = webhook::client(config.upstream.connect).map_err(BuildError::Client)?;
-        Ok(Self { client, webhooks, sims: Mutex::new(BTreeMap::new()) })
+        Ok(Self {
+            client,
+            webhooks,
+            #[cfg(feature = "sim")]
+            sims: Mutex::new(BTreeMap::new()),
+        })
     }
 
-    /// The in-process simulators currently running, by provider name.
-    pub fn sims(&self) -> Vec<(String, Arc<SimHandle>)> {
-        lock(&self.sims).iter().map(|(name, (_, sim))| (name.clone(), sim.clone())).collect()
+    /// The in-process simulator of a `kind = "sim"` provider: the running one when its
+    /// settings did not change, else a new one on a loopback port.
+    #[cfg(feature = "sim")]
+    async fn sim_base_url(
+        &self,
+        name: &str,
+        provider: &ProviderConfig,
+    ) -> Result<String, BuildError> {
+        Ok(format!("{}/v1", self.sim(name, provider).await?.base_url()))
     }
 
+    /// Without the `sim` feature there is no simulator to start.
+    #[cfg(not(feature = "sim"))]
+    async fn sim_base_url(
+        &self,
+        name: &str,
+        _provider: &ProviderConfig,
+    ) -> Result<String, BuildError> {
+        Err(BuildError::Provider {
+            provider: name.to_string(),
+            message: "`kind = \"sim\"` needs a build of rein with the simulator (the `sim` feature of rein-runtime)".to_string(),
+        })
+    }
+
+    #[cfg(feature = "sim")]
     async fn sim(
         &self,
         name: &str,
@@ -201,8 +231,7 @@ impl Upstreams {
                     .unwrap_or_else(|| rein_providers::ANTHROPIC_DEFAULT_BASE_URL.to_string()),
             )),
             ProviderKind::Sim => {
-                let sim = self.sim(name, config).await?;
-                let base = format!("{}/v1", sim.base_url());
+                let base = self.sim_base_url(name, config).await?;
                 if config.sim_anthropic {
                     AdapterConfig::Anthropic(anthropic(base))
                 } else {
@@ -317,6 +346,7 @@ impl Upstreams {
     }
 }
 
+#[cfg(feature = "sim")]
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match mutex.lock() {
         Ok(guard) => guard,
