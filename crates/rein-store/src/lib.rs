@@ -8,6 +8,7 @@
 //! gateway replicas share one queue.
 
 pub mod kill;
+mod open;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tools;
@@ -20,7 +21,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use rusqlite::{Connection, TransactionBehavior};
 
-pub use tools::{ToolStore, open_tool_store};
+pub use open::open_tool_store;
+pub use tools::ToolStore;
 pub use tools_postgres::PostgresToolStore;
 pub use tools_sqlite::SqliteToolStore;
 pub use versions::{Change, RouteSettings, TierSettings, VersionInfo};

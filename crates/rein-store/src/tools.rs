@@ -10,36 +10,17 @@
 //! A lease (a key's or an outbox item's) is live while `now < lease_until`; at `lease_until` it
 //! has expired.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use rein_core::KillFlip;
 
-use crate::{PostgresToolStore, SqliteToolStore, Store, StoreError};
+use crate::StoreError;
 
-/// Open the tool store named by `spec`: a `postgres://` or `postgresql://` URL is a Postgres
-/// database (schema created or brought up to date); anything else means SQLite, on `sqlite` when
-/// given, else on the file `spec` names (`:memory:` for one in memory).
-pub async fn open_tool_store(
-    spec: &str,
-    sqlite: Option<Arc<Store>>,
-) -> Result<Arc<dyn ToolStore>, StoreError> {
-    if spec.starts_with("postgres://") || spec.starts_with("postgresql://") {
-        return Ok(Arc::new(PostgresToolStore::connect(spec).await?));
-    }
-    let store = match sqlite {
-        Some(store) => store,
-        None => {
-            let spec = spec.to_owned();
-            let opened = tokio::task::spawn_blocking(move || Store::open_path(&spec)).await;
-            Arc::new(opened.map_err(|e| StoreError::Task(e.to_string()))??)
-        }
-    };
-    Ok(Arc::new(SqliteToolStore::new(store)))
-}
+// Kept at this path for callers that open a store through the trait's module; the function lives
+// in `crate::open`, which knows both backends.
+pub use crate::open::open_tool_store;
 
 /// Where a key's record stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -284,7 +265,8 @@ pub struct CachedResult {
 }
 
 /// The durable state of tool calls. All times are unix milliseconds passed in by the caller, so
-/// tests decide the clock. Implementations: [`SqliteToolStore`] and [`PostgresToolStore`].
+/// tests decide the clock. Implementations: [`crate::SqliteToolStore`] and
+/// [`crate::PostgresToolStore`].
 #[async_trait]
 pub trait ToolStore: Send + Sync + std::fmt::Debug {
     // ---- idempotency keys ----
