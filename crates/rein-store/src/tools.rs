@@ -9,6 +9,13 @@
 //!
 //! A lease (a key's or an outbox item's) is live while `now < lease_until`; at `lease_until` it
 //! has expired.
+//!
+//! What the backends share lives in two submodules: `rows` reads their rows into the structs
+//! here, `rules` holds the state rules (leases, the key lifecycle, outbox moves, hold
+//! decisions) that both apply.
+
+pub(crate) mod rows;
+pub(crate) mod rules;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};

@@ -3,6 +3,10 @@
 //! waits for an fsync. Every change is one `BEGIN IMMEDIATE` transaction, which takes the file's
 //! write lock up front: two processes on the same file queue behind each other (up to the busy
 //! timeout) instead of both reading an item as free and both claiming it.
+//!
+//! This file holds what is SQLite's own: the SQL, how values are bound, and the transactions.
+//! Reading a row and deciding what a call does with it come from `tools::rows` and
+//! `tools::rules`, which the Postgres backend shares.
 
 use std::sync::Arc;
 
@@ -15,9 +19,14 @@ use serde_json::Value;
 
 use rein_core::KillFlip;
 
+use crate::tools::rows::{
+    self, CACHE_COLUMNS, Columns, HOLD_COLUMNS, KEY_COLUMNS, OUTBOX_COLUMNS, STANDING_COLUMNS,
+    Unreadable,
+};
+use crate::tools::rules::{self, DecisionEffect, ItemStanding, KeyChange, KeyStep, Replay};
 use crate::tools::{
-    CachedResult, Decision, Hold, HoldState, KeyBegin, KeyState, NewHold, NewOutboxItem,
-    OutboxItem, OutboxState, OutboxStats, Pruned, ToolStore,
+    CachedResult, Decision, Hold, HoldState, KeyBegin, NewHold, NewOutboxItem, OutboxItem,
+    OutboxState, OutboxStats, Pruned, ToolStore,
 };
 use crate::{Store, StoreError};
 
@@ -71,13 +80,6 @@ impl SqliteToolStore {
     }
 }
 
-const OUTBOX_COLUMNS: &str = "id, idempotency_key, tool, args, state, attempts, last_error, \
-     created_unix_ms, next_attempt_unix_ms, lease_owner, lease_until_unix_ms, finished_unix_ms, \
-     result, conversation_id, outcome_unknown, review";
-
-const HOLD_COLUMNS: &str = "id, idempotency_key, tool, args, reason, conversation_id, state, \
-     created_unix_ms, decided_by, decision_note, decided_unix_ms, outbox_id";
-
 /// A JSON value bound as its text: every value, `null` included, round-trips exactly (binding
 /// numbers as SQLite numbers would print floats back with 15 digits).
 struct JsonText<'a>(&'a Value);
@@ -88,102 +90,61 @@ impl ToSql for JsonText<'_> {
     }
 }
 
-/// A JSON text column (NULL is `None`).
-fn json_opt(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Value>> {
-    let text: Option<String> = row.get(index)?;
-    text.map(|text| {
-        serde_json::from_str(&text)
-            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(index, Type::Text, e.into()))
-    })
-    .transpose()
-}
+impl Columns for Row<'_> {
+    type Error = rusqlite::Error;
 
-/// A JSON text column that must be set.
-fn json(row: &Row<'_>, index: usize) -> rusqlite::Result<Value> {
-    json_opt(row, index)?.ok_or(rusqlite::Error::InvalidColumnType(
-        index,
-        "a JSON column".to_owned(),
-        Type::Null,
-    ))
-}
+    fn int(&self, index: usize) -> rusqlite::Result<i64> {
+        self.get(index)
+    }
 
-/// A state column's text as its enum; anything else is a corrupt row.
-fn state<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
-    let name: String = row.get(index)?;
-    parse(&name).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(
-            index,
-            Type::Text,
-            format!("unknown state `{name}`").into(),
-        )
-    })
-}
+    fn int_opt(&self, index: usize) -> rusqlite::Result<Option<i64>> {
+        self.get(index)
+    }
 
-/// An outbox row's state, from its state column and its `review` flag.
-fn outbox_state(row: &Row<'_>, index: usize, review: usize) -> rusqlite::Result<OutboxState> {
-    let name: String = row.get(index)?;
-    let review: bool = row.get(review)?;
-    OutboxState::from_row(&name, review).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(
-            index,
-            Type::Text,
-            format!("unknown state `{name}`").into(),
-        )
-    })
-}
+    fn text(&self, index: usize) -> rusqlite::Result<String> {
+        self.get(index)
+    }
 
-fn outbox_item(row: &Row<'_>) -> rusqlite::Result<OutboxItem> {
-    Ok(OutboxItem {
-        id: row.get(0)?,
-        idempotency_key: row.get(1)?,
-        tool: row.get(2)?,
-        args: json(row, 3)?,
-        state: outbox_state(row, 4, 15)?,
-        attempts: row.get(5)?,
-        last_error: row.get(6)?,
-        created_unix_ms: row.get(7)?,
-        next_attempt_unix_ms: row.get(8)?,
-        lease_owner: row.get(9)?,
-        lease_until_unix_ms: row.get(10)?,
-        finished_unix_ms: row.get(11)?,
-        result: json_opt(row, 12)?,
-        conversation_id: row.get(13)?,
-        outcome_unknown: row.get(14)?,
-    })
-}
+    fn text_opt(&self, index: usize) -> rusqlite::Result<Option<String>> {
+        self.get(index)
+    }
 
-fn hold(row: &Row<'_>) -> rusqlite::Result<Hold> {
-    Ok(Hold {
-        id: row.get(0)?,
-        idempotency_key: row.get(1)?,
-        tool: row.get(2)?,
-        args: json(row, 3)?,
-        reason: row.get(4)?,
-        conversation_id: row.get(5)?,
-        state: state(row, 6, HoldState::parse)?,
-        created_unix_ms: row.get(7)?,
-        decided_by: row.get(8)?,
-        decision_note: row.get(9)?,
-        decided_unix_ms: row.get(10)?,
-        outbox_id: row.get(11)?,
-    })
+    fn flag(&self, index: usize) -> rusqlite::Result<bool> {
+        self.get(index)
+    }
+
+    fn unreadable(index: usize, problem: Unreadable) -> rusqlite::Error {
+        match problem {
+            Unreadable::Json(error) => {
+                rusqlite::Error::FromSqlConversionFailure(index, Type::Text, error.into())
+            }
+            Unreadable::NullJson => {
+                rusqlite::Error::InvalidColumnType(index, "a JSON column".to_owned(), Type::Null)
+            }
+            Unreadable::State(_) => rusqlite::Error::FromSqlConversionFailure(
+                index,
+                Type::Text,
+                problem.to_string().into(),
+            ),
+        }
+    }
 }
 
 fn get_item(conn: &Connection, id: i64) -> Result<Option<OutboxItem>, StoreError> {
     let sql = format!("SELECT {OUTBOX_COLUMNS} FROM tool_outbox WHERE id = ?1");
-    Ok(conn.query_row(&sql, [id], outbox_item).optional()?)
+    Ok(conn.query_row(&sql, [id], |row| rows::outbox_item(row)).optional()?)
 }
 
 fn get_hold(conn: &Connection, id: i64) -> Result<Option<Hold>, StoreError> {
     let sql = format!("SELECT {HOLD_COLUMNS} FROM tool_holds WHERE id = ?1");
-    Ok(conn.query_row(&sql, [id], hold).optional()?)
+    Ok(conn.query_row(&sql, [id], |row| rows::hold(row)).optional()?)
 }
 
-/// Set the key's record (if it has one) to `state` with `result`, lease released.
+/// Rewrite the key's record (if it has one) as `change` says, with `result`, lease released.
 fn set_key(
     tx: &Transaction<'_>,
     key: &str,
-    state: KeyState,
+    change: KeyChange,
     result: &Value,
     now_unix_ms: i64,
 ) -> Result<(), StoreError> {
@@ -191,9 +152,25 @@ fn set_key(
         "UPDATE tool_keys SET state = ?2, result = ?3, lease_until_unix_ms = NULL,
              updated_unix_ms = ?4
          WHERE key = ?1",
-        params![key, state.as_str(), JsonText(result), now_unix_ms],
+        params![key, change.key_state().as_str(), JsonText(result), now_unix_ms],
     )?;
     Ok(())
+}
+
+/// Settle one pending item: `sql` updates it and returns its key (no row: it was no longer
+/// pending), and that key is rewritten as `change` says. Whether the item was changed.
+fn settle(
+    tx: &Transaction<'_>,
+    sql: &str,
+    params: impl rusqlite::Params,
+    change: KeyChange,
+    result: &Value,
+    now_unix_ms: i64,
+) -> Result<bool, StoreError> {
+    let key: Option<String> = tx.query_row(sql, params, |row| row.get(0)).optional()?;
+    let Some(key) = key else { return Ok(false) };
+    set_key(tx, &key, change, result, now_unix_ms)?;
+    Ok(true)
 }
 
 /// Add a pending item for `key` and mark the key `Queued`, or return the key's existing item.
@@ -221,29 +198,24 @@ fn enqueue(
                 JsonText(queued_result),
                 now_unix_ms,
                 new.conversation_id,
-                new.outcome_unknown || new.review,
+                rules::enqueued_outcome_unknown(new),
                 new.review
             ],
-            outbox_item,
+            |row| rows::outbox_item(row),
         )
         .optional()?;
     if let Some(item) = inserted {
-        set_key(tx, key, KeyState::Queued, queued_result, now_unix_ms)?;
+        set_key(tx, key, KeyChange::Enqueued, queued_result, now_unix_ms)?;
         return Ok(item);
     }
     let sql = format!("SELECT {OUTBOX_COLUMNS} FROM tool_outbox WHERE idempotency_key = ?1");
-    Ok(tx.query_row(&sql, [key], outbox_item)?)
+    Ok(tx.query_row(&sql, [key], |row| rows::outbox_item(row))?)
 }
 
-/// An item's state and key, for the operator moves that depend on where it stands.
-fn item_state(tx: &Transaction<'_>, id: i64) -> Result<Option<(OutboxState, String)>, StoreError> {
-    Ok(tx
-        .query_row(
-            "SELECT state, idempotency_key, review FROM tool_outbox WHERE id = ?1",
-            [id],
-            |row| Ok((outbox_state(row, 0, 2)?, row.get(1)?)),
-        )
-        .optional()?)
+/// Where an item stands, for the operator moves that depend on it.
+fn item_standing(tx: &Transaction<'_>, id: i64) -> Result<Option<ItemStanding>, StoreError> {
+    let sql = format!("SELECT {STANDING_COLUMNS} FROM tool_outbox WHERE id = ?1");
+    Ok(tx.query_row(&sql, [id], |row| rows::item_standing(row)).optional()?)
 }
 
 #[async_trait]
@@ -258,24 +230,12 @@ impl ToolStore for SqliteToolStore {
     ) -> Result<KeyBegin, StoreError> {
         let (key, tool, args_hash) = (key.to_owned(), tool.to_owned(), args_hash.to_owned());
         self.write(move |tx| {
-            let lease_until = now_unix_ms.saturating_add(lease_ms);
+            let lease_until = rules::lease_end(now_unix_ms, lease_ms);
+            let sql = format!("SELECT {KEY_COLUMNS} FROM tool_keys WHERE key = ?1");
             let found = tx
-                .query_row(
-                    "SELECT tool, args_hash, state, result, lease_until_unix_ms
-                     FROM tool_keys WHERE key = ?1",
-                    [&key],
-                    |row| {
-                        Ok((
-                            row.get::<_, String>(0)?,
-                            row.get::<_, String>(1)?,
-                            state(row, 2, KeyState::parse)?,
-                            json_opt(row, 3)?,
-                            row.get::<_, Option<i64>>(4)?,
-                        ))
-                    },
-                )
+                .query_row(&sql, [&key], |row| Ok((rows::key_record(row)?, rows::key_result(row)?)))
                 .optional()?;
-            let Some((found_tool, found_hash, found_state, result, found_lease)) = found else {
+            let Some((record, result)) = found else {
                 tx.execute(
                     "INSERT INTO tool_keys (key, tool, args_hash, state, lease_until_unix_ms,
                          created_unix_ms, updated_unix_ms)
@@ -284,24 +244,18 @@ impl ToolStore for SqliteToolStore {
                 )?;
                 return Ok(KeyBegin::Fresh);
             };
-            if found_tool != tool || found_hash != args_hash {
-                return Ok(KeyBegin::Mismatch { tool: found_tool });
-            }
-            if found_state == KeyState::InFlight {
-                if let Some(until) = found_lease.filter(|until| now_unix_ms < *until) {
-                    return Ok(KeyBegin::InFlight { lease_until_unix_ms: until });
+            match rules::key_begin_step(record, &tool, &args_hash, now_unix_ms) {
+                KeyStep::Answer(answer) => Ok(answer),
+                KeyStep::TakeOver => {
+                    tx.execute(
+                        "UPDATE tool_keys SET lease_until_unix_ms = ?2, updated_unix_ms = ?3
+                         WHERE key = ?1",
+                        params![key, lease_until, now_unix_ms],
+                    )?;
+                    Ok(KeyBegin::TakenOver)
                 }
-                tx.execute(
-                    "UPDATE tool_keys SET lease_until_unix_ms = ?2, updated_unix_ms = ?3
-                     WHERE key = ?1",
-                    params![key, lease_until, now_unix_ms],
-                )?;
-                return Ok(KeyBegin::TakenOver);
+                KeyStep::Stored(state) => rules::stored_answer(&key, state, result),
             }
-            let result = result.ok_or_else(|| {
-                StoreError::Corrupt(format!("key `{key}` is {found_state:?} without a result"))
-            })?;
-            Ok(KeyBegin::Stored { state: found_state, result })
         })
         .await
     }
@@ -313,7 +267,7 @@ impl ToolStore for SqliteToolStore {
         now_unix_ms: i64,
     ) -> Result<(), StoreError> {
         let (key, result) = (key.to_owned(), result.clone());
-        self.write(move |tx| set_key(tx, &key, KeyState::Done, &result, now_unix_ms)).await
+        self.write(move |tx| set_key(tx, &key, KeyChange::Finished, &result, now_unix_ms)).await
     }
 
     async fn key_abandon(&self, key: &str) -> Result<(), StoreError> {
@@ -342,7 +296,7 @@ impl ToolStore for SqliteToolStore {
         lease_ms: i64,
         limit: i64,
     ) -> Result<Vec<OutboxItem>, StoreError> {
-        if limit <= 0 {
+        if !rules::claims_any(limit) {
             return Ok(Vec::new());
         }
         let owner = owner.to_owned();
@@ -361,10 +315,12 @@ impl ToolStore for SqliteToolStore {
                  )
                  RETURNING {OUTBOX_COLUMNS}"
             );
-            let lease_until = now_unix_ms.saturating_add(lease_ms);
+            let lease_until = rules::lease_end(now_unix_ms, lease_ms);
             let mut statement = tx.prepare(&sql)?;
             let mut items = statement
-                .query_map(params![owner, now_unix_ms, lease_until, limit], outbox_item)?
+                .query_map(params![owner, now_unix_ms, lease_until, limit], |row| {
+                    rows::outbox_item(row)
+                })?
                 .collect::<Result<Vec<_>, _>>()?;
             items.sort_by_key(|item| item.id);
             Ok(items)
@@ -380,19 +336,12 @@ impl ToolStore for SqliteToolStore {
     ) -> Result<bool, StoreError> {
         let result = result.clone();
         self.write(move |tx| {
-            let key: Option<String> = tx
-                .query_row(
-                    "UPDATE tool_outbox SET state = 'done', result = ?2, finished_unix_ms = ?3,
-                         lease_until_unix_ms = NULL
-                     WHERE id = ?1 AND state = 'pending'
-                     RETURNING idempotency_key",
-                    params![id, JsonText(&result), now_unix_ms],
-                    |row| row.get(0),
-                )
-                .optional()?;
-            let Some(key) = key else { return Ok(false) };
-            set_key(tx, &key, KeyState::Done, &result, now_unix_ms)?;
-            Ok(true)
+            let sql = "UPDATE tool_outbox SET state = 'done', result = ?2, finished_unix_ms = ?3,
+                           lease_until_unix_ms = NULL
+                       WHERE id = ?1 AND state = 'pending'
+                       RETURNING idempotency_key";
+            let params = params![id, JsonText(&result), now_unix_ms];
+            settle(tx, sql, params, KeyChange::Completed, &result, now_unix_ms)
         })
         .await
     }
@@ -427,19 +376,12 @@ impl ToolStore for SqliteToolStore {
     ) -> Result<bool, StoreError> {
         let (error, review_result) = (error.to_owned(), review_result.clone());
         self.write(move |tx| {
-            let key: Option<String> = tx
-                .query_row(
-                    "UPDATE tool_outbox SET review = 1, outcome_unknown = 1, last_error = ?2,
-                         lease_owner = NULL, lease_until_unix_ms = NULL
-                     WHERE id = ?1 AND state = 'pending'
-                     RETURNING idempotency_key",
-                    params![id, error],
-                    |row| row.get(0),
-                )
-                .optional()?;
-            let Some(key) = key else { return Ok(false) };
-            set_key(tx, &key, KeyState::Queued, &review_result, now_unix_ms)?;
-            Ok(true)
+            let sql = "UPDATE tool_outbox SET review = 1, outcome_unknown = 1, last_error = ?2,
+                           lease_owner = NULL, lease_until_unix_ms = NULL
+                       WHERE id = ?1 AND state = 'pending'
+                       RETURNING idempotency_key";
+            let params = params![id, error];
+            settle(tx, sql, params, KeyChange::Reviewed, &review_result, now_unix_ms)
         })
         .await
     }
@@ -453,19 +395,12 @@ impl ToolStore for SqliteToolStore {
     ) -> Result<bool, StoreError> {
         let (error, failed_result) = (error.to_owned(), failed_result.clone());
         self.write(move |tx| {
-            let key: Option<String> = tx
-                .query_row(
-                    "UPDATE tool_outbox SET state = 'failed', last_error = ?2,
-                         finished_unix_ms = ?3, lease_until_unix_ms = NULL
-                     WHERE id = ?1 AND state = 'pending'
-                     RETURNING idempotency_key",
-                    params![id, error, now_unix_ms],
-                    |row| row.get(0),
-                )
-                .optional()?;
-            let Some(key) = key else { return Ok(false) };
-            set_key(tx, &key, KeyState::Done, &failed_result, now_unix_ms)?;
-            Ok(true)
+            let sql = "UPDATE tool_outbox SET state = 'failed', last_error = ?2,
+                           finished_unix_ms = ?3, lease_until_unix_ms = NULL
+                       WHERE id = ?1 AND state = 'pending'
+                       RETURNING idempotency_key";
+            let params = params![id, error, now_unix_ms];
+            settle(tx, sql, params, KeyChange::Failed, &failed_result, now_unix_ms)
         })
         .await
     }
@@ -481,13 +416,12 @@ impl ToolStore for SqliteToolStore {
                  WHERE ?1 IS NULL OR (state = ?1 AND (state <> 'pending' OR review = ?3))
                  ORDER BY id DESC LIMIT ?2"
             );
-            let review = state == Some(OutboxState::Review);
+            let (state, review) = rules::list_filter(state);
             let mut statement = conn.prepare(&sql)?;
             let items = statement
-                .query_map(
-                    params![state.map(OutboxState::column), limit.max(0), review],
-                    outbox_item,
-                )?
+                .query_map(params![state, rules::list_limit(limit), review], |row| {
+                    rows::outbox_item(row)
+                })?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(items)
         })
@@ -500,15 +434,16 @@ impl ToolStore for SqliteToolStore {
 
     async fn outbox_replay_now(&self, id: i64, now_unix_ms: i64) -> Result<bool, StoreError> {
         self.write(move |tx| {
-            let Some((found, key)) = item_state(tx, id)? else { return Ok(false) };
-            match found {
-                OutboxState::Pending => {
+            let Some(item) = item_standing(tx, id)? else { return Ok(false) };
+            let Some(replay) = rules::replay(item.state) else { return Ok(false) };
+            match replay {
+                Replay::DueNow => {
                     tx.execute(
                         "UPDATE tool_outbox SET next_attempt_unix_ms = ?2 WHERE id = ?1",
                         params![id, now_unix_ms],
                     )?;
                 }
-                OutboxState::Review => {
+                Replay::Release => {
                     tx.execute(
                         "UPDATE tool_outbox SET review = 0, outcome_unknown = 0,
                              next_attempt_unix_ms = ?2
@@ -516,7 +451,7 @@ impl ToolStore for SqliteToolStore {
                         params![id, now_unix_ms],
                     )?;
                 }
-                OutboxState::Failed => {
+                Replay::Requeue => {
                     let queued_result: Value = tx.query_row(
                         "UPDATE tool_outbox SET state = 'pending', next_attempt_unix_ms = ?2,
                              finished_unix_ms = NULL, lease_owner = NULL,
@@ -524,11 +459,11 @@ impl ToolStore for SqliteToolStore {
                          WHERE id = ?1
                          RETURNING queued_result",
                         params![id, now_unix_ms],
-                        |row| json(row, 0),
+                        |row| rows::json(row, 0),
                     )?;
-                    set_key(tx, &key, KeyState::Queued, &queued_result, now_unix_ms)?;
+                    let key = &item.idempotency_key;
+                    set_key(tx, key, KeyChange::Requeued, &queued_result, now_unix_ms)?;
                 }
-                OutboxState::Done | OutboxState::Dropped => return Ok(false),
             }
             Ok(true)
         })
@@ -543,19 +478,8 @@ impl ToolStore for SqliteToolStore {
     ) -> Result<bool, StoreError> {
         let dropped_result = dropped_result.clone();
         self.write(move |tx| {
-            let Some((found, key)) = item_state(tx, id)? else { return Ok(false) };
-            match found {
-                OutboxState::Pending | OutboxState::Review | OutboxState::Failed => {}
-                OutboxState::Done | OutboxState::Dropped => return Ok(false),
-            }
-            // An item a worker is sending under a live lease may be executing right now:
-            // dropping it would record "not executed" for a write that may have run.
-            let leased: bool = tx.query_row(
-                "SELECT COALESCE(lease_until_unix_ms, 0) > ?2 FROM tool_outbox WHERE id = ?1",
-                params![id, now_unix_ms],
-                |row| row.get(0),
-            )?;
-            if leased {
+            let Some(item) = item_standing(tx, id)? else { return Ok(false) };
+            if !rules::may_drop(&item, now_unix_ms) {
                 return Ok(false);
             }
             tx.execute(
@@ -564,7 +488,8 @@ impl ToolStore for SqliteToolStore {
                  WHERE id = ?1",
                 params![id, now_unix_ms],
             )?;
-            set_key(tx, &key, KeyState::Done, &dropped_result, now_unix_ms)?;
+            let key = &item.idempotency_key;
+            set_key(tx, key, KeyChange::Dropped, &dropped_result, now_unix_ms)?;
             Ok(true)
         })
         .await
@@ -580,14 +505,7 @@ impl ToolStore for SqliteToolStore {
                      MIN(created_unix_ms) FILTER (WHERE state = 'pending' AND review = 0)
                  FROM tool_outbox",
                 [],
-                |row| {
-                    Ok(OutboxStats {
-                        pending: row.get(0)?,
-                        failed: row.get(1)?,
-                        review: row.get(2)?,
-                        oldest_pending_created_unix_ms: row.get(3)?,
-                    })
-                },
+                |row| rows::outbox_stats(row),
             )?)
         })
         .await
@@ -621,14 +539,10 @@ impl ToolStore for SqliteToolStore {
     ) -> Result<Option<CachedResult>, StoreError> {
         let (tool, args_hash) = (tool.to_owned(), args_hash.to_owned());
         self.run(move |conn| {
-            Ok(conn
-                .query_row(
-                    "SELECT result, captured_unix_ms FROM tool_cache
-                     WHERE tool = ?1 AND args_hash = ?2",
-                    [&tool, &args_hash],
-                    |row| Ok(CachedResult { result: json(row, 0)?, captured_unix_ms: row.get(1)? }),
-                )
-                .optional()?)
+            let sql = format!(
+                "SELECT {CACHE_COLUMNS} FROM tool_cache WHERE tool = ?1 AND args_hash = ?2"
+            );
+            Ok(conn.query_row(&sql, [&tool, &args_hash], |row| rows::cached(row)).optional()?)
         })
         .await
     }
@@ -691,15 +605,16 @@ impl ToolStore for SqliteToolStore {
                         new.conversation_id,
                         now_unix_ms
                     ],
-                    hold,
+                    |row| rows::hold(row),
                 )
                 .optional()?;
+            let key = &new.idempotency_key;
             if let Some(created) = inserted {
-                set_key(tx, &new.idempotency_key, KeyState::Held, &held_result, now_unix_ms)?;
+                set_key(tx, key, KeyChange::Held, &held_result, now_unix_ms)?;
                 return Ok(created);
             }
             let sql = format!("SELECT {HOLD_COLUMNS} FROM tool_holds WHERE idempotency_key = ?1");
-            Ok(tx.query_row(&sql, [&new.idempotency_key], hold)?)
+            Ok(tx.query_row(&sql, [key], |row| rows::hold(row))?)
         })
         .await
     }
@@ -716,8 +631,9 @@ impl ToolStore for SqliteToolStore {
                  ORDER BY id DESC LIMIT ?2"
             );
             let mut statement = conn.prepare(&sql)?;
+            let state = state.map(HoldState::as_str);
             let holds = statement
-                .query_map(params![state.map(HoldState::as_str), limit.max(0)], hold)?
+                .query_map(params![state, rules::list_limit(limit)], |row| rows::hold(row))?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(holds)
         })
@@ -739,23 +655,20 @@ impl ToolStore for SqliteToolStore {
         let (decision, by, note) = (decision.clone(), by.to_owned(), note.to_owned());
         self.write(move |tx| {
             let Some(pending) = get_hold(tx, id)? else { return Ok(None) };
-            if pending.state != HoldState::Pending {
+            if !rules::undecided(&pending) {
                 return Ok(None);
             }
-            let (state, outbox_id) = match &decision {
-                Decision::Approve { queued_result } => {
-                    let mut new =
-                        NewOutboxItem::new(&pending.idempotency_key, &pending.tool, &pending.args);
-                    new.conversation_id = pending.conversation_id.clone();
-                    let item = enqueue(tx, &new, queued_result, now_unix_ms)?;
-                    (HoldState::Approved, Some(item.id))
+            let outbox_id = match rules::decision_effect(&pending, &decision) {
+                DecisionEffect::Enqueue { item, queued_result } => {
+                    Some(enqueue(tx, &item, queued_result, now_unix_ms)?.id)
                 }
-                Decision::Reject { rejected_result } => {
+                DecisionEffect::Reject { rejected_result } => {
                     let key = &pending.idempotency_key;
-                    set_key(tx, key, KeyState::Done, rejected_result, now_unix_ms)?;
-                    (HoldState::Rejected, None)
+                    set_key(tx, key, KeyChange::Rejected, rejected_result, now_unix_ms)?;
+                    None
                 }
             };
+            let state = rules::decided_state(&decision);
             tx.execute(
                 "UPDATE tool_holds SET state = ?2, decided_by = ?3, decision_note = ?4,
                      decided_unix_ms = ?5, outbox_id = ?6
