@@ -6,6 +6,10 @@
 //! `\u0000`) and gives it back unchanged.
 //!
 //! Errors become [`StoreError::Postgres`] with the text scrubbed of the URL's password.
+//!
+//! This file holds what is Postgres's own: the SQL (row locks included), how values are bound,
+//! and the transactions. Reading a row and deciding what a call does with it come from
+//! `tools::rows` and `tools::rules`, which the SQLite backend shares.
 
 mod failure;
 mod schema;
@@ -25,9 +29,14 @@ use self::failure::{Failure, Redaction, corrupt, describe};
 use rein_core::KillFlip;
 
 use crate::StoreError;
+use crate::tools::rows::{
+    self, CACHE_COLUMNS, Columns, HOLD_COLUMNS, KEY_COLUMNS, OUTBOX_COLUMNS, STANDING_COLUMNS,
+    Unreadable,
+};
+use crate::tools::rules::{self, DecisionEffect, ItemStanding, KeyChange, KeyStep, Replay};
 use crate::tools::{
-    CachedResult, Decision, Hold, HoldState, KeyBegin, KeyState, NewHold, NewOutboxItem,
-    OutboxItem, OutboxState, OutboxStats, Pruned, ToolStore,
+    CachedResult, Decision, Hold, HoldState, KeyBegin, NewHold, NewOutboxItem, OutboxItem,
+    OutboxState, OutboxStats, Pruned, ToolStore,
 };
 
 /// Connections per store (per gateway replica).
@@ -36,13 +45,6 @@ const POOL_SIZE: usize = 16;
 /// How long connecting may take, and how long a call may wait for a free pooled connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const POOL_WAIT_TIMEOUT: Duration = Duration::from_secs(30);
-
-const OUTBOX_COLUMNS: &str = "id, idempotency_key, tool, args, state, attempts, last_error, \
-     created_unix_ms, next_attempt_unix_ms, lease_owner, lease_until_unix_ms, finished_unix_ms, \
-     result, conversation_id, outcome_unknown, review";
-
-const HOLD_COLUMNS: &str = "id, idempotency_key, tool, args, reason, conversation_id, state, \
-     created_unix_ms, decided_by, decision_note, decided_unix_ms, outbox_id";
 
 /// The tool store in a Postgres database.
 pub struct PostgresToolStore {
@@ -58,68 +60,36 @@ impl fmt::Debug for PostgresToolStore {
     }
 }
 
-/// A JSON text column.
-fn json(row: &Row, index: usize) -> Result<Value, Failure> {
-    json_opt(row, index)?.ok_or_else(|| corrupt(format!("JSON column {index} is NULL")))
-}
+impl Columns for Row {
+    type Error = Failure;
 
-/// A nullable JSON text column.
-fn json_opt(row: &Row, index: usize) -> Result<Option<Value>, Failure> {
-    let text: Option<&str> = row.try_get(index)?;
-    text.map(|text| {
-        serde_json::from_str(text).map_err(|e| corrupt(format!("JSON column {index}: {e}")))
-    })
-    .transpose()
-}
+    fn int(&self, index: usize) -> Result<i64, Failure> {
+        Ok(self.try_get(index)?)
+    }
 
-/// A state column's text as its enum.
-fn state<T>(row: &Row, index: usize, parse: fn(&str) -> Option<T>) -> Result<T, Failure> {
-    let name: &str = row.try_get(index)?;
-    parse(name).ok_or_else(|| corrupt(format!("unknown state `{name}`")))
-}
+    fn int_opt(&self, index: usize) -> Result<Option<i64>, Failure> {
+        Ok(self.try_get(index)?)
+    }
 
-/// An outbox row's state, from its state column and its `review` flag.
-fn outbox_state(row: &Row, index: usize, review: usize) -> Result<OutboxState, Failure> {
-    let name: &str = row.try_get(index)?;
-    let review: bool = row.try_get(review)?;
-    OutboxState::from_row(name, review).ok_or_else(|| corrupt(format!("unknown state `{name}`")))
-}
+    fn text(&self, index: usize) -> Result<String, Failure> {
+        Ok(self.try_get(index)?)
+    }
 
-fn outbox_item(row: &Row) -> Result<OutboxItem, Failure> {
-    Ok(OutboxItem {
-        id: row.try_get(0)?,
-        idempotency_key: row.try_get(1)?,
-        tool: row.try_get(2)?,
-        args: json(row, 3)?,
-        state: outbox_state(row, 4, 15)?,
-        attempts: row.try_get(5)?,
-        last_error: row.try_get(6)?,
-        created_unix_ms: row.try_get(7)?,
-        next_attempt_unix_ms: row.try_get(8)?,
-        lease_owner: row.try_get(9)?,
-        lease_until_unix_ms: row.try_get(10)?,
-        finished_unix_ms: row.try_get(11)?,
-        result: json_opt(row, 12)?,
-        conversation_id: row.try_get(13)?,
-        outcome_unknown: row.try_get(14)?,
-    })
-}
+    fn text_opt(&self, index: usize) -> Result<Option<String>, Failure> {
+        Ok(self.try_get(index)?)
+    }
 
-fn hold(row: &Row) -> Result<Hold, Failure> {
-    Ok(Hold {
-        id: row.try_get(0)?,
-        idempotency_key: row.try_get(1)?,
-        tool: row.try_get(2)?,
-        args: json(row, 3)?,
-        reason: row.try_get(4)?,
-        conversation_id: row.try_get(5)?,
-        state: state(row, 6, HoldState::parse)?,
-        created_unix_ms: row.try_get(7)?,
-        decided_by: row.try_get(8)?,
-        decision_note: row.try_get(9)?,
-        decided_unix_ms: row.try_get(10)?,
-        outbox_id: row.try_get(11)?,
-    })
+    fn flag(&self, index: usize) -> Result<bool, Failure> {
+        Ok(self.try_get(index)?)
+    }
+
+    fn unreadable(index: usize, problem: Unreadable) -> Failure {
+        match problem {
+            Unreadable::Json(error) => corrupt(format!("JSON column {index}: {error}")),
+            Unreadable::NullJson => corrupt(format!("JSON column {index} is NULL")),
+            Unreadable::State(_) => corrupt(problem.to_string()),
+        }
+    }
 }
 
 type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
@@ -152,11 +122,11 @@ async fn execute(
     Ok(client.execute(&statement, params).await?)
 }
 
-/// Set the key's record (if it has one) to `state` with `result`, lease released.
+/// Rewrite the key's record (if it has one) as `change` says, with `result`, lease released.
 async fn set_key(
     tx: &Transaction<'_>,
     key: &str,
-    state: KeyState,
+    change: KeyChange,
     result: &Value,
     now_unix_ms: i64,
 ) -> Result<(), Failure> {
@@ -165,7 +135,7 @@ async fn set_key(
         "UPDATE tool_keys SET state = $2, result = $3, lease_until_unix_ms = NULL,
              updated_unix_ms = $4
          WHERE key = $1",
-        &[&key, &state.as_str(), &result.to_string(), &now_unix_ms],
+        &[&key, &change.key_state().as_str(), &result.to_string(), &now_unix_ms],
     )
     .await?;
     Ok(())
@@ -186,7 +156,7 @@ async fn enqueue(
          ON CONFLICT (idempotency_key) DO NOTHING
          RETURNING {OUTBOX_COLUMNS}"
     );
-    let unknown = new.outcome_unknown || new.review;
+    let unknown = rules::enqueued_outcome_unknown(new);
     let params: Params<'_> = &[
         &key,
         &new.tool,
@@ -198,27 +168,24 @@ async fn enqueue(
         &new.review,
     ];
     if let Some(row) = query_opt(tx, &sql, params).await? {
-        set_key(tx, key, KeyState::Queued, queued_result, now_unix_ms).await?;
-        return outbox_item(&row);
+        set_key(tx, key, KeyChange::Enqueued, queued_result, now_unix_ms).await?;
+        return rows::outbox_item(&row);
     }
     let sql = format!("SELECT {OUTBOX_COLUMNS} FROM tool_outbox WHERE idempotency_key = $1");
     let row = query_opt(tx, &sql, &[&key]).await?;
-    outbox_item(&row.ok_or_else(|| corrupt(format!("key `{key}` lost its outbox item")))?)
+    rows::outbox_item(&row.ok_or_else(|| corrupt(format!("key `{key}` lost its outbox item")))?)
 }
 
-/// An item's state, key and queued result, locked for the rest of the transaction.
+/// Where an item stands, and its queued result, locked for the rest of the transaction.
 async fn lock_item(
     tx: &Transaction<'_>,
     id: i64,
-) -> Result<Option<(OutboxState, String, Value)>, Failure> {
-    let row = query_opt(
-        tx,
-        "SELECT state, idempotency_key, queued_result, review FROM tool_outbox
-         WHERE id = $1 FOR UPDATE",
-        &[&id],
-    )
-    .await?;
-    row.map(|row| Ok((outbox_state(&row, 0, 3)?, row.try_get(1)?, json(&row, 2)?))).transpose()
+) -> Result<Option<(ItemStanding, Value)>, Failure> {
+    let sql = format!(
+        "SELECT {STANDING_COLUMNS}, queued_result FROM tool_outbox WHERE id = $1 FOR UPDATE"
+    );
+    let row = query_opt(tx, &sql, &[&id]).await?;
+    row.map(|row| Ok((rows::item_standing(&row)?, rows::json(&row, 4)?))).transpose()
 }
 
 impl PostgresToolStore {
@@ -265,12 +232,47 @@ impl PostgresToolStore {
     /// Await `work`, turning its failure into a [`StoreError`] without the password.
     async fn guard<T>(
         &self,
-        work: impl Future<Output = Result<T, Failure>> + Send,
+        work: impl Future<Output = Result<T, Failure>>,
     ) -> Result<T, StoreError> {
         work.await.map_err(|failure| match failure {
             Failure::Store(error) => error,
             Failure::Postgres(text) => StoreError::Postgres(self.redaction.scrub(&text)),
         })
+    }
+
+    /// Run `work` on a transaction of its own, which it commits (dropped uncommitted, it rolls
+    /// back), with its failure turned into a [`StoreError`] as [`Self::guard`] does.
+    async fn transaction<T>(
+        &self,
+        work: impl AsyncFnOnce(Transaction<'_>) -> Result<T, Failure>,
+    ) -> Result<T, StoreError> {
+        self.guard(async {
+            let mut client = self.pool.get().await?;
+            let tx = client.transaction().await?;
+            work(tx).await
+        })
+        .await
+    }
+
+    /// Settle one pending item: `sql` updates it and returns its key (no row: it was no longer
+    /// pending), and that key is rewritten as `change` says, in the same transaction. Whether the
+    /// item was changed.
+    async fn settle(
+        &self,
+        sql: &str,
+        params: Params<'_>,
+        change: KeyChange,
+        result: &Value,
+        now_unix_ms: i64,
+    ) -> Result<bool, StoreError> {
+        self.transaction(async |tx| {
+            let Some(row) = query_opt(&tx, sql, params).await? else { return Ok(false) };
+            let key: &str = row.try_get(0)?;
+            set_key(&tx, key, change, result, now_unix_ms).await?;
+            tx.commit().await?;
+            Ok(true)
+        })
+        .await
     }
 }
 
@@ -302,10 +304,9 @@ impl ToolStore for PostgresToolStore {
         now_unix_ms: i64,
         lease_ms: i64,
     ) -> Result<KeyBegin, StoreError> {
-        self.guard(async {
-            let lease_until = now_unix_ms.saturating_add(lease_ms);
-            let mut client = self.pool.get().await?;
-            let tx = client.transaction().await?;
+        self.transaction(async |tx| {
+            let lease_until = rules::lease_end(now_unix_ms, lease_ms);
+            let select = format!("SELECT {KEY_COLUMNS} FROM tool_keys WHERE key = $1 FOR UPDATE");
             // A key abandoned between the insert and the read is simply tried again.
             for _ in 0..3 {
                 let inserted = execute(
@@ -321,41 +322,25 @@ impl ToolStore for PostgresToolStore {
                     tx.commit().await?;
                     return Ok(KeyBegin::Fresh);
                 }
-                let Some(row) = query_opt(
-                    &tx,
-                    "SELECT tool, args_hash, state, result, lease_until_unix_ms
-                     FROM tool_keys WHERE key = $1 FOR UPDATE",
-                    &[&key],
-                )
-                .await?
-                else {
-                    continue;
-                };
-                let found_tool: String = row.try_get(0)?;
-                let found_hash: &str = row.try_get(1)?;
-                let found_state = state(&row, 2, KeyState::parse)?;
-                let found_lease: Option<i64> = row.try_get(4)?;
-                if found_tool != tool || found_hash != args_hash {
-                    return Ok(KeyBegin::Mismatch { tool: found_tool });
-                }
-                if found_state == KeyState::InFlight {
-                    if let Some(until) = found_lease.filter(|until| now_unix_ms < *until) {
-                        return Ok(KeyBegin::InFlight { lease_until_unix_ms: until });
+                let Some(row) = query_opt(&tx, &select, &[&key]).await? else { continue };
+                let record = rows::key_record(&row)?;
+                return match rules::key_begin_step(record, tool, args_hash, now_unix_ms) {
+                    KeyStep::Answer(answer) => Ok(answer),
+                    KeyStep::TakeOver => {
+                        execute(
+                            &tx,
+                            "UPDATE tool_keys SET lease_until_unix_ms = $2, updated_unix_ms = $3
+                             WHERE key = $1",
+                            &[&key, &lease_until, &now_unix_ms],
+                        )
+                        .await?;
+                        tx.commit().await?;
+                        Ok(KeyBegin::TakenOver)
                     }
-                    execute(
-                        &tx,
-                        "UPDATE tool_keys SET lease_until_unix_ms = $2, updated_unix_ms = $3
-                         WHERE key = $1",
-                        &[&key, &lease_until, &now_unix_ms],
-                    )
-                    .await?;
-                    tx.commit().await?;
-                    return Ok(KeyBegin::TakenOver);
-                }
-                let result = json_opt(&row, 3)?.ok_or_else(|| {
-                    corrupt(format!("key `{key}` is {found_state:?} without a result"))
-                })?;
-                return Ok(KeyBegin::Stored { state: found_state, result });
+                    KeyStep::Stored(state) => {
+                        Ok(rules::stored_answer(key, state, rows::key_result(&row)?)?)
+                    }
+                };
             }
             Err(Failure::Postgres(format!("key `{key}` kept vanishing while it was begun")))
         })
@@ -368,10 +353,8 @@ impl ToolStore for PostgresToolStore {
         result: &Value,
         now_unix_ms: i64,
     ) -> Result<(), StoreError> {
-        self.guard(async {
-            let mut client = self.pool.get().await?;
-            let tx = client.transaction().await?;
-            set_key(&tx, key, KeyState::Done, result, now_unix_ms).await?;
+        self.transaction(async |tx| {
+            set_key(&tx, key, KeyChange::Finished, result, now_unix_ms).await?;
             tx.commit().await?;
             Ok(())
         })
@@ -398,9 +381,7 @@ impl ToolStore for PostgresToolStore {
         queued_result: &Value,
         now_unix_ms: i64,
     ) -> Result<OutboxItem, StoreError> {
-        self.guard(async {
-            let mut client = self.pool.get().await?;
-            let tx = client.transaction().await?;
+        self.transaction(async |tx| {
             let item = enqueue(&tx, item, queued_result, now_unix_ms).await?;
             tx.commit().await?;
             Ok(item)
@@ -415,11 +396,11 @@ impl ToolStore for PostgresToolStore {
         lease_ms: i64,
         limit: i64,
     ) -> Result<Vec<OutboxItem>, StoreError> {
-        if limit <= 0 {
+        if !rules::claims_any(limit) {
             return Ok(Vec::new());
         }
         self.guard(async {
-            let lease_until = now_unix_ms.saturating_add(lease_ms);
+            let lease_until = rules::lease_end(now_unix_ms, lease_ms);
             let client = self.pool.get().await?;
             // The subquery locks the rows it picks and skips rows another claim has locked; a
             // row that claim committed is re-checked against the lease filter before it is
@@ -438,8 +419,9 @@ impl ToolStore for PostgresToolStore {
                  )
                  RETURNING {OUTBOX_COLUMNS}"
             );
-            let rows = query(&client, &sql, &[&owner, &now_unix_ms, &lease_until, &limit]).await?;
-            let mut items = rows.iter().map(outbox_item).collect::<Result<Vec<_>, _>>()?;
+            let params: Params<'_> = &[&owner, &now_unix_ms, &lease_until, &limit];
+            let claimed = query(&client, &sql, params).await?;
+            let mut items = claimed.iter().map(rows::outbox_item).collect::<Result<Vec<_>, _>>()?;
             items.sort_by_key(|item| item.id);
             Ok(items)
         })
@@ -452,25 +434,12 @@ impl ToolStore for PostgresToolStore {
         result: &Value,
         now_unix_ms: i64,
     ) -> Result<bool, StoreError> {
-        self.guard(async {
-            let mut client = self.pool.get().await?;
-            let tx = client.transaction().await?;
-            let row = query_opt(
-                &tx,
-                "UPDATE tool_outbox SET state = 'done', result = $2, finished_unix_ms = $3,
-                     lease_until_unix_ms = NULL
-                 WHERE id = $1 AND state = 'pending'
-                 RETURNING idempotency_key",
-                &[&id, &result.to_string(), &now_unix_ms],
-            )
-            .await?;
-            let Some(row) = row else { return Ok(false) };
-            let key: &str = row.try_get(0)?;
-            set_key(&tx, key, KeyState::Done, result, now_unix_ms).await?;
-            tx.commit().await?;
-            Ok(true)
-        })
-        .await
+        let sql = "UPDATE tool_outbox SET state = 'done', result = $2, finished_unix_ms = $3,
+                       lease_until_unix_ms = NULL
+                   WHERE id = $1 AND state = 'pending'
+                   RETURNING idempotency_key";
+        let params: Params<'_> = &[&id, &result.to_string(), &now_unix_ms];
+        self.settle(sql, params, KeyChange::Completed, result, now_unix_ms).await
     }
 
     async fn outbox_retry_later(
@@ -503,25 +472,11 @@ impl ToolStore for PostgresToolStore {
         review_result: &Value,
         now_unix_ms: i64,
     ) -> Result<bool, StoreError> {
-        self.guard(async {
-            let mut client = self.pool.get().await?;
-            let tx = client.transaction().await?;
-            let row = query_opt(
-                &tx,
-                "UPDATE tool_outbox SET review = TRUE, outcome_unknown = TRUE, last_error = $2,
-                     lease_owner = NULL, lease_until_unix_ms = NULL
-                 WHERE id = $1 AND state = 'pending'
-                 RETURNING idempotency_key",
-                &[&id, &error],
-            )
-            .await?;
-            let Some(row) = row else { return Ok(false) };
-            let key: &str = row.try_get(0)?;
-            set_key(&tx, key, KeyState::Queued, review_result, now_unix_ms).await?;
-            tx.commit().await?;
-            Ok(true)
-        })
-        .await
+        let sql = "UPDATE tool_outbox SET review = TRUE, outcome_unknown = TRUE, last_error = $2,
+                       lease_owner = NULL, lease_until_unix_ms = NULL
+                   WHERE id = $1 AND state = 'pending'
+                   RETURNING idempotency_key";
+        self.settle(sql, &[&id, &error], KeyChange::Reviewed, review_result, now_unix_ms).await
     }
 
     async fn outbox_fail(
@@ -531,25 +486,12 @@ impl ToolStore for PostgresToolStore {
         failed_result: &Value,
         now_unix_ms: i64,
     ) -> Result<bool, StoreError> {
-        self.guard(async {
-            let mut client = self.pool.get().await?;
-            let tx = client.transaction().await?;
-            let row = query_opt(
-                &tx,
-                "UPDATE tool_outbox SET state = 'failed', last_error = $2, finished_unix_ms = $3,
-                     lease_until_unix_ms = NULL
-                 WHERE id = $1 AND state = 'pending'
-                 RETURNING idempotency_key",
-                &[&id, &error, &now_unix_ms],
-            )
-            .await?;
-            let Some(row) = row else { return Ok(false) };
-            let key: &str = row.try_get(0)?;
-            set_key(&tx, key, KeyState::Done, failed_result, now_unix_ms).await?;
-            tx.commit().await?;
-            Ok(true)
-        })
-        .await
+        let sql = "UPDATE tool_outbox SET state = 'failed', last_error = $2, finished_unix_ms = $3,
+                       lease_until_unix_ms = NULL
+                   WHERE id = $1 AND state = 'pending'
+                   RETURNING idempotency_key";
+        let params: Params<'_> = &[&id, &error, &now_unix_ms];
+        self.settle(sql, params, KeyChange::Failed, failed_result, now_unix_ms).await
     }
 
     async fn outbox_list(
@@ -564,10 +506,9 @@ impl ToolStore for PostgresToolStore {
                  WHERE $1::TEXT IS NULL OR (state = $1 AND (state <> 'pending' OR review = $3))
                  ORDER BY id DESC LIMIT $2"
             );
-            let review = state == Some(OutboxState::Review);
-            let state = state.map(OutboxState::column);
-            let rows = query(&client, &sql, &[&state, &limit.max(0), &review]).await?;
-            rows.iter().map(outbox_item).collect()
+            let (state, review) = rules::list_filter(state);
+            let params: Params<'_> = &[&state, &rules::list_limit(limit), &review];
+            query(&client, &sql, params).await?.iter().map(rows::outbox_item).collect()
         })
         .await
     }
@@ -576,50 +517,32 @@ impl ToolStore for PostgresToolStore {
         self.guard(async {
             let client = self.pool.get().await?;
             let sql = format!("SELECT {OUTBOX_COLUMNS} FROM tool_outbox WHERE id = $1");
-            query_opt(&client, &sql, &[&id]).await?.as_ref().map(outbox_item).transpose()
+            query_opt(&client, &sql, &[&id]).await?.as_ref().map(rows::outbox_item).transpose()
         })
         .await
     }
 
     async fn outbox_replay_now(&self, id: i64, now_unix_ms: i64) -> Result<bool, StoreError> {
-        self.guard(async {
-            let mut client = self.pool.get().await?;
-            let tx = client.transaction().await?;
-            let Some((found, key, queued_result)) = lock_item(&tx, id).await? else {
-                return Ok(false);
+        self.transaction(async |tx| {
+            let Some((item, queued_result)) = lock_item(&tx, id).await? else { return Ok(false) };
+            let Some(replay) = rules::replay(item.state) else { return Ok(false) };
+            let sql = match replay {
+                Replay::DueNow => "UPDATE tool_outbox SET next_attempt_unix_ms = $2 WHERE id = $1",
+                Replay::Release => {
+                    "UPDATE tool_outbox SET review = FALSE, outcome_unknown = FALSE,
+                         next_attempt_unix_ms = $2
+                     WHERE id = $1"
+                }
+                Replay::Requeue => {
+                    "UPDATE tool_outbox SET state = 'pending', next_attempt_unix_ms = $2,
+                         finished_unix_ms = NULL, lease_owner = NULL, lease_until_unix_ms = NULL
+                     WHERE id = $1"
+                }
             };
-            match found {
-                OutboxState::Pending => {
-                    execute(
-                        &tx,
-                        "UPDATE tool_outbox SET next_attempt_unix_ms = $2 WHERE id = $1",
-                        &[&id, &now_unix_ms],
-                    )
-                    .await?;
-                }
-                OutboxState::Review => {
-                    execute(
-                        &tx,
-                        "UPDATE tool_outbox SET review = FALSE, outcome_unknown = FALSE,
-                             next_attempt_unix_ms = $2
-                         WHERE id = $1",
-                        &[&id, &now_unix_ms],
-                    )
-                    .await?;
-                }
-                OutboxState::Failed => {
-                    execute(
-                        &tx,
-                        "UPDATE tool_outbox SET state = 'pending', next_attempt_unix_ms = $2,
-                             finished_unix_ms = NULL, lease_owner = NULL,
-                             lease_until_unix_ms = NULL
-                         WHERE id = $1",
-                        &[&id, &now_unix_ms],
-                    )
-                    .await?;
-                    set_key(&tx, &key, KeyState::Queued, &queued_result, now_unix_ms).await?;
-                }
-                OutboxState::Done | OutboxState::Dropped => return Ok(false),
+            execute(&tx, sql, &[&id, &now_unix_ms]).await?;
+            if replay == Replay::Requeue {
+                let key = &item.idempotency_key;
+                set_key(&tx, key, KeyChange::Requeued, &queued_result, now_unix_ms).await?;
             }
             tx.commit().await?;
             Ok(true)
@@ -633,28 +556,21 @@ impl ToolStore for PostgresToolStore {
         dropped_result: &Value,
         now_unix_ms: i64,
     ) -> Result<bool, StoreError> {
-        self.guard(async {
-            let mut client = self.pool.get().await?;
-            let tx = client.transaction().await?;
-            let Some((found, key, _)) = lock_item(&tx, id).await? else { return Ok(false) };
-            match found {
-                OutboxState::Pending | OutboxState::Review | OutboxState::Failed => {}
-                OutboxState::Done | OutboxState::Dropped => return Ok(false),
+        self.transaction(async |tx| {
+            let Some((item, _)) = lock_item(&tx, id).await? else { return Ok(false) };
+            if !rules::may_drop(&item, now_unix_ms) {
+                return Ok(false);
             }
-            // An item a worker is sending under a live lease may be executing right now:
-            // dropping it would record "not executed" for a write that may have run.
-            let dropped = execute(
+            execute(
                 &tx,
                 "UPDATE tool_outbox SET state = 'dropped', finished_unix_ms = $2,
                      lease_until_unix_ms = NULL
-                 WHERE id = $1 AND COALESCE(lease_until_unix_ms, 0) <= $2",
+                 WHERE id = $1",
                 &[&id, &now_unix_ms],
             )
             .await?;
-            if dropped == 0 {
-                return Ok(false);
-            }
-            set_key(&tx, &key, KeyState::Done, dropped_result, now_unix_ms).await?;
+            let key = &item.idempotency_key;
+            set_key(&tx, key, KeyChange::Dropped, dropped_result, now_unix_ms).await?;
             tx.commit().await?;
             Ok(true)
         })
@@ -676,12 +592,7 @@ impl ToolStore for PostgresToolStore {
             )
             .await?
             .ok_or_else(|| corrupt("outbox stats returned no row".to_owned()))?;
-            Ok(OutboxStats {
-                pending: row.try_get(0)?,
-                failed: row.try_get(1)?,
-                review: row.try_get(2)?,
-                oldest_pending_created_unix_ms: row.try_get(3)?,
-            })
+            rows::outbox_stats(&row)
         })
         .await
     }
@@ -716,25 +627,17 @@ impl ToolStore for PostgresToolStore {
     ) -> Result<Option<CachedResult>, StoreError> {
         self.guard(async {
             let client = self.pool.get().await?;
-            let row = query_opt(
-                &client,
-                "SELECT result, captured_unix_ms FROM tool_cache
-                 WHERE tool = $1 AND args_hash = $2",
-                &[&tool, &args_hash],
-            )
-            .await?;
-            row.map(|row| {
-                Ok(CachedResult { result: json(&row, 0)?, captured_unix_ms: row.try_get(1)? })
-            })
-            .transpose()
+            let sql = format!(
+                "SELECT {CACHE_COLUMNS} FROM tool_cache WHERE tool = $1 AND args_hash = $2"
+            );
+            let row = query_opt(&client, &sql, &[&tool, &args_hash]).await?;
+            row.as_ref().map(rows::cached).transpose()
         })
         .await
     }
 
     async fn prune(&self, keys_before: i64, cache_before: i64) -> Result<Pruned, StoreError> {
-        self.guard(async {
-            let mut client = self.pool.get().await?;
-            let tx = client.transaction().await?;
+        self.transaction(async |tx| {
             let holds = execute(
                 &tx,
                 "DELETE FROM tool_holds WHERE state <> 'pending' AND (idempotency_key IN (SELECT key FROM tool_keys WHERE state = 'done' AND updated_unix_ms < $1) OR (decided_unix_ms < $1 AND idempotency_key NOT IN (SELECT key FROM tool_keys)))",
@@ -784,14 +687,15 @@ impl ToolStore for PostgresToolStore {
     async fn kill_flips_after(&self, after: i64) -> Result<Vec<(i64, KillFlip)>, StoreError> {
         self.guard(async {
             let client = self.pool.get().await?;
-            let rows = query(
+            let flips = query(
                 &client,
                 "SELECT id, route, engaged, reason, at_unix_ms FROM kill_flips WHERE id > $1
                  ORDER BY id",
                 &[&after],
             )
             .await?;
-            rows.iter()
+            flips
+                .iter()
                 .map(|row| {
                     let flip = crate::kill::flip(
                         row.try_get(1)?,
@@ -812,9 +716,7 @@ impl ToolStore for PostgresToolStore {
         held_result: &Value,
         now_unix_ms: i64,
     ) -> Result<Hold, StoreError> {
-        self.guard(async {
-            let mut client = self.pool.get().await?;
-            let tx = client.transaction().await?;
+        self.transaction(async |tx| {
             let sql = format!(
                 "INSERT INTO tool_holds (idempotency_key, tool, args, reason, conversation_id,
                      state, created_unix_ms)
@@ -830,17 +732,16 @@ impl ToolStore for PostgresToolStore {
                 &new.conversation_id,
                 &now_unix_ms,
             ];
+            let key = &new.idempotency_key;
             if let Some(row) = query_opt(&tx, &sql, params).await? {
-                let created = hold(&row)?;
-                set_key(&tx, &new.idempotency_key, KeyState::Held, held_result, now_unix_ms)
-                    .await?;
+                let created = rows::hold(&row)?;
+                set_key(&tx, key, KeyChange::Held, held_result, now_unix_ms).await?;
                 tx.commit().await?;
                 return Ok(created);
             }
             let sql = format!("SELECT {HOLD_COLUMNS} FROM tool_holds WHERE idempotency_key = $1");
-            let row = query_opt(&tx, &sql, &[&new.idempotency_key]).await?;
-            let key = &new.idempotency_key;
-            hold(&row.ok_or_else(|| corrupt(format!("key `{key}` lost its hold")))?)
+            let row = query_opt(&tx, &sql, &[key]).await?;
+            rows::hold(&row.ok_or_else(|| corrupt(format!("key `{key}` lost its hold")))?)
         })
         .await
     }
@@ -858,8 +759,8 @@ impl ToolStore for PostgresToolStore {
                  ORDER BY id DESC LIMIT $2"
             );
             let state = state.map(HoldState::as_str);
-            let rows = query(&client, &sql, &[&state, &limit.max(0)]).await?;
-            rows.iter().map(hold).collect()
+            let found = query(&client, &sql, &[&state, &rules::list_limit(limit)]).await?;
+            found.iter().map(rows::hold).collect()
         })
         .await
     }
@@ -868,7 +769,7 @@ impl ToolStore for PostgresToolStore {
         self.guard(async {
             let client = self.pool.get().await?;
             let sql = format!("SELECT {HOLD_COLUMNS} FROM tool_holds WHERE id = $1");
-            query_opt(&client, &sql, &[&id]).await?.as_ref().map(hold).transpose()
+            query_opt(&client, &sql, &[&id]).await?.as_ref().map(rows::hold).transpose()
         })
         .await
     }
@@ -881,14 +782,11 @@ impl ToolStore for PostgresToolStore {
         note: &str,
         now_unix_ms: i64,
     ) -> Result<Option<Hold>, StoreError> {
-        self.guard(async {
-            let mut client = self.pool.get().await?;
-            let tx = client.transaction().await?;
-            let decided = match decision {
-                Decision::Approve { .. } => HoldState::Approved,
-                Decision::Reject { .. } => HoldState::Rejected,
-            };
-            // The row lock this takes makes a concurrent decision wait, then find it decided.
+        self.transaction(async |tx| {
+            let decided = rules::decided_state(decision);
+            // Deciding only a pending row is the first-decision rule (`rules::undecided`) in
+            // SQL; the row lock this takes makes a concurrent decision wait, then find it
+            // decided.
             let sql = format!(
                 "UPDATE tool_holds SET state = $2, decided_by = $3, decision_note = $4,
                      decided_unix_ms = $5
@@ -897,16 +795,10 @@ impl ToolStore for PostgresToolStore {
             );
             let params: Params<'_> = &[&id, &decided.as_str(), &by, &note, &now_unix_ms];
             let Some(row) = query_opt(&tx, &sql, params).await? else { return Ok(None) };
-            let mut decided_hold = hold(&row)?;
-            match decision {
-                Decision::Approve { queued_result } => {
-                    let mut new = NewOutboxItem::new(
-                        &decided_hold.idempotency_key,
-                        &decided_hold.tool,
-                        &decided_hold.args,
-                    );
-                    new.conversation_id = decided_hold.conversation_id.clone();
-                    let item = enqueue(&tx, &new, queued_result, now_unix_ms).await?;
+            let mut decided_hold = rows::hold(&row)?;
+            match rules::decision_effect(&decided_hold, decision) {
+                DecisionEffect::Enqueue { item, queued_result } => {
+                    let item = enqueue(&tx, &item, queued_result, now_unix_ms).await?;
                     execute(
                         &tx,
                         "UPDATE tool_holds SET outbox_id = $2 WHERE id = $1",
@@ -915,9 +807,9 @@ impl ToolStore for PostgresToolStore {
                     .await?;
                     decided_hold.outbox_id = Some(item.id);
                 }
-                Decision::Reject { rejected_result } => {
+                DecisionEffect::Reject { rejected_result } => {
                     let key = &decided_hold.idempotency_key;
-                    set_key(&tx, key, KeyState::Done, rejected_result, now_unix_ms).await?;
+                    set_key(&tx, key, KeyChange::Rejected, rejected_result, now_unix_ms).await?;
                 }
             }
             tx.commit().await?;

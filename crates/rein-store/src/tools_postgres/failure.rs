@@ -41,7 +41,7 @@ impl Redaction {
 
 /// What went wrong inside a call, before its text is scrubbed.
 #[derive(Debug)]
-pub(super) enum Failure {
+pub(crate) enum Failure {
     Postgres(String),
     Store(StoreError),
 }
