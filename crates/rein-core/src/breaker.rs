@@ -4,12 +4,18 @@
 //! `cooldown` → `HalfOpen`: exactly one probe call goes through; its success closes the breaker,
 //! its failure opens it again. A probe that is abandoned (the caller went away, or the call had no
 //! time left for it) hands its slot back, so the tier can never be stuck half-open.
+//!
+//! Besides the breaker itself this holds the rule that settles a call's [`Permit`] when a tier
+//! gives up without answering ([`Permit::settle`]): the tier's health counts only when it was
+//! actually tried and its last failure says something about the tier rather than the request.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
+
+use crate::classify::Fault;
 
 /// Cooldown settings of a tier. Defaults are the spec's numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,6 +108,40 @@ impl Permit {
 
     /// The call did not use the tier after all.
     pub fn unused(self) {}
+
+    /// Settle the permit of a tier that gave up without answering the call: `tried` says
+    /// whether any attempt started on it, `last_fault` is the fault of its last failure (none
+    /// when its last attempt answered, even if the answer then failed its checks).
+    ///
+    /// The tier's health counts only when it was actually tried and the last failure says
+    /// something about the tier rather than the request: then it [failed](Permit::failed). A
+    /// tier that was tried otherwise [succeeded](Permit::succeeded); one that never was is
+    /// [unused](Permit::unused) (a probe's slot is handed back).
+    pub fn settle(self, tried: bool, last_fault: Option<Fault>) {
+        match settlement(tried, last_fault) {
+            Settlement::Failed => self.failed(),
+            Settlement::Succeeded => self.succeeded(),
+            Settlement::Unused => self.unused(),
+        }
+    }
+}
+
+/// How [`Permit::settle`] resolves a permit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settlement {
+    Failed,
+    Succeeded,
+    Unused,
+}
+
+fn settlement(tried: bool, last_fault: Option<Fault>) -> Settlement {
+    match (last_fault, tried) {
+        (Some(fault), true) if fault != Fault::Request => Settlement::Failed,
+        // Answered (even if the answer failed its checks), or failed for a reason that says
+        // nothing about the tier's health.
+        (_, true) => Settlement::Succeeded,
+        _ => Settlement::Unused,
+    }
 }
 
 impl Drop for Permit {
@@ -210,6 +250,54 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(5)).await;
         drop(allowed(&breaker));
         assert!(allowed(&breaker).is_probe(), "the abandoned probe's slot was handed back");
+    }
+
+    #[test]
+    fn settlement_counts_only_a_tried_tier_and_not_the_requests_fault() {
+        use Settlement::*;
+        let table = [
+            (true, Some(Fault::Provider), Failed),
+            (true, Some(Fault::Account), Failed),
+            (true, Some(Fault::Request), Succeeded),
+            (true, None, Succeeded),
+            (false, Some(Fault::Provider), Unused),
+            (false, Some(Fault::Account), Unused),
+            (false, Some(Fault::Request), Unused),
+            (false, None, Unused),
+        ];
+        for (tried, fault, expected) in table {
+            assert_eq!(settlement(tried, fault), expected, "tried {tried}, fault {fault:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn settle_moves_the_breaker_by_the_rule() {
+        let policy = CooldownPolicy { allowed_fails: 1, cooldown: Duration::from_secs(5) };
+        let breaker = Cooldown::new(policy);
+        // Failures of the request, or no attempt at all, leave a closed breaker closed.
+        allowed(&breaker).settle(true, Some(Fault::Request));
+        allowed(&breaker).settle(false, Some(Fault::Provider));
+        allowed(&breaker).settle(false, None);
+        assert_eq!(breaker.state(), BreakerState::Closed);
+        allowed(&breaker).settle(true, Some(Fault::Provider));
+        assert_eq!(breaker.state(), BreakerState::Open);
+
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        // An untried probe hands its slot back; a tried one that answered closes the breaker.
+        let probe = allowed(&breaker);
+        assert!(probe.is_probe());
+        probe.settle(false, Some(Fault::Provider));
+        let probe = allowed(&breaker);
+        assert!(probe.is_probe(), "the untried probe's slot was handed back");
+        probe.settle(true, None);
+        assert_eq!(breaker.state(), BreakerState::Closed);
+
+        // A tier failing on its account (not the request's) opens it; so does a failed probe.
+        allowed(&breaker).settle(true, Some(Fault::Account));
+        assert_eq!(breaker.state(), BreakerState::Open);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        allowed(&breaker).settle(true, Some(Fault::Provider));
+        assert_eq!(breaker.state(), BreakerState::Open);
     }
 
     #[tokio::test(start_paused = true)]

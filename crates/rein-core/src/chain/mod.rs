@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use crate::attempt::{Forwarder, run_attempt};
 use crate::breaker::{Admission, BreakerState};
 use crate::budget::{RetryBudget, RetryBudgetPolicy};
-use crate::classify::{Classified, Disposition, Fault, classify};
+use crate::classify::{Classified, Disposition, classify};
 use crate::context::CallContext;
 use crate::degraded::KillSwitch;
 use crate::failure::Failure;
@@ -511,15 +511,8 @@ impl Engine {
                     }
                 }
             }
-            // The tier did not answer. Its health counts only when it was actually tried and
-            // the last failure says something about the tier rather than the request.
-            match (&last, tried) {
-                (Some(classified), true) if classified.fault != Fault::Request => permit.failed(),
-                // Answered (even if the answer failed its checks), or failed for a reason that
-                // says nothing about the tier's health.
-                (_, true) => permit.succeeded(),
-                _ => permit.unused(),
-            }
+            // The tier did not answer.
+            permit.settle(tried, last.as_ref().map(|c| c.fault));
             if tried
                 && last
                     .as_ref()
