@@ -1,9 +1,12 @@
-//! The retry policy: how many attempts a tier gets and how long to wait between them.
+//! The retry policy: how many attempts a tier gets, how long to wait between them, and whether
+//! the wait fits the call at all.
 //!
 //! Full-jitter exponential backoff (`wait = uniform(0, min(cap, base · 2^n))`, raised to a small
 //! floor so two attempts never land back to back), with the random source injected so tests are
-//! deterministic. When the provider pushes back with `retry-after`, its wait replaces ours; the
-//! engine checks either against the deadline before sleeping.
+//! deterministic. When the provider pushes back with `retry-after`, its wait replaces ours.
+//! [`next`] decides the move before a retry: wait, when the wait and a minimum attempt after it
+//! fit the deadline, or leave the tier at once. (The provider's retry budget is asked after that,
+//! by the chain.)
 
 use std::fmt;
 use std::sync::Mutex;
@@ -12,6 +15,10 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
+
+use crate::classify::Classified;
+use crate::clock::Deadline;
+use crate::report::{SkipReason, millis};
 
 /// Retry settings of a route. Defaults are the spec's numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,6 +55,48 @@ impl RetryPolicy {
         let span = ceiling - self.floor;
         self.floor + span.mul_f64(jitter.unit().clamp(0.0, 1.0))
     }
+}
+
+/// The move before a retry on the same tier.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum RetryMove {
+    /// Sleep `wait`, then try again. `pushback`: the provider's `retry-after` set the wait,
+    /// not the backoff.
+    Wait { wait: Duration, pushback: bool },
+    /// Leave the tier now, for this reason: the wait does not fit the deadline.
+    Skip(SkipReason),
+}
+
+/// The move before attempt number `attempt` of a tier (counted from 1, so 2 is the first retry),
+/// whose previous attempt failed as `previous`.
+///
+/// The wait is the provider's `retry-after` when it sent one, else the `policy`'s backoff (the
+/// jitter is drawn only then). It is taken only when the wait and `min_attempt` after it (the
+/// least a later attempt needs) fit what `deadline` leaves; otherwise the tier is left at once,
+/// with [`SkipReason::RetryAfterBeyondDeadline`] for a pushback and [`SkipReason::NoTimeLeft`]
+/// for a backoff.
+pub(crate) fn next(
+    previous: &Classified,
+    attempt: u32,
+    policy: &RetryPolicy,
+    jitter: &dyn Jitter,
+    deadline: &Deadline,
+    min_attempt: Duration,
+) -> RetryMove {
+    let pushback = previous.retry_after;
+    let wait = pushback.unwrap_or_else(|| policy.backoff(attempt.saturating_sub(2), jitter));
+    let remaining = deadline.remaining();
+    if !deadline.fits(wait + min_attempt) {
+        let remaining_ms = millis(remaining);
+        return RetryMove::Skip(match pushback {
+            Some(retry_after) => SkipReason::RetryAfterBeyondDeadline {
+                retry_after_ms: millis(retry_after),
+                remaining_ms,
+            },
+            None => SkipReason::NoTimeLeft { remaining_ms },
+        });
+    }
+    RetryMove::Wait { wait, pushback: pushback.is_some() }
 }
 
 /// A source of uniform random numbers in `[0, 1)`, injected so tests can fix the jitter.
@@ -88,6 +137,7 @@ impl Jitter for FixedJitter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::classify::FailureKind;
     use proptest::prelude::*;
 
     #[test]
@@ -99,6 +149,107 @@ mod tests {
         assert_eq!(policy.backoff(4, &top), Duration::from_secs(8));
         assert_eq!(policy.backoff(30, &top), Duration::from_secs(8));
         assert_eq!(policy.backoff(3, &FixedJitter(0.0)), Duration::from_millis(100));
+    }
+
+    /// A jitter that counts its draws.
+    #[derive(Debug, Default)]
+    struct Counting(Mutex<u32>);
+
+    impl Jitter for Counting {
+        fn unit(&self) -> f64 {
+            *self.0.lock().unwrap() += 1;
+            1.0
+        }
+    }
+
+    impl Counting {
+        fn draws(&self) -> u32 {
+            *self.0.lock().unwrap()
+        }
+    }
+
+    fn failed(retry_after: Option<Duration>) -> Classified {
+        let (disposition, fault, reason) = crate::classify::decide(FailureKind::RateLimited);
+        Classified { kind: FailureKind::RateLimited, disposition, fault, retry_after, reason }
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pushback_that_fits_is_the_wait_and_draws_no_jitter() {
+        let deadline = Deadline::after(ms(10_000));
+        let jitter = Counting::default();
+        let policy = RetryPolicy::default();
+        let step = next(&failed(Some(ms(3_000))), 2, &policy, &jitter, &deadline, ms(2_000));
+        assert_eq!(step, RetryMove::Wait { wait: ms(3_000), pushback: true });
+        assert_eq!(jitter.draws(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pushback_that_fits_exactly_is_taken() {
+        let deadline = Deadline::after(ms(10_000));
+        let policy = RetryPolicy::default();
+        let step =
+            next(&failed(Some(ms(8_000))), 2, &policy, &FixedJitter(0.5), &deadline, ms(2_000));
+        assert_eq!(step, RetryMove::Wait { wait: ms(8_000), pushback: true });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pushback_that_does_not_fit_leaves_the_tier() {
+        let deadline = Deadline::after(ms(10_000));
+        tokio::time::sleep(ms(1_500)).await;
+        let jitter = Counting::default();
+        let policy = RetryPolicy::default();
+        // 7 s + 2 s does not fit the 8.5 s left, though 7 s alone would.
+        let step = next(&failed(Some(ms(7_000))), 2, &policy, &jitter, &deadline, ms(2_000));
+        assert_eq!(
+            step,
+            RetryMove::Skip(SkipReason::RetryAfterBeyondDeadline {
+                retry_after_ms: 7_000,
+                remaining_ms: 8_500
+            })
+        );
+        assert_eq!(jitter.draws(), 0, "a pushback never draws the backoff's jitter");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_backoff_that_fits_is_the_wait_for_that_retry() {
+        let deadline = Deadline::after(ms(20_000));
+        let policy = RetryPolicy::default();
+        let top = FixedJitter(1.0);
+        // Attempt 2 is the first retry (backoff 0), attempt 3 the second (backoff 1).
+        let step = next(&failed(None), 2, &policy, &top, &deadline, ms(8_000));
+        assert_eq!(step, RetryMove::Wait { wait: ms(500), pushback: false });
+        let step = next(&failed(None), 3, &policy, &top, &deadline, ms(8_000));
+        assert_eq!(step, RetryMove::Wait { wait: ms(1_000), pushback: false });
+        // With no deadline at all any wait fits.
+        let step = next(&failed(None), 9, &policy, &top, &Deadline::unbounded(), ms(8_000));
+        assert_eq!(step, RetryMove::Wait { wait: ms(8_000), pushback: false });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_backoff_that_fits_exactly_is_taken() {
+        let deadline = Deadline::after(ms(8_500));
+        let jitter = Counting::default();
+        let step = next(&failed(None), 2, &RetryPolicy::default(), &jitter, &deadline, ms(8_000));
+        assert_eq!(step, RetryMove::Wait { wait: ms(500), pushback: false });
+        assert_eq!(jitter.draws(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_backoff_that_does_not_fit_leaves_the_tier() {
+        let deadline = Deadline::after(ms(8_499));
+        let jitter = Counting::default();
+        let step = next(&failed(None), 2, &RetryPolicy::default(), &jitter, &deadline, ms(8_000));
+        assert_eq!(step, RetryMove::Skip(SkipReason::NoTimeLeft { remaining_ms: 8_499 }));
+        assert_eq!(jitter.draws(), 1, "the backoff was drawn before it was found too long");
+        // A deadline already passed leaves no room for even the shortest wait.
+        let passed = Deadline::after(Duration::ZERO);
+        let step =
+            next(&failed(None), 2, &RetryPolicy::default(), &jitter, &passed, Duration::ZERO);
+        assert_eq!(step, RetryMove::Skip(SkipReason::NoTimeLeft { remaining_ms: 0 }));
     }
 
     proptest! {

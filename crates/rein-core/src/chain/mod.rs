@@ -23,7 +23,7 @@ use crate::degraded::KillSwitch;
 use crate::failure::Failure;
 use crate::model::ChatRequest;
 use crate::report::{Alert, AttemptRecord, Outcome, ServedBy, SkipReason, Step, millis};
-use crate::retry::{Jitter, SeededJitter};
+use crate::retry::{self, Jitter, RetryMove, SeededJitter};
 use crate::route::Route;
 
 pub use call::{CallError, Completion, Observer};
@@ -304,31 +304,20 @@ impl Engine {
             while number < attempts {
                 number += 1;
                 if let Some(previous) = &last {
-                    let pushback = previous.retry_after;
-                    let wait = pushback.unwrap_or_else(|| {
-                        route.retry.backoff(number.saturating_sub(2), self.inner.jitter.as_ref())
-                    });
-                    let remaining = call.deadline.remaining();
-                    if let Some(retry_after) = pushback {
-                        if !call.deadline.fits(retry_after + call.min_attempt) {
-                            call.skip(
-                                index,
-                                &tier.name,
-                                SkipReason::RetryAfterBeyondDeadline {
-                                    retry_after_ms: millis(retry_after),
-                                    remaining_ms: millis(remaining),
-                                },
-                            );
+                    let (wait, pushback) = match retry::next(
+                        previous,
+                        number,
+                        &route.retry,
+                        self.inner.jitter.as_ref(),
+                        &call.deadline,
+                        call.min_attempt,
+                    ) {
+                        RetryMove::Wait { wait, pushback } => (wait, pushback),
+                        RetryMove::Skip(reason) => {
+                            call.skip(index, &tier.name, reason);
                             break;
                         }
-                    } else if !call.deadline.fits(wait + call.min_attempt) {
-                        call.skip(
-                            index,
-                            &tier.name,
-                            SkipReason::NoTimeLeft { remaining_ms: millis(remaining) },
-                        );
-                        break;
-                    }
+                    };
                     if !budget.try_retry() {
                         if let Some(observer) = &self.inner.observer {
                             observer.on_retry_budget_exhausted(tier.provider.name());
@@ -340,7 +329,7 @@ impl Engine {
                         tier: index,
                         at_ms: millis(call.deadline.elapsed()),
                         wait_ms: millis(wait),
-                        pushback: pushback.is_some(),
+                        pushback,
                     });
                     tokio::time::sleep(wait).await;
                 } else if !call.attempt_fits() {
