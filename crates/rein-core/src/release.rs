@@ -13,7 +13,7 @@ use futures_core::Stream;
 use tokio::sync::mpsc;
 
 use crate::attempt::Forwarder;
-use crate::chain::{CallError, Completion, Engine};
+use crate::chain::{CallError, Completion, Engine, RouteHandle};
 use crate::context::CallContext;
 use crate::model::{ChatRequest, StreamEvent};
 use crate::route::ReleaseMode;
@@ -42,49 +42,45 @@ impl Stream for ReleaseStream {
     }
 }
 
-impl Engine {
-    /// Start a streamed call in the route's release mode. The call runs on its own task and
-    /// stops when the returned stream is dropped.
-    pub fn stream(
-        &self,
-        ctx: CallContext,
-        route: &str,
-        request: ChatRequest,
-    ) -> Result<ReleaseStream, CallError> {
-        let handle = self.route_state(route)?;
-        let (tx, rx) = mpsc::channel(64);
-        let engine = self.clone();
-        tokio::spawn(async move {
-            let closed = tx.clone();
-            let passthrough = handle.release_mode() == ReleaseMode::Passthrough;
-            let run = async {
-                let mut forwarder = Forwarder::new(tx.clone());
-                let forward = passthrough.then_some(&mut forwarder);
-                let result = engine.run(ctx, &handle, request, forward).await;
-                match result {
-                    Ok(completion) => {
-                        if !forwarder.forwarded() {
-                            for event in completion.response.to_events() {
-                                if matches!(event, StreamEvent::Done) {
-                                    continue;
-                                }
-                                if tx.send(Released::Event(event)).await.is_err() {
-                                    return;
-                                }
+/// Run a streamed call on its own task, in the route's release mode; the task stops when the
+/// returned stream is dropped. [`Engine::stream`] is the way in.
+pub(crate) fn spawn(
+    engine: Engine,
+    handle: RouteHandle,
+    ctx: CallContext,
+    request: ChatRequest,
+) -> ReleaseStream {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        let closed = tx.clone();
+        let passthrough = handle.release_mode() == ReleaseMode::Passthrough;
+        let run = async {
+            let mut forwarder = Forwarder::new(tx.clone());
+            let forward = passthrough.then_some(&mut forwarder);
+            let result = engine.run(ctx, &handle, request, forward).await;
+            match result {
+                Ok(completion) => {
+                    if !forwarder.forwarded() {
+                        for event in completion.response.to_events() {
+                            if matches!(event, StreamEvent::Done) {
+                                continue;
+                            }
+                            if tx.send(Released::Event(event)).await.is_err() {
+                                return;
                             }
                         }
-                        let _ = tx.send(Released::Completed(Box::new(completion))).await;
                     }
-                    Err(error) => {
-                        let _ = tx.send(Released::Failed(Box::new(error))).await;
-                    }
+                    let _ = tx.send(Released::Completed(Box::new(completion))).await;
                 }
-            };
-            tokio::select! {
-                _ = closed.closed() => {}
-                _ = run => {}
+                Err(error) => {
+                    let _ = tx.send(Released::Failed(Box::new(error))).await;
+                }
             }
-        });
-        Ok(ReleaseStream { rx })
-    }
+        };
+        tokio::select! {
+            _ = closed.closed() => {}
+            _ = run => {}
+        }
+    });
+    ReleaseStream { rx }
 }

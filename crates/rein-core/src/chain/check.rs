@@ -19,7 +19,6 @@ use crate::validate::{
     is_tool_call_turn, raised_ceiling, reask_message, tool_calls_as_text, tool_reask_message,
 };
 
-use super::Engine;
 use super::call::CallState;
 use crate::context::CallContext;
 
@@ -38,133 +37,132 @@ pub(super) enum Checked {
     Filtered(String),
 }
 
-impl Engine {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn check(
-        &self,
-        ctx: &CallContext,
-        route: &Route,
-        tier: usize,
-        response: &ChatResponse,
-        sent: &ChatRequest,
-        already_forwarded: bool,
-        call: &mut CallState,
-    ) -> Checked {
-        let tool_turn = is_tool_call_turn(response);
-        // A tool-call turn is checked as a tool call whatever the route's contract; an answer
-        // only when there is a contract to hold it to.
-        let contract = if tool_turn { None } else { contract_for(route, sent) };
-        if !tool_turn && contract.is_none() {
-            return Checked::Accept { text: None, tool_calls: None };
-        }
-        let (verdict, repaired_calls) = match &contract {
-            Some(contract) => (check_answer(ctx, response, contract).await, None),
-            None => match check_stop(response) {
-                Some(verdict) => (verdict, None),
-                None => {
-                    let checked = check_tool_calls(response, &sent.tools);
-                    if checked.passed() {
-                        let verdict = Verdict::Pass {
-                            text: response.text.clone(),
-                            json: None,
-                            repairs: checked.repairs,
-                            failed_open: Vec::new(),
-                        };
-                        (verdict, Some(checked.calls))
-                    } else {
-                        (
-                            Verdict::Fail { problems: checked.problems, repairs: checked.repairs },
-                            None,
-                        )
-                    }
-                }
-            },
-        };
-        let at_ms = millis(call.deadline.elapsed());
-        let (repairs, problems, failed_open) = match &verdict {
-            Verdict::Pass { repairs, failed_open, .. } => {
-                (repairs.clone(), Vec::new(), failed_open.clone())
-            }
-            Verdict::Fail { problems, repairs } => (repairs.clone(), problems.clone(), Vec::new()),
-            Verdict::CutOff | Verdict::Refused { .. } | Verdict::Filtered => {
-                (Vec::new(), Vec::new(), Vec::new())
-            }
-        };
-        call.steps.push(Step::Checked {
-            tier,
-            at_ms,
-            verdict: verdict.label(),
-            repairs,
-            problems,
-            failed_open,
-            recorded_only: already_forwarded,
-        });
-        if already_forwarded {
-            if !verdict.is_pass() {
-                tracing::warn!(route = %route.name, verdict = verdict.label(), "passthrough answer failed its checks after it was sent");
-            }
-            return Checked::Accept { text: None, tool_calls: None };
-        }
-        match verdict {
-            Verdict::Pass { text, repairs, .. } => {
-                if repairs.is_empty() {
-                    Checked::Accept { text: None, tool_calls: None }
-                } else if tool_turn {
-                    Checked::Accept { text: None, tool_calls: repaired_calls }
+/// Take `response`, the answer of tier number `tier` to `sent`, through the ladder, record the
+/// verdict in `call`'s steps and decide the move. `already_forwarded`: a passthrough stream has
+/// sent it to the caller already, so the verdict is only recorded.
+pub(super) async fn check(
+    ctx: &CallContext,
+    route: &Route,
+    tier: usize,
+    response: &ChatResponse,
+    sent: &ChatRequest,
+    already_forwarded: bool,
+    call: &mut CallState,
+) -> Checked {
+    let tool_turn = is_tool_call_turn(response);
+    // A tool-call turn is checked as a tool call whatever the route's contract; an answer
+    // only when there is a contract to hold it to.
+    let contract = if tool_turn { None } else { contract_for(route, sent) };
+    if !tool_turn && contract.is_none() {
+        return Checked::Accept { text: None, tool_calls: None };
+    }
+    let (verdict, repaired_calls) = match &contract {
+        Some(contract) => (check_answer(ctx, response, contract).await, None),
+        None => match check_stop(response) {
+            Some(verdict) => (verdict, None),
+            None => {
+                let checked = check_tool_calls(response, &sent.tools);
+                if checked.passed() {
+                    let verdict = Verdict::Pass {
+                        text: response.text.clone(),
+                        json: None,
+                        repairs: checked.repairs,
+                        failed_open: Vec::new(),
+                    };
+                    (verdict, Some(checked.calls))
                 } else {
-                    Checked::Accept { text: Some(text), tool_calls: None }
+                    (Verdict::Fail { problems: checked.problems, repairs: checked.repairs }, None)
                 }
             }
-            Verdict::CutOff => {
-                // Never parse the partial output: ask once more with a higher ceiling.
-                let current = sent
-                    .max_tokens
-                    .or((response.usage.output_tokens > 0).then_some(response.usage.output_tokens))
-                    .unwrap_or(route.max_tokens_cap / 2);
-                match raised_ceiling(current, route.max_tokens_cap) {
-                    Some(max_tokens) if !call.ceiling_raised => {
-                        call.ceiling_raised = true;
-                        call.steps.push(Step::Reask {
-                            tier,
-                            at_ms,
-                            reason: ReaskReason::CutOff { max_tokens },
-                        });
-                        let mut next = sent.clone();
-                        next.max_tokens = Some(max_tokens);
-                        Checked::Reask(Box::new(next))
-                    }
-                    _ => Checked::Rejected,
+        },
+    };
+    let at_ms = millis(call.deadline.elapsed());
+    let (repairs, problems, failed_open) = match &verdict {
+        Verdict::Pass { repairs, failed_open, .. } => {
+            (repairs.clone(), Vec::new(), failed_open.clone())
+        }
+        Verdict::Fail { problems, repairs } => (repairs.clone(), problems.clone(), Vec::new()),
+        Verdict::CutOff | Verdict::Refused { .. } | Verdict::Filtered => {
+            (Vec::new(), Vec::new(), Vec::new())
+        }
+    };
+    call.steps.push(Step::Checked {
+        tier,
+        at_ms,
+        verdict: verdict.label(),
+        repairs,
+        problems,
+        failed_open,
+        recorded_only: already_forwarded,
+    });
+    if already_forwarded {
+        if !verdict.is_pass() {
+            tracing::warn!(route = %route.name, verdict = verdict.label(), "passthrough answer failed its checks after it was sent");
+        }
+        return Checked::Accept { text: None, tool_calls: None };
+    }
+    match verdict {
+        Verdict::Pass { text, repairs, .. } => {
+            if repairs.is_empty() {
+                Checked::Accept { text: None, tool_calls: None }
+            } else if tool_turn {
+                Checked::Accept { text: None, tool_calls: repaired_calls }
+            } else {
+                Checked::Accept { text: Some(text), tool_calls: None }
+            }
+        }
+        Verdict::CutOff => {
+            // Never parse the partial output: ask once more with a higher ceiling.
+            let current = sent
+                .max_tokens
+                .or((response.usage.output_tokens > 0).then_some(response.usage.output_tokens))
+                .unwrap_or(route.max_tokens_cap / 2);
+            match raised_ceiling(current, route.max_tokens_cap) {
+                Some(max_tokens) if !call.ceiling_raised => {
+                    call.ceiling_raised = true;
+                    call.steps.push(Step::Reask {
+                        tier,
+                        at_ms,
+                        reason: ReaskReason::CutOff { max_tokens },
+                    });
+                    let mut next = sent.clone();
+                    next.max_tokens = Some(max_tokens);
+                    Checked::Reask(Box::new(next))
+                }
+                _ => Checked::Rejected,
+            }
+        }
+        Verdict::Refused { .. } => Checked::Declined,
+        Verdict::Filtered => Checked::Filtered(
+            response
+                .refusal
+                .clone()
+                .unwrap_or_else(|| "the provider's content filter withheld the answer".to_string()),
+        ),
+        Verdict::Fail { problems, .. } => {
+            if call.reasked {
+                return Checked::Rejected;
+            }
+            // One re-ask that sends the failed output and the exact problems.
+            call.reasked = true;
+            let mut next = sent.clone();
+            match &contract {
+                Some(contract) => {
+                    next.messages.push(Message::assistant(response.text.clone()));
+                    next.messages
+                        .push(Message::user(reask_message(&problems, contract.expects_json())));
+                }
+                None => {
+                    next.messages.push(Message::assistant(tool_calls_as_text(response)));
+                    next.messages.push(Message::user(tool_reask_message(&problems)));
                 }
             }
-            Verdict::Refused { .. } => Checked::Declined,
-            Verdict::Filtered => Checked::Filtered(response.refusal.clone().unwrap_or_else(|| {
-                "the provider's content filter withheld the answer".to_string()
-            })),
-            Verdict::Fail { problems, .. } => {
-                if call.reasked {
-                    return Checked::Rejected;
-                }
-                // One re-ask that sends the failed output and the exact problems.
-                call.reasked = true;
-                let mut next = sent.clone();
-                match &contract {
-                    Some(contract) => {
-                        next.messages.push(Message::assistant(response.text.clone()));
-                        next.messages
-                            .push(Message::user(reask_message(&problems, contract.expects_json())));
-                    }
-                    None => {
-                        next.messages.push(Message::assistant(tool_calls_as_text(response)));
-                        next.messages.push(Message::user(tool_reask_message(&problems)));
-                    }
-                }
-                call.steps.push(Step::Reask {
-                    tier,
-                    at_ms,
-                    reason: ReaskReason::ChecksFailed { problems },
-                });
-                Checked::Reask(Box::new(next))
-            }
+            call.steps.push(Step::Reask {
+                tier,
+                at_ms,
+                reason: ReaskReason::ChecksFailed { problems },
+            });
+            Checked::Reask(Box::new(next))
         }
     }
 }

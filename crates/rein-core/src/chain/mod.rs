@@ -22,13 +22,14 @@ use crate::context::CallContext;
 use crate::degraded::KillSwitch;
 use crate::failure::Failure;
 use crate::model::ChatRequest;
+use crate::release::{self, ReleaseStream};
 use crate::report::{Alert, AttemptRecord, Outcome, ServedBy, SkipReason, Step, millis};
 use crate::retry::{self, Jitter, RetryMove, SeededJitter};
 use crate::route::Route;
 
 pub use call::{CallError, Completion, Observer};
 use call::{CallState, Ended};
-use check::Checked;
+use check::{Checked, check};
 pub use judge::{JUDGE_RULE, JudgeRule};
 
 #[derive(Debug)]
@@ -217,7 +218,19 @@ impl Engine {
         self.run(ctx, &state, request, None).await
     }
 
-    pub(crate) fn route_state(&self, route: &str) -> Result<RouteHandle, CallError> {
+    /// Start a streamed call in the route's release mode. The call runs on its own task and
+    /// stops when the returned stream is dropped.
+    pub fn stream(
+        &self,
+        ctx: CallContext,
+        route: &str,
+        request: ChatRequest,
+    ) -> Result<ReleaseStream, CallError> {
+        let handle = self.route_state(route)?;
+        Ok(release::spawn(self.clone(), handle, ctx, request))
+    }
+
+    fn route_state(&self, route: &str) -> Result<RouteHandle, CallError> {
         read(&self.inner.routes)
             .get(route)
             .cloned()
@@ -372,10 +385,7 @@ impl Engine {
                         self.observe_attempt(&route.name, &record);
                         call.steps.push(Step::Attempt(record));
                         let sent = forward.as_deref().is_some_and(|f| f.forwarded());
-                        match self
-                            .check(ctx, route, index, &response, &tier_request, sent, call)
-                            .await
-                        {
+                        match check(ctx, route, index, &response, &tier_request, sent, call).await {
                             Checked::Accept { text, tool_calls } => {
                                 if let Some(text) = text {
                                     response.text = text;
