@@ -4,7 +4,7 @@
 //! Full-jitter exponential backoff (`wait = uniform(0, min(cap, base · 2^n))`, raised to a small
 //! floor so two attempts never land back to back), with the random source injected so tests are
 //! deterministic. When the provider pushes back with `retry-after`, its wait replaces ours.
-//! [`next`] decides the move before a retry: wait, when the wait and a minimum attempt after it
+//! `next` decides the move before a retry: wait, when the wait and a minimum attempt after it
 //! fit the deadline, or leave the tier at once. (The provider's retry budget is asked after that,
 //! by the chain.)
 

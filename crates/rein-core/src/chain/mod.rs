@@ -1,36 +1,46 @@
 //! The chain of tiers: the engine that runs one call from route to answer.
 //!
-//! For each tier in order: cooldown check → attempts (each one bounded by the clocks, cut to
-//! what the deadline leaves; the call's first attempt always starts, a later one only when its
-//! share of the deadline fits, see `call::attempt_floor`) → classification of every failure →
-//! retry (backoff or the server's pushback, if the wait fits the deadline and the provider's
-//! retry budget allows) or step down. When every tier is done, the route's degraded reply. Every step
-//! lands in the [`CallReport`].
+//! This module holds the [`Engine`]: its builder, the state it shares between calls (routes,
+//! retry budgets, breakers, the kill switch), its two ways in ([`Engine::complete`],
+//! [`Engine::stream`]) and the tier loop. The loop: kill switch → for each tier in this call's
+//! order (the failover share may put one tier first): skipped when a prompt that was too long
+//! for an earlier tier cannot fit its window either → admitted by its breaker, or skipped while
+//! it cools down → its attempts (`tier`) → its breaker settled by what they did
+//! ([`crate::breaker::Permit::settle`] when it gave up). When every tier is done: the provider's
+//! context-length error while the prompt fit none of them, else the route's degraded reply.
+//! Every step lands in the [`CallReport`](crate::report::CallReport).
+//!
+//! Beside it: `tier` runs one tier's attempts (each bounded by the clocks, cut to what the
+//! deadline leaves; the call's first attempt always starts, a later one only when its share of
+//! the deadline fits, see `call::attempt_floor`; retry waits from `retry::next` and the
+//! provider's retry budget; every failure classified and its disposition followed), `check`
+//! decides what the ladder's verdict on an answer means, `call` holds the call's types and the
+//! state it accumulates, `judge` the judge rule.
 
 mod call;
 mod check;
 mod judge;
+mod tier;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use crate::attempt::{Forwarder, run_attempt};
+use crate::attempt::Forwarder;
 use crate::breaker::{Admission, BreakerState};
 use crate::budget::{RetryBudget, RetryBudgetPolicy};
-use crate::classify::{Classified, Disposition, classify};
+use crate::classify::Disposition;
 use crate::context::CallContext;
 use crate::degraded::KillSwitch;
-use crate::failure::Failure;
 use crate::model::ChatRequest;
 use crate::release::{self, ReleaseStream};
-use crate::report::{Alert, AttemptRecord, Outcome, ServedBy, SkipReason, Step, millis};
-use crate::retry::{self, Jitter, RetryMove, SeededJitter};
+use crate::report::{Outcome, SkipReason, Step};
+use crate::retry::{Jitter, SeededJitter};
 use crate::route::Route;
 
 pub use call::{CallError, Completion, Observer};
 use call::{CallState, Ended};
-use check::{Checked, check};
 pub use judge::{JUDGE_RULE, JudgeRule};
+use tier::{TierEnd, TierRun};
 
 #[derive(Debug)]
 struct RouteState {
@@ -250,7 +260,7 @@ impl Engine {
         let route = &state.0.route;
         ctx.narrow(route.clocks.deadline);
         let mut call = CallState::new(route, &ctx);
-        let result = self.run_inner(&ctx, state, &mut call, request, forward).await;
+        let result = self.run_tiers(&ctx, state, &mut call, request, forward).await;
         let result = match result {
             Ok(done) => Ok(done),
             Err(Ended::Error(error)) => Err(error),
@@ -267,7 +277,9 @@ impl Engine {
         result
     }
 
-    async fn run_inner(
+    /// The chain: the kill switch, then each tier in this call's order until one answers or the
+    /// call ends on one; when none is left, the context-length error or the degraded reply.
+    async fn run_tiers(
         &self,
         ctx: &CallContext,
         state: &RouteHandle,
@@ -294,231 +306,51 @@ impl Engine {
                 call.skip(index, &tier.name, SkipReason::ContextTooSmall);
                 continue;
             }
-            let permit = match tier.cooldown.admit() {
-                Admission::Allowed(permit) => permit,
-                Admission::Skip { .. } => {
-                    call.skip(index, &tier.name, SkipReason::CoolingDown);
-                    continue;
-                }
+            let Admission::Allowed(permit) = tier.cooldown.admit() else {
+                call.skip(index, &tier.name, SkipReason::CoolingDown);
+                continue;
             };
             let budget = self.retry_budget(tier.provider.name());
-            // A half-open probe is one attempt: a recovering tier gets a single request, not a burst.
-            let mut attempts = if permit.is_probe() {
-                1
-            } else {
-                tier.attempts.unwrap_or(route.retry.attempts).max(1)
+            let run = TierRun {
+                ctx,
+                route,
+                index,
+                tier,
+                position,
+                probe: permit.is_probe(),
+                budget: &budget,
+                jitter: self.inner.jitter.as_ref(),
+                observer: self.inner.observer.as_deref(),
             };
-            let mut last: Option<Classified> = None;
-            let mut tried = false;
-            // The request as this tier sends it; a re-ask extends it.
-            let mut tier_request = tier.prepare(&request);
-            let mut number = 0;
-
-            while number < attempts {
-                number += 1;
-                if let Some(previous) = &last {
-                    let (wait, pushback) = match retry::next(
-                        previous,
-                        number,
-                        &route.retry,
-                        self.inner.jitter.as_ref(),
-                        &call.deadline,
-                        call.min_attempt,
-                    ) {
-                        RetryMove::Wait { wait, pushback } => (wait, pushback),
-                        RetryMove::Skip(reason) => {
-                            call.skip(index, &tier.name, reason);
-                            break;
-                        }
-                    };
-                    if !budget.try_retry() {
-                        if let Some(observer) = &self.inner.observer {
-                            observer.on_retry_budget_exhausted(tier.provider.name());
-                        }
-                        call.skip(index, &tier.name, SkipReason::RetryBudgetExhausted);
-                        break;
-                    }
-                    call.steps.push(Step::Wait {
-                        tier: index,
-                        at_ms: millis(call.deadline.elapsed()),
-                        wait_ms: millis(wait),
-                        pushback,
-                    });
-                    tokio::time::sleep(wait).await;
-                } else if !call.attempt_fits() {
-                    let remaining = millis(call.deadline.remaining());
-                    call.skip(
-                        index,
-                        &tier.name,
-                        SkipReason::NoTimeLeft { remaining_ms: remaining },
-                    );
-                    break;
-                } else {
-                    budget.record_request();
+            match run.attempts(call, &request, forward.as_deref_mut()).await {
+                TierEnd::Answered(completion) => {
+                    permit.succeeded();
+                    return Ok(completion);
                 }
-
-                let clocks = call.attempt_clocks(&route.clocks);
-                let started = call.deadline.elapsed();
-                tried = true;
-                call.attempted = true;
-                let result = run_attempt(
-                    tier.provider.as_ref(),
-                    &tier_request,
-                    clocks,
-                    forward.as_deref_mut(),
-                )
-                .await;
-                let mut record = AttemptRecord {
-                    tier: index,
-                    tier_name: tier.name.clone(),
-                    provider: tier.provider.name().to_string(),
-                    model: tier.model.clone(),
-                    number,
-                    started_ms: millis(started),
-                    elapsed_ms: millis(call.deadline.elapsed().saturating_sub(started)),
-                    failure: None,
-                    classified: None,
-                    probe: permit.is_probe(),
-                };
-                match result {
-                    Ok(mut response) => {
-                        self.observe_attempt(&route.name, &record);
-                        call.steps.push(Step::Attempt(record));
-                        let sent = forward.as_deref().is_some_and(|f| f.forwarded());
-                        match check(ctx, route, index, &response, &tier_request, sent, call).await {
-                            Checked::Accept { text, tool_calls } => {
-                                if let Some(text) = text {
-                                    response.text = text;
-                                }
-                                if let Some(tool_calls) = tool_calls {
-                                    response.tool_calls = tool_calls;
-                                }
-                            }
-                            Checked::Reask(next) => {
-                                tier_request = *next;
-                                attempts += 1;
-                                last = None;
-                                continue;
-                            }
-                            Checked::Rejected => {
-                                call.skip(index, &tier.name, SkipReason::ChecksFailed);
-                                break;
-                            }
-                            Checked::Declined => {
-                                permit.succeeded();
-                                return Err(Ended::Declined);
-                            }
-                            Checked::Filtered(reason) => {
-                                permit.succeeded();
-                                call.outcome = Outcome::Stopped;
-                                let report = Box::new(call.report(route));
-                                return Err(Ended::Error(CallError::ContentFilter {
-                                    reason,
-                                    report,
-                                }));
-                            }
-                        }
+                TierEnd::Ended { end, tier_failed } => {
+                    if tier_failed {
+                        permit.failed();
+                    } else {
                         permit.succeeded();
-                        let failover = position == 0 && index != 0;
-                        call.outcome = if index == 0 || failover {
-                            Outcome::Answered
-                        } else {
-                            Outcome::Fallback
-                        };
-                        call.served_by = Some(ServedBy {
-                            tier: index,
-                            tier_name: tier.name.clone(),
-                            provider: tier.provider.name().to_string(),
-                            model: if response.model.is_empty() {
-                                tier.model.clone()
-                            } else {
-                                response.model.clone()
-                            },
-                            failover,
-                        });
-                        return Ok(call.finish(route, response));
                     }
-                    Err(failure) => {
-                        let classified = classify(&failure);
-                        tracing::debug!(
-                            route = %route.name, tier = %tier.name, attempt = number,
-                            kind = classified.kind.as_str(), reason = classified.reason,
-                            "attempt failed"
-                        );
-                        record.failure = Some(failure.clone());
-                        record.classified = Some(classified.clone());
-                        self.observe_attempt(&route.name, &record);
-                        call.steps.push(Step::Attempt(record));
-                        if forward.as_deref().is_some_and(|f| f.forwarded() || f.caller_gone()) {
-                            call.outcome = Outcome::Interrupted;
-                            permit.failed();
-                            let report = Box::new(call.report(route));
-                            return Err(Ended::Error(CallError::Interrupted {
-                                reason: failure.to_string(),
-                                report,
-                            }));
-                        }
-                        match classified.disposition {
-                            Disposition::RetryTier => {
-                                last = Some(classified);
-                                if number == attempts {
-                                    call.skip(index, &tier.name, SkipReason::AttemptsExhausted);
-                                }
-                                continue;
-                            }
-                            Disposition::NextTier => {
-                                call.skip(index, &tier.name, SkipReason::NotRetryable);
-                                last = Some(classified);
-                            }
-                            Disposition::NextLargerContextTier => {
-                                context_floor = Some(tier.context_window.unwrap_or(0));
-                                context_unserved = Some(http_message(&failure));
-                                call.skip(index, &tier.name, SkipReason::PermanentFailure);
-                                last = Some(classified);
-                            }
-                            Disposition::SkipTierAndAlert => {
-                                let alert = Alert {
-                                    route: route.name.clone(),
-                                    tier_name: tier.name.clone(),
-                                    provider: tier.provider.name().to_string(),
-                                    kind: classified.kind.as_str(),
-                                    message: failure.to_string(),
-                                };
-                                tracing::warn!(
-                                    route = %alert.route, tier = %alert.tier_name, provider = %alert.provider,
-                                    kind = alert.kind, "tier skipped: {}", alert.message
-                                );
-                                if let Some(observer) = &self.inner.observer {
-                                    observer.on_alert(&alert);
-                                }
-                                call.alerts.push(alert);
-                                call.skip(index, &tier.name, SkipReason::PermanentFailure);
-                                last = Some(classified);
-                            }
-                            Disposition::Stop => {
-                                permit.succeeded();
-                                call.outcome = Outcome::Stopped;
-                                let reason = http_message(&failure);
-                                let report = Box::new(call.report(route));
-                                return Err(Ended::Error(CallError::ContentPolicy {
-                                    reason,
-                                    report,
-                                }));
-                            }
-                        }
-                        break;
+                    return Err(end);
+                }
+                TierEnd::SteppedDown { last, tried, context_length } => {
+                    permit.settle(tried, last.as_ref().map(|c| c.fault));
+                    if let Some(reason) = context_length {
+                        context_floor = Some(tier.context_window.unwrap_or(0));
+                        context_unserved = Some(reason);
+                    }
+                    if tried
+                        && last
+                            .as_ref()
+                            .is_some_and(|c| c.disposition != Disposition::NextLargerContextTier)
+                    {
+                        // A larger tier was tried and failed for another reason: the prompt
+                        // did fit.
+                        context_unserved = None;
                     }
                 }
-            }
-            // The tier did not answer.
-            permit.settle(tried, last.as_ref().map(|c| c.fault));
-            if tried
-                && last
-                    .as_ref()
-                    .is_some_and(|c| c.disposition != Disposition::NextLargerContextTier)
-            {
-                // A larger tier was tried and failed for another reason: the prompt did fit.
-                context_unserved = None;
             }
         }
 
@@ -556,12 +388,6 @@ impl Engine {
         }
         order
     }
-
-    fn observe_attempt(&self, route: &str, record: &AttemptRecord) {
-        if let Some(observer) = &self.inner.observer {
-            observer.on_attempt(route, record);
-        }
-    }
 }
 
 /// A handle on a route's state, kept for the whole call so a reload cannot change it mid-way.
@@ -571,15 +397,6 @@ pub(crate) struct RouteHandle(Arc<RouteState>);
 impl RouteHandle {
     pub fn release_mode(&self) -> crate::route::ReleaseMode {
         self.0.route.release
-    }
-}
-
-/// The provider's own words for a failure, for the caller.
-fn http_message(failure: &Failure) -> String {
-    match failure {
-        Failure::Http { http, .. } => http.message.clone(),
-        Failure::StreamError { message, .. } => message.clone(),
-        other => other.to_string(),
     }
 }
 

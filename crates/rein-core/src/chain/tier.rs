@@ -1,0 +1,335 @@
+//! One tier's turn in a call: its attempts, one after another, until it answers, the call ends
+//! on it, or it gives up and the chain steps down.
+//!
+//! Before a retry, the move from [`retry::next`] (the server's pushback or the backoff, when the
+//! wait fits the deadline) and then the provider's retry budget; before any other attempt, the
+//! deadline's floor ([`CallState::attempt_fits`]). Each attempt runs on the clocks cut to what
+//! the deadline leaves. An answer goes through the ladder ([`check`]), which may ask the tier
+//! again; a failure is classified and its disposition decides: retry, step down (to a larger
+//! context window, or with an alert), or stop the call. The breaker is not touched here: the
+//! chain settles it from the [`TierEnd`].
+
+use crate::attempt::{Forwarder, run_attempt};
+use crate::budget::RetryBudget;
+use crate::classify::{Classified, Disposition, classify};
+use crate::context::CallContext;
+use crate::failure::Failure;
+use crate::model::{ChatRequest, ChatResponse};
+use crate::report::{Alert, AttemptRecord, Outcome, ServedBy, SkipReason, Step, millis};
+use crate::retry::{self, Jitter, RetryMove};
+use crate::route::{Route, Tier};
+
+use super::call::{CallError, CallState, Completion, Ended, Observer};
+use super::check::{Checked, check};
+
+/// How a tier's turn ended. (Returned once per tier: boxing the answer would cost an allocation
+/// per call and buy nothing.)
+#[allow(clippy::large_enum_variant)]
+pub(super) enum TierEnd {
+    /// It answered: the call is served.
+    Answered(Completion),
+    /// The call ends on this tier without an answer: a refusal, the content filter, the content
+    /// policy, or a passthrough stream that broke after its first token. `tier_failed`: the
+    /// ending counts against the tier.
+    Ended { end: Ended, tier_failed: bool },
+    /// It gave up; a later tier may answer.
+    SteppedDown {
+        /// The last failure's classification; none when no attempt failed since the last answer
+        /// or re-ask (an answer that failed its checks), or none ran.
+        last: Option<Classified>,
+        /// An attempt started on the tier.
+        tried: bool,
+        /// The provider's words when the prompt was too long for the tier's context window.
+        context_length: Option<String>,
+    },
+}
+
+/// One tier's turn in a call, with what its attempts need.
+pub(super) struct TierRun<'a> {
+    pub(super) ctx: &'a CallContext,
+    pub(super) route: &'a Route,
+    /// The tier's index in the route.
+    pub(super) index: usize,
+    pub(super) tier: &'a Tier,
+    /// The tier's place in this call's order (0: it went first).
+    pub(super) position: usize,
+    /// The breaker let the call through as its half-open probe.
+    pub(super) probe: bool,
+    /// The retry budget of the tier's provider.
+    pub(super) budget: &'a RetryBudget,
+    pub(super) jitter: &'a dyn Jitter,
+    pub(super) observer: Option<&'a dyn Observer>,
+}
+
+/// The tier's move after one attempt. (Unboxed, like [`TierEnd`].)
+#[allow(clippy::large_enum_variant)]
+enum Next {
+    /// Try again after this failure, if the next attempt may start.
+    Retry(Classified),
+    /// Ask the tier again with this request: one attempt more, with no wait.
+    Reask(Box<ChatRequest>),
+    /// The answer failed its checks for good: leave the tier.
+    Rejected,
+    /// Leave the tier after this failure.
+    StepDown { last: Classified, context_length: Option<String> },
+    /// The tier's turn is over.
+    Done(TierEnd),
+}
+
+impl TierRun<'_> {
+    /// Run the tier's attempts on the call's `request`, as the tier prepares it.
+    pub(super) async fn attempts(
+        &self,
+        call: &mut CallState,
+        request: &ChatRequest,
+        mut forward: Option<&mut Forwarder>,
+    ) -> TierEnd {
+        let (route, tier) = (self.route, self.tier);
+        // A half-open probe is one attempt: a recovering tier gets a single request, not a burst.
+        let mut attempts =
+            if self.probe { 1 } else { tier.attempts.unwrap_or(route.retry.attempts).max(1) };
+        let mut last: Option<Classified> = None;
+        let mut tried = false;
+        let mut context_length = None;
+        // The request as this tier sends it; a re-ask extends it.
+        let mut tier_request = tier.prepare(request);
+        let mut number = 0;
+
+        while number < attempts {
+            number += 1;
+            if let Err(reason) = self.before_attempt(call, last.as_ref(), number).await {
+                call.skip(self.index, &tier.name, reason);
+                break;
+            }
+            let clocks = call.attempt_clocks(&route.clocks);
+            let started = call.deadline.elapsed();
+            tried = true;
+            call.attempted = true;
+            let result =
+                run_attempt(tier.provider.as_ref(), &tier_request, clocks, forward.as_deref_mut())
+                    .await;
+            let record = AttemptRecord {
+                tier: self.index,
+                tier_name: tier.name.clone(),
+                provider: tier.provider.name().to_string(),
+                model: tier.model.clone(),
+                number,
+                started_ms: millis(started),
+                elapsed_ms: millis(call.deadline.elapsed().saturating_sub(started)),
+                failure: None,
+                classified: None,
+                probe: self.probe,
+            };
+            let next = match result {
+                Ok(response) => {
+                    self.answered(call, record, response, &tier_request, forward.as_deref()).await
+                }
+                Err(failure) => {
+                    self.failed(call, record, failure, number == attempts, forward.as_deref())
+                }
+            };
+            match next {
+                Next::Retry(classified) => last = Some(classified),
+                Next::Reask(next) => {
+                    tier_request = *next;
+                    attempts += 1;
+                    last = None;
+                }
+                Next::Rejected => break,
+                Next::StepDown { last: classified, context_length: words } => {
+                    last = Some(classified);
+                    context_length = words;
+                    break;
+                }
+                Next::Done(end) => return end,
+            }
+        }
+        TierEnd::SteppedDown { last, tried, context_length }
+    }
+
+    /// Whether attempt number `number` may start: after a failure `last`, once the wait before
+    /// the retry is over; `Err` says why the tier is left instead.
+    async fn before_attempt(
+        &self,
+        call: &mut CallState,
+        last: Option<&Classified>,
+        number: u32,
+    ) -> Result<(), SkipReason> {
+        let Some(previous) = last else {
+            if !call.attempt_fits() {
+                return Err(SkipReason::NoTimeLeft {
+                    remaining_ms: millis(call.deadline.remaining()),
+                });
+            }
+            self.budget.record_request();
+            return Ok(());
+        };
+        let move_ = retry::next(
+            previous,
+            number,
+            &self.route.retry,
+            self.jitter,
+            &call.deadline,
+            call.min_attempt,
+        );
+        let (wait, pushback) = match move_ {
+            RetryMove::Wait { wait, pushback } => (wait, pushback),
+            RetryMove::Skip(reason) => return Err(reason),
+        };
+        if !self.budget.try_retry() {
+            if let Some(observer) = self.observer {
+                observer.on_retry_budget_exhausted(self.tier.provider.name());
+            }
+            return Err(SkipReason::RetryBudgetExhausted);
+        }
+        call.steps.push(Step::Wait {
+            tier: self.index,
+            at_ms: millis(call.deadline.elapsed()),
+            wait_ms: millis(wait),
+            pushback,
+        });
+        tokio::time::sleep(wait).await;
+        Ok(())
+    }
+
+    /// An attempt answered (`record`): the ladder decides whether it serves the call.
+    async fn answered(
+        &self,
+        call: &mut CallState,
+        record: AttemptRecord,
+        mut response: ChatResponse,
+        sent: &ChatRequest,
+        forward: Option<&Forwarder>,
+    ) -> Next {
+        let (route, tier, index) = (self.route, self.tier, self.index);
+        self.observe(&record);
+        call.steps.push(Step::Attempt(record));
+        let already_forwarded = forward.is_some_and(|f| f.forwarded());
+        match check(self.ctx, route, index, &response, sent, already_forwarded, call).await {
+            Checked::Accept { text, tool_calls } => {
+                if let Some(text) = text {
+                    response.text = text;
+                }
+                if let Some(tool_calls) = tool_calls {
+                    response.tool_calls = tool_calls;
+                }
+            }
+            Checked::Reask(next) => return Next::Reask(next),
+            Checked::Rejected => {
+                call.skip(index, &tier.name, SkipReason::ChecksFailed);
+                return Next::Rejected;
+            }
+            Checked::Declined => {
+                return Next::Done(TierEnd::Ended { end: Ended::Declined, tier_failed: false });
+            }
+            Checked::Filtered(reason) => {
+                call.outcome = Outcome::Stopped;
+                let report = Box::new(call.report(route));
+                let end = Ended::Error(CallError::ContentFilter { reason, report });
+                return Next::Done(TierEnd::Ended { end, tier_failed: false });
+            }
+        }
+        let failover = self.position == 0 && index != 0;
+        call.outcome = if index == 0 || failover { Outcome::Answered } else { Outcome::Fallback };
+        call.served_by = Some(ServedBy {
+            tier: index,
+            tier_name: tier.name.clone(),
+            provider: tier.provider.name().to_string(),
+            model: if response.model.is_empty() {
+                tier.model.clone()
+            } else {
+                response.model.clone()
+            },
+            failover,
+        });
+        Next::Done(TierEnd::Answered(call.finish(route, response)))
+    }
+
+    /// An attempt failed (`record`): its classification decides the tier's move. `last_attempt`:
+    /// it was the tier's last.
+    fn failed(
+        &self,
+        call: &mut CallState,
+        mut record: AttemptRecord,
+        failure: Failure,
+        last_attempt: bool,
+        forward: Option<&Forwarder>,
+    ) -> Next {
+        let (route, tier, index) = (self.route, self.tier, self.index);
+        let classified = classify(&failure);
+        tracing::debug!(
+            route = %route.name, tier = %tier.name, attempt = record.number,
+            kind = classified.kind.as_str(), reason = classified.reason,
+            "attempt failed"
+        );
+        record.failure = Some(failure.clone());
+        record.classified = Some(classified.clone());
+        self.observe(&record);
+        call.steps.push(Step::Attempt(record));
+        if forward.is_some_and(|f| f.forwarded() || f.caller_gone()) {
+            call.outcome = Outcome::Interrupted;
+            let report = Box::new(call.report(route));
+            let end = Ended::Error(CallError::Interrupted { reason: failure.to_string(), report });
+            return Next::Done(TierEnd::Ended { end, tier_failed: true });
+        }
+        let (reason, context_length) = match classified.disposition {
+            Disposition::RetryTier => {
+                if last_attempt {
+                    call.skip(index, &tier.name, SkipReason::AttemptsExhausted);
+                }
+                return Next::Retry(classified);
+            }
+            Disposition::NextTier => (SkipReason::NotRetryable, None),
+            Disposition::NextLargerContextTier => {
+                (SkipReason::PermanentFailure, Some(http_message(&failure)))
+            }
+            Disposition::SkipTierAndAlert => {
+                self.alert(call, &classified, &failure);
+                (SkipReason::PermanentFailure, None)
+            }
+            Disposition::Stop => {
+                call.outcome = Outcome::Stopped;
+                let reason = http_message(&failure);
+                let report = Box::new(call.report(route));
+                let end = Ended::Error(CallError::ContentPolicy { reason, report });
+                return Next::Done(TierEnd::Ended { end, tier_failed: false });
+            }
+        };
+        call.skip(index, &tier.name, reason);
+        Next::StepDown { last: classified, context_length }
+    }
+
+    /// A permanent failure of the tier that a person should know about.
+    fn alert(&self, call: &mut CallState, classified: &Classified, failure: &Failure) {
+        let alert = Alert {
+            route: self.route.name.clone(),
+            tier_name: self.tier.name.clone(),
+            provider: self.tier.provider.name().to_string(),
+            kind: classified.kind.as_str(),
+            message: failure.to_string(),
+        };
+        tracing::warn!(
+            route = %alert.route, tier = %alert.tier_name, provider = %alert.provider,
+            kind = alert.kind, "tier skipped: {}", alert.message
+        );
+        if let Some(observer) = self.observer {
+            observer.on_alert(&alert);
+        }
+        call.alerts.push(alert);
+    }
+
+    fn observe(&self, record: &AttemptRecord) {
+        if let Some(observer) = self.observer {
+            observer.on_attempt(&self.route.name, record);
+        }
+    }
+}
+
+/// The provider's own words for a failure, for the caller.
+fn http_message(failure: &Failure) -> String {
+    match failure {
+        Failure::Http { http, .. } => http.message.clone(),
+        Failure::StreamError { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
