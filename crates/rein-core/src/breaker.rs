@@ -110,8 +110,8 @@ impl Permit {
     pub fn unused(self) {}
 
     /// Settle the permit of a tier that gave up without answering the call: `tried` says
-    /// whether any attempt started on it, `last_fault` is the fault of its last failure (none
-    /// when its last attempt answered, even if the answer then failed its checks).
+    /// whether any attempt started on it, `last_fault` is the fault of its last failure, if it
+    /// has one (an answer that failed its checks is not a failure).
     ///
     /// The tier's health counts only when it was actually tried and the last failure says
     /// something about the tier rather than the request: then it [failed](Permit::failed). A

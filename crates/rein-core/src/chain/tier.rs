@@ -34,8 +34,8 @@ pub(super) enum TierEnd {
     Ended { end: Ended, tier_failed: bool },
     /// It gave up; a later tier may answer.
     SteppedDown {
-        /// The last failure's classification; none when no attempt failed since the last answer
-        /// or re-ask (an answer that failed its checks), or none ran.
+        /// The last failure's classification (a re-ask clears it); none when no attempt has
+        /// failed since.
         last: Option<Classified>,
         /// An attempt started on the tier.
         tried: bool,
