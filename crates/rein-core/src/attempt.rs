@@ -36,16 +36,16 @@ pub(crate) struct Forwarder {
 }
 
 impl Forwarder {
-    pub fn new(tx: mpsc::Sender<Released>) -> Self {
+    pub(crate) fn new(tx: mpsc::Sender<Released>) -> Self {
         Self { tx, held: Vec::new(), forwarded: false, caller_gone: false }
     }
 
     /// Whether any event has reached the caller (after which a failure cannot be hidden).
-    pub fn forwarded(&self) -> bool {
+    pub(crate) fn forwarded(&self) -> bool {
         self.forwarded
     }
 
-    pub fn caller_gone(&self) -> bool {
+    pub(crate) fn caller_gone(&self) -> bool {
         self.caller_gone
     }
 

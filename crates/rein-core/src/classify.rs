@@ -1,6 +1,6 @@
 //! Failure classification: the one place that decides what an observed [`Failure`] means.
 //!
-//! Two steps, both exhaustive. [`kind_of`] reads the facts (the body's error type and code first,
+//! Two steps, both exhaustive. `kind_of` reads the facts (the body's error type and code first,
 //! the status only to narrow) into a [`FailureKind`]; [`decide`] maps every kind to a
 //! [`Disposition`] and a [`Fault`] with a `match` that has no catch-all arm, so adding a kind does
 //! not compile until someone decides its move. The server's own pushback (`x-should-retry`,

@@ -1,6 +1,6 @@
 //! What was observed when an attempt failed, before anyone decides what it means.
 //!
-//! Adapters and the engine's clocks produce a [`Failure`]; [`crate::classify`] is the one place
+//! Adapters and the engine's clocks produce a [`Failure`]; [`crate::classify`](mod@crate::classify) is the one place
 //! that turns it into a decision. A `Failure` records facts (status, the body's error type and
 //! code, the server's pushback headers, which clock fired), never a verdict.
 

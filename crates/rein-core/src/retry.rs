@@ -86,7 +86,8 @@ pub(crate) fn next(
     let pushback = previous.retry_after;
     let wait = pushback.unwrap_or_else(|| policy.backoff(attempt.saturating_sub(2), jitter));
     let remaining = deadline.remaining();
-    if !deadline.fits(wait + min_attempt) {
+    // A hostile `retry-after` can be any size: the sum saturates rather than overflows.
+    if !deadline.fits(wait.saturating_add(min_attempt)) {
         let remaining_ms = millis(remaining);
         return RetryMove::Skip(match pushback {
             Some(retry_after) => SkipReason::RetryAfterBeyondDeadline {
@@ -212,6 +213,15 @@ mod tests {
             })
         );
         assert_eq!(jitter.draws(), 0, "a pushback never draws the backoff's jitter");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pushback_of_any_size_leaves_the_tier_without_overflow() {
+        let deadline = Deadline::after(ms(10_000));
+        let policy = RetryPolicy::default();
+        let huge = Duration::MAX;
+        let step = next(&failed(Some(huge)), 2, &policy, &FixedJitter(0.5), &deadline, ms(2_000));
+        assert!(matches!(step, RetryMove::Skip(SkipReason::RetryAfterBeyondDeadline { .. })));
     }
 
     #[tokio::test(start_paused = true)]

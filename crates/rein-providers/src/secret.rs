@@ -63,12 +63,12 @@ impl Redactor {
     /// the message, not a secret.
     const MIN_LEN: usize = 6;
 
-    pub fn new<'a>(secrets: impl IntoIterator<Item = &'a Secret>) -> Self {
+    pub(crate) fn new<'a>(secrets: impl IntoIterator<Item = &'a Secret>) -> Self {
         let needles = secrets.into_iter().filter(|s| s.0.len() >= Self::MIN_LEN).cloned().collect();
         Self { needles }
     }
 
-    pub fn text(&self, text: &mut String) {
+    pub(crate) fn text(&self, text: &mut String) {
         for needle in &self.needles {
             if text.contains(needle.expose()) {
                 *text = text.replace(needle.expose(), "***");
@@ -76,7 +76,7 @@ impl Redactor {
         }
     }
 
-    pub fn failure(&self, mut failure: rein_core::Failure) -> rein_core::Failure {
+    pub(crate) fn failure(&self, mut failure: rein_core::Failure) -> rein_core::Failure {
         use rein_core::Failure;
         match &mut failure {
             Failure::Http { http, .. } => {
@@ -97,7 +97,7 @@ impl Redactor {
 
 impl Redactor {
     /// Scrubs the failure of `send`, or every failure its stream yields.
-    pub fn outcome(
+    pub(crate) fn outcome(
         self,
         outcome: Result<rein_core::EventStream, rein_core::Failure>,
     ) -> Result<rein_core::EventStream, rein_core::Failure> {

@@ -46,7 +46,7 @@ pub(crate) struct SseParser {
 }
 
 impl SseParser {
-    pub fn new(max_event_bytes: usize) -> Self {
+    pub(crate) fn new(max_event_bytes: usize) -> Self {
         Self {
             max_event: max_event_bytes,
             buffer: Vec::new(),
@@ -58,7 +58,7 @@ impl SseParser {
     }
 
     /// Feeds a chunk and appends every event it completes.
-    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+    pub(crate) fn push(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
         // Lines wholly inside `chunk` are read where they lie; only a line still open at the
         // end of a chunk is buffered.
         let (input, buffered): (&[u8], bool) = if self.buffer.is_empty() {
@@ -115,7 +115,7 @@ impl SseParser {
 
     /// Ends the input: a final unterminated line is processed, and a pending record is handed
     /// over with `terminated: false`.
-    pub fn finish(&mut self, out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+    pub(crate) fn finish(&mut self, out: &mut Vec<SseEvent>) -> Result<(), SseError> {
         let mut rest = std::mem::take(&mut self.buffer);
         self.scanned = 0;
         if rest.last() == Some(&b'\r') {

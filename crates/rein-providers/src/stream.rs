@@ -44,7 +44,7 @@ pub(crate) struct Reading {
 
 impl Reading {
     /// The failure for a body longer than `max_response_bytes`.
-    pub fn too_large(&self) -> Failure {
+    pub(crate) fn too_large(&self) -> Failure {
         Failure::ResponseTooLarge {
             limit: ResponseLimit::Response,
             limit_bytes: self.limits.max_response_bytes as u64,

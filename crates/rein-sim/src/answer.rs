@@ -112,7 +112,7 @@ impl Plan {
     /// server answers a prefill with an error before planning). `say` is the exact text to
     /// answer instead of the healthy one (never a tool call), in 5-character tokens; a shape
     /// still applies to it.
-    pub fn build(request: &SimRequest, shape: Option<Shape>, say: Option<&str>) -> Plan {
+    pub(crate) fn build(request: &SimRequest, shape: Option<Shape>, say: Option<&str>) -> Plan {
         let digest = conversation_hash(request);
         let hash = format!("{:08x}", (digest >> 32) as u32 ^ digest as u32);
         let input_tokens = request.input_tokens();
@@ -162,17 +162,17 @@ impl Plan {
         Plan { hash, kind, tokens, stop, input_tokens }
     }
 
-    pub fn output_tokens(&self) -> u32 {
+    pub(crate) fn output_tokens(&self) -> u32 {
         u32::try_from(self.tokens.len()).unwrap_or(u32::MAX)
     }
 
     /// The whole content (text, refusal or tool arguments).
-    pub fn content(&self) -> String {
+    pub(crate) fn content(&self) -> String {
         self.tokens.concat()
     }
 
     /// A deterministic log probability for the token at `index`, in (-0.5, 0].
-    pub fn logprob(&self, index: usize) -> f64 {
+    pub(crate) fn logprob(&self, index: usize) -> f64 {
         let h = splitmix64(fnv1a(self.hash.as_bytes()) ^ index as u64);
         -((h % 5000) as f64) / 10_000.0
     }

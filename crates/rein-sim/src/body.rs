@@ -31,16 +31,16 @@ pub(crate) enum SimBody {
 }
 
 impl SimBody {
-    pub fn full(bytes: impl Into<Bytes>) -> SimBody {
+    pub(crate) fn full(bytes: impl Into<Bytes>) -> SimBody {
         SimBody::Full(Some(bytes.into()))
     }
 
-    pub fn empty() -> SimBody {
+    pub(crate) fn empty() -> SimBody {
         SimBody::Full(None)
     }
 
     /// A body fed through a channel, and the sender that feeds it.
-    pub fn channel() -> (mpsc::Sender<Chunk>, SimBody) {
+    pub(crate) fn channel() -> (mpsc::Sender<Chunk>, SimBody) {
         let (tx, rx) = mpsc::channel(16);
         (tx, SimBody::Channel { rx, aborting: false })
     }

@@ -82,7 +82,7 @@ fn lock(mutex: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
 }
 
 impl AttemptLog {
-    pub fn open(path: Option<&Path>) -> Result<AttemptLog, SimError> {
+    pub(crate) fn open(path: Option<&Path>) -> Result<AttemptLog, SimError> {
         let file = match path {
             Some(path) => Some(
                 OpenOptions::new()
@@ -96,7 +96,7 @@ impl AttemptLog {
         Ok(AttemptLog { inner: Mutex::new(Inner { entries: Vec::new(), file }) })
     }
 
-    pub fn record(&self, entry: LogEntry) {
+    pub(crate) fn record(&self, entry: LogEntry) {
         let mut inner = lock(&self.inner);
         if let Some(file) = inner.file.as_mut() {
             match serde_json::to_string(&entry) {
@@ -113,12 +113,12 @@ impl AttemptLog {
         inner.entries.push(entry);
     }
 
-    pub fn entries(&self) -> Vec<LogEntry> {
+    pub(crate) fn entries(&self) -> Vec<LogEntry> {
         lock(&self.inner).entries.clone()
     }
 
     /// Forgets the in-memory entries (the file keeps its history).
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         lock(&self.inner).entries.clear();
     }
 }

@@ -66,7 +66,7 @@ pub(crate) struct Turn {
 impl SimRequest {
     /// Reads a request body. `format` only decides which fields are mandatory; the content is
     /// read leniently (see the module docs).
-    pub fn parse(format: Option<WireFormat>, body: &Value) -> Result<SimRequest, String> {
+    pub(crate) fn parse(format: Option<WireFormat>, body: &Value) -> Result<SimRequest, String> {
         let Some(obj) = body.as_object() else {
             return Err("the request body must be a JSON object".into());
         };
@@ -134,7 +134,7 @@ impl SimRequest {
     }
 
     /// True when the conversation ends with an assistant turn that the model should continue.
-    pub fn ends_with_prefill(&self) -> bool {
+    pub(crate) fn ends_with_prefill(&self) -> bool {
         match self.messages.as_array().and_then(|m| m.last()) {
             Some(last) => last.get("role").and_then(Value::as_str) == Some("assistant"),
             None => false,
@@ -142,12 +142,12 @@ impl SimRequest {
     }
 
     /// The text of the last turn when it is the user's own words (not a tool result).
-    pub fn last_user_text(&self) -> Option<&str> {
+    pub(crate) fn last_user_text(&self) -> Option<&str> {
         self.turns.last().filter(|t| t.role == "user").map(|t| t.text.as_str())
     }
 
     /// A rough token count of the prompt: its words.
-    pub fn input_tokens(&self) -> u32 {
+    pub(crate) fn input_tokens(&self) -> u32 {
         let words: usize = self.turns.iter().map(|t| t.text.split_whitespace().count()).sum();
         u32::try_from(words.max(1)).unwrap_or(u32::MAX)
     }

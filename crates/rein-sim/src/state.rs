@@ -48,7 +48,7 @@ pub(crate) struct ScenarioPick {
 }
 
 impl Shared {
-    pub fn new(scenario: Option<Scenario>, log: AttemptLog) -> Shared {
+    pub(crate) fn new(scenario: Option<Scenario>, log: AttemptLog) -> Shared {
         // The one read of the system clock: later times advance with tokio's clock, so logs
         // under paused time stay consistent with the timeline.
         let unix_ms = rein_core::clock::unix_ms();
@@ -73,7 +73,7 @@ impl Shared {
     }
 
     /// Time since the timeline started, and the wall-clock time now in Unix milliseconds.
-    pub fn now(&self) -> (Duration, u64) {
+    pub(crate) fn now(&self) -> (Duration, u64) {
         let timeline = self.timeline();
         let elapsed = timeline.start.elapsed();
         let unix_ms = timeline.unix_ms_at_start.saturating_add(elapsed.as_millis() as u64);
@@ -81,7 +81,7 @@ impl Shared {
     }
 
     /// Restarts the timeline and forgets script positions, mix draws and the in-memory log.
-    pub fn reset(&self) {
+    pub(crate) fn reset(&self) {
         let mut timeline = self.timeline();
         let elapsed = timeline.start.elapsed();
         timeline.unix_ms_at_start =
@@ -95,14 +95,14 @@ impl Shared {
     }
 
     /// A number never handed out before by this simulator.
-    pub fn next_id(&self) -> u64 {
+    pub(crate) fn next_id(&self) -> u64 {
         splitmix64(self.ids.fetch_add(1, Ordering::Relaxed) ^ self.id_salt)
     }
 
     /// The 0-based position of this request in the script `spec` for `sequence_key`. A request
     /// that `extends` the conversation of an earlier request of the same script (a re-ask)
     /// takes the next position of that request's sequence instead of starting its own.
-    pub fn next_script_index(
+    pub(crate) fn next_script_index(
         &self,
         sequence_key: &str,
         extends: Option<&str>,
@@ -129,7 +129,7 @@ impl Shared {
 
     /// What the scenario says about a request of this format and model right now. Without
     /// `draw`, only the phase is named and the mix is left untouched.
-    pub fn scenario_pick(
+    pub(crate) fn scenario_pick(
         &self,
         format: Option<WireFormat>,
         model: &str,

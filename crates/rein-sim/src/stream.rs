@@ -27,7 +27,7 @@ pub(crate) struct Driver {
 
 impl Driver {
     /// Sends the stream; returns early when the client goes away.
-    pub async fn run(self, tx: mpsc::Sender<Chunk>) {
+    pub(crate) async fn run(self, tx: mpsc::Sender<Chunk>) {
         let mut tokens_sent: u32 = 0;
         let mut content_started = false;
         let mut fired = false;

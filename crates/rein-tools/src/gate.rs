@@ -49,7 +49,7 @@ pub(crate) struct Gate {
 
 impl Gate {
     /// Compile `rule` (at config key `key`), recording problems by key.
-    pub fn compile(rule: &GateRule, key: &str, problems: &mut Problems) -> Option<Gate> {
+    pub(crate) fn compile(rule: &GateRule, key: &str, problems: &mut Problems) -> Option<Gate> {
         let mut ok = true;
         let path: Vec<String> = rule.field.split('.').map(str::to_string).collect();
         if path.iter().any(String::is_empty) {
@@ -89,7 +89,7 @@ impl Gate {
     }
 
     /// Whether this rule holds a write with these arguments.
-    pub fn holds(&self, args: &Value) -> bool {
+    pub(crate) fn holds(&self, args: &Value) -> bool {
         let Some(field) = lookup(args, &self.path) else {
             return true; // missing: fail closed
         };

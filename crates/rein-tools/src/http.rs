@@ -58,7 +58,7 @@ enum UrlPart {
 
 impl UrlTemplate {
     /// Parse `template` (config key `key`), recording problems by key.
-    pub fn parse(template: &str, key: &str, problems: &mut Problems) -> Option<UrlTemplate> {
+    pub(crate) fn parse(template: &str, key: &str, problems: &mut Problems) -> Option<UrlTemplate> {
         match Self::try_parse(template) {
             Ok(url) => Some(url),
             Err(message) => {
@@ -106,14 +106,18 @@ impl UrlTemplate {
     }
 
     /// The URL for these arguments, or what is wrong with them.
-    pub fn fill(&self, args: &Value) -> Result<String, ArgProblem> {
+    pub(crate) fn fill(&self, args: &Value) -> Result<String, ArgProblem> {
         self.fill_with(args, &[])
     }
 
     /// The URL for these arguments, with `context` (name, value) filling placeholders first.
     /// A value that would make a whole path segment `.` or `..` is refused: it would walk the
     /// URL's path up a segment (`/search/{q}` with `q = ".."` reaches `/`).
-    pub fn fill_with(&self, args: &Value, context: &[(&str, &str)]) -> Result<String, ArgProblem> {
+    pub(crate) fn fill_with(
+        &self,
+        args: &Value,
+        context: &[(&str, &str)],
+    ) -> Result<String, ArgProblem> {
         let mut problem = None;
         let mut note = |argument: &str, message: String| {
             problem.get_or_insert_with(|| ArgProblem { argument: argument.to_string(), message });

@@ -40,7 +40,7 @@ pub(crate) struct Tool {
 
 impl Tool {
     /// The first http rung: where the replay worker sends queued writes.
-    pub fn primary_http(&self) -> Option<(&Rung, &HttpRung)> {
+    pub(crate) fn primary_http(&self) -> Option<(&Rung, &HttpRung)> {
         self.rungs.iter().find_map(|rung| match &rung.action {
             RungAction::Http(http) => Some((rung, http)),
             _ => None,
@@ -48,7 +48,7 @@ impl Tool {
     }
 
     /// The queue rung's source, if the tool has one.
-    pub fn queue_source(&self) -> Option<&str> {
+    pub(crate) fn queue_source(&self) -> Option<&str> {
         self.rungs
             .iter()
             .find(|rung| matches!(rung.action, RungAction::Queue))
@@ -108,13 +108,13 @@ pub(crate) struct Bulkhead {
 }
 
 impl Bulkhead {
-    pub fn new(name: &str, max_concurrent: u32, retry_after_ms: u64) -> Self {
+    pub(crate) fn new(name: &str, max_concurrent: u32, retry_after_ms: u64) -> Self {
         let slots = Arc::new(Semaphore::new(max_concurrent as usize));
         Self { name: name.to_string(), retry_after_ms, slots }
     }
 
     /// A slot, or `None` at once when the partition is full (never waits).
-    pub fn try_enter(&self) -> Option<OwnedSemaphorePermit> {
+    pub(crate) fn try_enter(&self) -> Option<OwnedSemaphorePermit> {
         self.slots.clone().try_acquire_owned().ok()
     }
 }

@@ -27,7 +27,7 @@ impl std::fmt::Debug for Redactor {
 
 impl Redactor {
     /// Add the value of a secret header.
-    pub fn add(&mut self, value: &str) {
+    pub(crate) fn add(&mut self, value: &str) {
         let mut pieces = vec![value.trim().to_string()];
         // `Bearer <token>`: the token alone is as secret as the whole value.
         let mut words = value.split_whitespace();
@@ -55,7 +55,7 @@ impl Redactor {
     }
 
     /// `text` with every secret replaced by [`REDACTED`].
-    pub fn text(&self, text: &str) -> String {
+    pub(crate) fn text(&self, text: &str) -> String {
         let mut out = text.to_string();
         for secret in &self.secrets {
             if out.contains(secret.as_str()) {
@@ -66,7 +66,7 @@ impl Redactor {
     }
 
     /// `value` with every secret replaced in its strings and object keys.
-    pub fn value(&self, value: Value) -> Value {
+    pub(crate) fn value(&self, value: Value) -> Value {
         if self.secrets.is_empty() {
             return value;
         }

@@ -298,9 +298,9 @@ mod tests {
     use crate::config::ToolsConfig;
 
     fn dispatcher(jitter: f64) -> Dispatcher {
-        let config =
-            ToolsConfig::from_toml("[outbox]\nbackoff_base_ms = 1000\nbackoff_cap_ms = 5000\n")
-                .unwrap();
+        let config: ToolsConfig =
+            toml::from_str("[outbox]\nbackoff_base_ms = 1000\nbackoff_cap_ms = 5000\n").unwrap();
+        config.validate().unwrap();
         let store = Arc::new(SqliteToolStore::new(Arc::new(Store::open_in_memory().unwrap())));
         // reqwest has rustls without a crypto provider of its own.
         let _ = rustls::crypto::ring::default_provider().install_default();

@@ -108,7 +108,7 @@ pub(crate) struct Wording {
 
 impl Wording {
     /// Check and keep `detail`'s overrides (`key` is `tools.<name>.detail`).
-    pub fn compile(detail: &DetailConfig, key: &str, problems: &mut Problems) -> Wording {
+    pub(crate) fn compile(detail: &DetailConfig, key: &str, problems: &mut Problems) -> Wording {
         let fields = [
             ("exact", Situation::Exact, &detail.exact),
             ("fresh", Situation::Fresh, &detail.fresh),
@@ -142,7 +142,7 @@ impl Wording {
     }
 
     /// The sentence for `situation`.
-    pub fn render(&self, situation: Situation, vars: &Vars<'_>) -> String {
+    pub(crate) fn render(&self, situation: Situation, vars: &Vars<'_>) -> String {
         let template = self
             .overrides
             .get(&situation)

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 /// A gateway's admin API.
 #[derive(Debug)]
-pub struct Admin {
+pub(crate) struct Admin {
     client: reqwest::Client,
     base: String,
     key: String,
@@ -17,23 +17,23 @@ pub struct Admin {
 
 impl Admin {
     /// The gateway at `url`, with the admin key read from the variable `key_env`.
-    pub fn new(url: &str, key_env: &str) -> anyhow::Result<Admin> {
+    pub(crate) fn new(url: &str, key_env: &str) -> anyhow::Result<Admin> {
         let key = std::env::var(key_env)
             .with_context(|| format!("set {key_env} to the gateway's admin key"))?;
         let base = url.trim_end_matches('/').to_string();
         Ok(Admin { client: reqwest::Client::new(), base, key })
     }
 
-    pub fn get(&self, path: &str) -> reqwest::RequestBuilder {
+    pub(crate) fn get(&self, path: &str) -> reqwest::RequestBuilder {
         self.client.get(format!("{}{path}", self.base))
     }
 
-    pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
+    pub(crate) fn post(&self, path: &str) -> reqwest::RequestBuilder {
         self.client.post(format!("{}{path}", self.base))
     }
 
     /// Send `request` with the admin key; the status and the JSON body.
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         request: reqwest::RequestBuilder,
     ) -> anyhow::Result<(reqwest::StatusCode, Value)> {
@@ -50,7 +50,7 @@ impl Admin {
 }
 
 /// Print an answer: an error as `error (<status>): <message>` (exit 1), else `render`'s output.
-pub fn print(
+pub(crate) fn print(
     status: reqwest::StatusCode,
     body: &Value,
     render: impl FnOnce(&mut dyn Write, &Value) -> std::io::Result<()>,
@@ -66,6 +66,6 @@ pub fn print(
 }
 
 /// The answer as pretty JSON.
-pub fn json(out: &mut dyn Write, body: &Value) -> std::io::Result<()> {
+pub(crate) fn json(out: &mut dyn Write, body: &Value) -> std::io::Result<()> {
     writeln!(out, "{}", serde_json::to_string_pretty(body).unwrap_or_default())
 }

@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::admin::{self, Admin};
 
 #[derive(Debug, Args)]
-pub struct ApprovalsArgs {
+pub(crate) struct ApprovalsArgs {
     /// The gateway's address.
     #[arg(long, global = true, default_value = "http://127.0.0.1:8787")]
     url: String,
@@ -55,7 +55,7 @@ enum ApprovalsAction {
     },
 }
 
-pub async fn run(args: ApprovalsArgs) -> anyhow::Result<std::process::ExitCode> {
+pub(crate) async fn run(args: ApprovalsArgs) -> anyhow::Result<std::process::ExitCode> {
     let admin = Admin::new(&args.url, &args.admin_key_env)?;
     let request = match &args.action {
         ApprovalsAction::List { state, limit } => {

@@ -17,7 +17,7 @@ use crate::CheckArgs;
 /// `postgres://` URL (`store.postgres_url_env`) or a valid header value; this satisfies both.
 const PLACEHOLDER: &str = "postgres://rein-check.invalid/unset";
 
-pub fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCode> {
+pub(crate) fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCode> {
     let text = std::fs::read_to_string(&args.config)
         .with_context(|| format!("cannot read {}", args.config.display()))?;
     let name = args.config.display();

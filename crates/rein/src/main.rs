@@ -106,7 +106,7 @@ enum VersionsAction {
     List { route: String },
     /// What changed between two versions.
     Diff { route: String, from: i64, to: i64 },
-    /// Store new settings (a JSON file: {"tiers": {"<tier>": {"model": ..., "system_prompt": ...}}})
+    /// Store new settings (a JSON file: {"tiers": {"TIER": {"model": ..., "system_prompt": ...}}})
     /// as a new version and make it serve.
     Set {
         route: String,

@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::admin::{self, Admin};
 
 #[derive(Debug, Args)]
-pub struct OutboxArgs {
+pub(crate) struct OutboxArgs {
     /// The gateway's address.
     #[arg(long, global = true, default_value = "http://127.0.0.1:8787")]
     url: String,
@@ -62,7 +62,7 @@ enum OutboxAction {
     },
 }
 
-pub async fn run(args: OutboxArgs) -> anyhow::Result<std::process::ExitCode> {
+pub(crate) async fn run(args: OutboxArgs) -> anyhow::Result<std::process::ExitCode> {
     let admin = Admin::new(&args.url, &args.admin_key_env)?;
     let request = match &args.action {
         OutboxAction::List { state, limit } => {

@@ -15,7 +15,7 @@ use crate::ServeArgs;
 /// The config `rein serve` runs when given none.
 const EMBEDDED_CONFIG: &str = include_str!("../../../examples/embedded.toml");
 
-pub async fn run(args: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
+pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<std::process::ExitCode> {
     let default = args.config.is_none().then(|| EMBEDDED_CONFIG.to_string());
     let text = match &args.config {
         Some(path) => match std::fs::read_to_string(path) {

@@ -395,7 +395,7 @@ impl Engine {
 pub(crate) struct RouteHandle(Arc<RouteState>);
 
 impl RouteHandle {
-    pub fn release_mode(&self) -> crate::route::ReleaseMode {
+    pub(crate) fn release_mode(&self) -> crate::route::ReleaseMode {
         self.0.route.release
     }
 }

@@ -12,15 +12,15 @@ use rein_core::*;
 use tokio::time::Instant;
 
 /// The words of every healthy scripted answer; a truncated answer is detectably shorter.
-pub const WORDS: [&str; 6] = ["the ", "order ", "ships ", "in ", "two ", "days."];
+pub(crate) const WORDS: [&str; 6] = ["the ", "order ", "ships ", "in ", "two ", "days."];
 
-pub fn full_text() -> String {
+pub(crate) fn full_text() -> String {
     WORDS.concat()
 }
 
 /// What one call to the scripted provider does.
 #[derive(Debug, Clone)]
-pub enum Act {
+pub(crate) enum Act {
     /// A healthy answer, each token `token_delay` apart after `first_token` delay.
     Ok { first_token: Duration, token_delay: Duration },
     /// An error response with this status and body.
@@ -54,24 +54,24 @@ pub enum Act {
 }
 
 /// A turn that calls one tool with these arguments and stops to wait for its result.
-pub fn call(name: &str, arguments: &str) -> Act {
+pub(crate) fn call(name: &str, arguments: &str) -> Act {
     Act::Call(vec![(name.to_string(), arguments.to_string())], StopReason::ToolUse)
 }
 
 /// An answer with this text that ends normally.
-pub fn say(text: &str) -> Act {
+pub(crate) fn say(text: &str) -> Act {
     Act::Say(text.to_string(), StopReason::EndTurn)
 }
 
-pub fn ok() -> Act {
+pub(crate) fn ok() -> Act {
     Act::Ok { first_token: Duration::ZERO, token_delay: Duration::ZERO }
 }
 
-pub fn status(code: u16) -> Act {
+pub(crate) fn status(code: u16) -> Act {
     Act::Http(HttpError { status: code, message: format!("status {code}"), ..HttpError::default() })
 }
 
-pub fn http(code: u16, error_type: &str, error_code: Option<&str>, message: &str) -> Act {
+pub(crate) fn http(code: u16, error_type: &str, error_code: Option<&str>, message: &str) -> Act {
     Act::Http(HttpError {
         status: code,
         error_type: Some(error_type.to_string()),
@@ -81,7 +81,7 @@ pub fn http(code: u16, error_type: &str, error_code: Option<&str>, message: &str
     })
 }
 
-pub fn retry_after(code: u16, wait: Duration) -> Act {
+pub(crate) fn retry_after(code: u16, wait: Duration) -> Act {
     Act::Http(HttpError {
         status: code,
         message: "slow down".into(),
@@ -91,7 +91,7 @@ pub fn retry_after(code: u16, wait: Duration) -> Act {
 }
 
 #[derive(Debug)]
-pub struct Scripted {
+pub(crate) struct Scripted {
     name: String,
     format: WireFormat,
     script: Mutex<VecDeque<Act>>,
@@ -103,7 +103,7 @@ pub struct Scripted {
 }
 
 impl Scripted {
-    pub fn new(name: &str, format: WireFormat, script: Vec<Act>) -> Arc<Self> {
+    pub(crate) fn new(name: &str, format: WireFormat, script: Vec<Act>) -> Arc<Self> {
         Arc::new(Self {
             name: name.to_string(),
             format,
@@ -114,11 +114,11 @@ impl Scripted {
         })
     }
 
-    pub fn requests(&self) -> Vec<ChatRequest> {
+    pub(crate) fn requests(&self) -> Vec<ChatRequest> {
         self.requests.lock().unwrap().clone()
     }
 
-    pub fn arrivals(&self) -> Vec<Duration> {
+    pub(crate) fn arrivals(&self) -> Vec<Duration> {
         self.arrivals.lock().unwrap().clone()
     }
 
@@ -285,7 +285,7 @@ impl Provider for Scripted {
 }
 
 /// A route over scripted providers, one per tier, each with its own provider name.
-pub fn route(name: &str, tiers: Vec<(&str, Arc<Scripted>)>) -> Route {
+pub(crate) fn route(name: &str, tiers: Vec<(&str, Arc<Scripted>)>) -> Route {
     let tiers = tiers
         .into_iter()
         .map(|(tier, provider)| {
@@ -295,7 +295,7 @@ pub fn route(name: &str, tiers: Vec<(&str, Arc<Scripted>)>) -> Route {
     Route::new(name, tiers)
 }
 
-pub fn engine(routes: Vec<Route>) -> Engine {
+pub(crate) fn engine(routes: Vec<Route>) -> Engine {
     let mut builder =
         Engine::builder().jitter(Arc::new(FixedJitter(0.5))).retry_budget(RetryBudgetPolicy {
             ratio: 0.2,

@@ -17,7 +17,7 @@ use serde_json::json;
 
 use super::{Gateway, StartError};
 
-pub fn router() -> Router<Arc<Gateway>> {
+pub(super) fn router() -> Router<Arc<Gateway>> {
     Router::new()
         .route("/kill", get(kill_state).post(kill_flip))
         .route("/tiers", get(tiers))

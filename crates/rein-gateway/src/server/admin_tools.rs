@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use super::Gateway;
 use super::admin::{denied, error, parse_body};
 
-pub fn router() -> Router<Arc<Gateway>> {
+pub(super) fn router() -> Router<Arc<Gateway>> {
     Router::new()
         .route("/outbox", get(outbox_list))
         .route("/outbox/{id}", get(outbox_show))

@@ -12,13 +12,13 @@ use http_body_util::BodyExt;
 use rein_runtime::config::ServerConfig;
 
 /// How much of an oversize body is read and dropped so that the client sees the 413.
-pub const DRAIN_BYTES: usize = 64 * 1024 * 1024;
+pub(super) const DRAIN_BYTES: usize = 64 * 1024 * 1024;
 /// How long draining may take at most.
-pub const DRAIN_TIME: Duration = Duration::from_secs(5);
+pub(super) const DRAIN_TIME: Duration = Duration::from_secs(5);
 
 /// Why a body could not be read.
 #[derive(Debug)]
-pub enum BodyError {
+pub(super) enum BodyError {
     /// Longer than the limit (declared or sent).
     TooLarge,
     /// Not all sent within the read timeout.
@@ -29,7 +29,7 @@ pub enum BodyError {
 
 impl BodyError {
     /// 413 over the limit, 408 past the clock, 400 for a broken stream.
-    pub fn status(&self) -> StatusCode {
+    pub(super) fn status(&self) -> StatusCode {
         match self {
             BodyError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             BodyError::Timeout => StatusCode::REQUEST_TIMEOUT,
@@ -38,7 +38,7 @@ impl BodyError {
     }
 
     /// What the caller is told, naming the setting that bounds it.
-    pub fn message(&self, server: &ServerConfig) -> String {
+    pub(super) fn message(&self, server: &ServerConfig) -> String {
         match self {
             BodyError::TooLarge => format!(
                 "The request body is larger than this gateway accepts ({} bytes, `server.max_body_bytes`).",
@@ -54,7 +54,7 @@ impl BodyError {
 }
 
 /// The whole body of a request with these `headers`, within `server`'s limit and clock.
-pub async fn read_request(
+pub(super) async fn read_request(
     body: Body,
     headers: &HeaderMap,
     server: &ServerConfig,

@@ -21,12 +21,15 @@ use super::error::{Api, ApiError};
 use crate::wire::{self, ErrorKind, ResponseMeta};
 
 // The whole request is taken (not a `HeaderMap` extractor, which clones the headers).
-pub async fn openai_chat(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
+pub(super) async fn openai_chat(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     handle(gateway, Api::OpenAi, parts.headers, body).await
 }
 
-pub async fn anthropic_messages(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
+pub(super) async fn anthropic_messages(
+    State(gateway): State<Arc<Gateway>>,
+    request: Request,
+) -> Response {
     let (parts, body) = request.into_parts();
     handle(gateway, Api::Anthropic, parts.headers, body).await
 }
@@ -404,18 +407,19 @@ impl futures_util::Stream for Rest {
 mod names {
     use axum::http::HeaderName;
 
-    pub static REQUEST_ID: HeaderName = HeaderName::from_static("x-rein-request-id");
-    pub static OPENAI_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-    pub static ANTHROPIC_REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
-    pub static ROUTE: HeaderName = HeaderName::from_static("x-rein-route");
-    pub static OUTCOME: HeaderName = HeaderName::from_static("x-rein-outcome");
-    pub static ATTEMPTS: HeaderName = HeaderName::from_static("x-rein-attempts");
-    pub static REASKS: HeaderName = HeaderName::from_static("x-rein-reasks");
-    pub static REPAIRS: HeaderName = HeaderName::from_static("x-rein-repairs");
-    pub static SETTINGS_VERSION: HeaderName = HeaderName::from_static("x-rein-settings-version");
-    pub static TIER: HeaderName = HeaderName::from_static("x-rein-tier");
-    pub static PROVIDER: HeaderName = HeaderName::from_static("x-rein-provider");
-    pub static MODEL: HeaderName = HeaderName::from_static("x-rein-model");
+    pub(super) static REQUEST_ID: HeaderName = HeaderName::from_static("x-rein-request-id");
+    pub(super) static OPENAI_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+    pub(super) static ANTHROPIC_REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
+    pub(super) static ROUTE: HeaderName = HeaderName::from_static("x-rein-route");
+    pub(super) static OUTCOME: HeaderName = HeaderName::from_static("x-rein-outcome");
+    pub(super) static ATTEMPTS: HeaderName = HeaderName::from_static("x-rein-attempts");
+    pub(super) static REASKS: HeaderName = HeaderName::from_static("x-rein-reasks");
+    pub(super) static REPAIRS: HeaderName = HeaderName::from_static("x-rein-repairs");
+    pub(super) static SETTINGS_VERSION: HeaderName =
+        HeaderName::from_static("x-rein-settings-version");
+    pub(super) static TIER: HeaderName = HeaderName::from_static("x-rein-tier");
+    pub(super) static PROVIDER: HeaderName = HeaderName::from_static("x-rein-provider");
+    pub(super) static MODEL: HeaderName = HeaderName::from_static("x-rein-model");
 }
 
 fn report_headers(

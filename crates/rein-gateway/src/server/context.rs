@@ -22,7 +22,7 @@ pub const TRACEPARENT_HEADER: &str = "traceparent";
 
 /// A context header the caller got wrong: which one, and what it must be.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeaderProblem {
+pub(super) struct HeaderProblem {
     pub header: &'static str,
     pub message: String,
 }
@@ -32,7 +32,7 @@ pub struct HeaderProblem {
 /// would execute again. The run, conversation and key are also the degraded reply's variables
 /// (`run_id`, `conversation_id`, `idempotency_key`). A `traceparent` that breaks the W3C format
 /// is ignored, as that format says.
-pub fn call_context(headers: &HeaderMap) -> Result<CallContext, HeaderProblem> {
+pub(super) fn call_context(headers: &HeaderMap) -> Result<CallContext, HeaderProblem> {
     let mut ctx = match text(headers, DEADLINE_HEADER)? {
         None => CallContext::new(),
         Some(value) => match value.trim().parse::<u64>().ok().filter(|ms| *ms > 0) {

@@ -58,7 +58,7 @@ impl CloseReason {
 
 /// The open connections over every worker, against `server.max_connections`.
 #[derive(Debug, Default)]
-pub struct OpenConnections(AtomicUsize);
+pub(super) struct OpenConnections(AtomicUsize);
 
 /// One admitted connection; dropping it frees its place.
 struct Admitted {

@@ -16,14 +16,14 @@ fn provider() -> Arc<CryptoProvider> {
 
 /// The key pair in force; [`CertResolver::replace`] swaps it on reload.
 #[derive(Debug)]
-pub struct CertResolver(ArcSwap<CertifiedKey>);
+pub(crate) struct CertResolver(ArcSwap<CertifiedKey>);
 
 impl CertResolver {
-    pub fn new(key: Arc<CertifiedKey>) -> Arc<Self> {
+    pub(crate) fn new(key: Arc<CertifiedKey>) -> Arc<Self> {
         Arc::new(Self(ArcSwap::new(key)))
     }
 
-    pub fn replace(&self, key: Arc<CertifiedKey>) {
+    pub(crate) fn replace(&self, key: Arc<CertifiedKey>) {
         self.0.store(key);
     }
 }
@@ -35,7 +35,9 @@ impl ResolvesServerCert for CertResolver {
 }
 
 /// The acceptor for the listener: TLS 1.2 and 1.3, HTTP/2 and HTTP/1.1 by ALPN.
-pub fn acceptor(resolver: Arc<CertResolver>) -> Result<tokio_rustls::TlsAcceptor, rustls::Error> {
+pub(crate) fn acceptor(
+    resolver: Arc<CertResolver>,
+) -> Result<tokio_rustls::TlsAcceptor, rustls::Error> {
     let mut config = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()

@@ -34,7 +34,7 @@ fn error(status: StatusCode, kind: &str, param: Option<&str>, message: &str, id:
     response
 }
 
-pub async fn call(
+pub(super) async fn call(
     State(gateway): State<Arc<Gateway>>,
     Path(tool): Path<String>,
     headers: HeaderMap,

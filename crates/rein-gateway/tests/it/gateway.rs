@@ -15,7 +15,7 @@ use rein_runtime::config::Config;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-pub const CONFIG: &str = r#"
+pub(crate) const CONFIG: &str = r#"
 [server]
 listen = "127.0.0.1:0"
 client_keys_env = ["CLIENT_KEY"]
@@ -83,7 +83,7 @@ provider = "sim-openai"
 model = "sim:ok+token_delay:ms=100"
 "#;
 
-pub struct Running {
+pub(crate) struct Running {
     pub addr: SocketAddr,
     pub gateway: Arc<Gateway>,
     pub client: reqwest::Client,
@@ -91,17 +91,17 @@ pub struct Running {
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
-pub fn env() -> EnvSource {
+pub(crate) fn env() -> EnvSource {
     let vars: HashMap<&str, &str> =
         [("CLIENT_KEY", "client-secret-1"), ("ADMIN_KEY", "admin-secret-1")].into();
     Arc::new(move |name: &str| vars.get(name).map(|v| v.to_string()))
 }
 
-pub async fn start_with(text: &str, path: Option<PathBuf>) -> Running {
+pub(crate) async fn start_with(text: &str, path: Option<PathBuf>) -> Running {
     start_with_env(text, path, env()).await
 }
 
-pub async fn start_with_env(text: &str, path: Option<PathBuf>, env: EnvSource) -> Running {
+pub(crate) async fn start_with_env(text: &str, path: Option<PathBuf>, env: EnvSource) -> Running {
     let config = Config::from_toml(text, &*env).unwrap();
     let gateway = Gateway::from_config(config, path, None, env).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -113,16 +113,21 @@ pub async fn start_with_env(text: &str, path: Option<PathBuf>, env: EnvSource) -
     Running { addr, gateway, client: reqwest::Client::new(), stop: Some(stop), task }
 }
 
-pub async fn start() -> Running {
+pub(crate) async fn start() -> Running {
     start_with(CONFIG, None).await
 }
 
 impl Running {
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 
-    pub async fn post(&self, path: &str, key: Option<&str>, body: Value) -> reqwest::Response {
+    pub(crate) async fn post(
+        &self,
+        path: &str,
+        key: Option<&str>,
+        body: Value,
+    ) -> reqwest::Response {
         let mut request = self.client.post(self.url(path)).json(&body);
         if let Some(key) = key {
             request = request.bearer_auth(key);
@@ -130,7 +135,7 @@ impl Running {
         request.send().await.unwrap()
     }
 
-    pub async fn admin(
+    pub(crate) async fn admin(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -143,7 +148,7 @@ impl Running {
         request.send().await.unwrap()
     }
 
-    pub async fn stop(mut self) -> std::io::Result<()> {
+    pub(crate) async fn stop(mut self) -> std::io::Result<()> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -151,7 +156,7 @@ impl Running {
     }
 }
 
-pub fn chat(route: &str) -> Value {
+pub(crate) fn chat(route: &str) -> Value {
     json!({"model": route, "messages": [{"role": "user", "content": "where is my order?"}]})
 }
 

@@ -19,7 +19,7 @@ pub(crate) struct WireUsage {
 }
 
 impl WireUsage {
-    pub fn to_usage(&self) -> Usage {
+    pub(super) fn to_usage(&self) -> Usage {
         let input =
             [self.input_tokens, self.cache_creation_input_tokens, self.cache_read_input_tokens]
                 .into_iter()

@@ -15,7 +15,7 @@ pub(crate) struct WireUsage {
 }
 
 impl WireUsage {
-    pub fn to_usage(&self) -> Usage {
+    pub(super) fn to_usage(&self) -> Usage {
         Usage {
             input_tokens: self.prompt_tokens.unwrap_or(0),
             output_tokens: self.completion_tokens.unwrap_or(0),
@@ -46,7 +46,7 @@ pub(crate) struct WireTopLogprob {
 }
 
 impl WireLogprobs {
-    pub fn to_tokens(&self) -> Vec<TokenLogprob> {
+    pub(super) fn to_tokens(&self) -> Vec<TokenLogprob> {
         self.content
             .iter()
             .flatten()

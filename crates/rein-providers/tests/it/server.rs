@@ -11,24 +11,24 @@ use tokio::task::JoinHandle;
 
 /// What the adapter sent.
 #[derive(Debug, Clone)]
-pub struct Captured {
+pub(crate) struct Captured {
     pub request_line: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
 
 impl Captured {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body).expect("request body is JSON")
     }
 }
 
 /// How the server answers.
-pub enum Reply {
+pub(crate) enum Reply {
     /// Write these bytes in pieces (a short pause between them, so the client really sees
     /// several reads), then close cleanly.
     Pieces(Vec<Vec<u8>>),
@@ -38,20 +38,20 @@ pub enum Reply {
     PiecesThenReset(Vec<Vec<u8>>),
 }
 
-pub struct Server {
+pub(crate) struct Server {
     pub base_url: String,
     handle: JoinHandle<Captured>,
 }
 
 impl Server {
     /// The request the adapter sent (waits for the server task).
-    pub async fn captured(self) -> Captured {
+    pub(crate) async fn captured(self) -> Captured {
         self.handle.await.expect("server task")
     }
 }
 
 /// Starts a server answering one request with `reply`. `base_url` ends in `/v1`.
-pub async fn serve(reply: Reply) -> Server {
+pub(crate) async fn serve(reply: Reply) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let handle = tokio::spawn(async move {
@@ -89,7 +89,7 @@ async fn write_pieces(stream: &mut TcpStream, pieces: Vec<Vec<u8>>) {
     }
 }
 
-pub async fn read_request(stream: &mut TcpStream) -> Captured {
+pub(crate) async fn read_request(stream: &mut TcpStream) -> Captured {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 4096];
     let header_end = loop {
@@ -122,7 +122,7 @@ pub async fn read_request(stream: &mut TcpStream) -> Captured {
 }
 
 /// A complete response with `Content-Length`.
-pub fn response(status: u16, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+pub(crate) fn response(status: u16, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
     let mut out =
         format!("HTTP/1.1 {status} X\r\ncontent-length: {}\r\nconnection: close\r\n", body.len());
     for (name, value) in headers {
@@ -135,13 +135,13 @@ pub fn response(status: u16, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
 }
 
 /// The head of a chunked `text/event-stream` response.
-pub fn sse_head() -> Vec<u8> {
+pub(crate) fn sse_head() -> Vec<u8> {
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
         .to_vec()
 }
 
 /// One HTTP/1.1 chunk.
-pub fn chunk(data: &[u8]) -> Vec<u8> {
+pub(crate) fn chunk(data: &[u8]) -> Vec<u8> {
     let mut out = format!("{:x}\r\n", data.len()).into_bytes();
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
@@ -149,7 +149,7 @@ pub fn chunk(data: &[u8]) -> Vec<u8> {
 }
 
 /// A whole chunked SSE response, the body split into `parts` roughly equal chunks.
-pub fn sse_response(body: &[u8], parts: usize) -> Vec<Vec<u8>> {
+pub(crate) fn sse_response(body: &[u8], parts: usize) -> Vec<Vec<u8>> {
     let mut pieces = vec![sse_head()];
     let size = body.len().div_ceil(parts.max(1)).max(1);
     pieces.extend(body.chunks(size).map(chunk));

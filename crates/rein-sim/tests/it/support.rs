@@ -10,16 +10,16 @@ use futures_util::StreamExt;
 use rein_sim::{SimConfig, SimHandle};
 use serde_json::{Value, json};
 
-pub struct Sim {
+pub(crate) struct Sim {
     pub handle: SimHandle,
     pub client: reqwest::Client,
 }
 
-pub async fn sim() -> Sim {
+pub(crate) async fn sim() -> Sim {
     sim_with(SimConfig::default()).await
 }
 
-pub async fn sim_with(config: SimConfig) -> Sim {
+pub(crate) async fn sim_with(config: SimConfig) -> Sim {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let handle = rein_sim::start(listener, config).await.unwrap();
     // No pool idle timer: under paused time a pending timer would make the clock jump.
@@ -29,11 +29,11 @@ pub async fn sim_with(config: SimConfig) -> Sim {
     Sim { handle, client }
 }
 
-pub fn openai_body(text: &str) -> Value {
+pub(crate) fn openai_body(text: &str) -> Value {
     json!({"model": "gpt-sim", "messages": [{"role": "user", "content": text}]})
 }
 
-pub fn anthropic_body(text: &str) -> Value {
+pub(crate) fn anthropic_body(text: &str) -> Value {
     json!({
         "model": "claude-sim",
         "max_tokens": 1024,
@@ -42,11 +42,16 @@ pub fn anthropic_body(text: &str) -> Value {
 }
 
 impl Sim {
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.handle.base_url())
     }
 
-    pub async fn post(&self, path: &str, body: &Value, fault: Option<&str>) -> reqwest::Response {
+    pub(crate) async fn post(
+        &self,
+        path: &str,
+        body: &Value,
+        fault: Option<&str>,
+    ) -> reqwest::Response {
         let mut request = self.client.post(self.url(path)).json(body);
         if let Some(fault) = fault {
             request = request.header("x-sim-fault", fault);
@@ -54,11 +59,11 @@ impl Sim {
         request.send().await.unwrap()
     }
 
-    pub async fn openai(&self, body: &Value, fault: Option<&str>) -> reqwest::Response {
+    pub(crate) async fn openai(&self, body: &Value, fault: Option<&str>) -> reqwest::Response {
         self.post("/v1/chat/completions", body, fault).await
     }
 
-    pub async fn anthropic(&self, body: &Value, fault: Option<&str>) -> reqwest::Response {
+    pub(crate) async fn anthropic(&self, body: &Value, fault: Option<&str>) -> reqwest::Response {
         let mut request = self
             .client
             .post(self.url("/v1/messages"))
@@ -72,7 +77,7 @@ impl Sim {
 }
 
 /// The body read to its end: the bytes received and whether it ended cleanly.
-pub async fn read_all(response: reqwest::Response) -> (String, bool) {
+pub(crate) async fn read_all(response: reqwest::Response) -> (String, bool) {
     let mut stream = response.bytes_stream();
     let mut bytes = Vec::new();
     let mut clean = true;
@@ -89,7 +94,10 @@ pub async fn read_all(response: reqwest::Response) -> (String, bool) {
 }
 
 /// Reads until nothing arrives for `quiet`: the bytes so far and whether the body ended.
-pub async fn read_until_quiet(response: reqwest::Response, quiet: Duration) -> (String, bool) {
+pub(crate) async fn read_until_quiet(
+    response: reqwest::Response,
+    quiet: Duration,
+) -> (String, bool) {
     let mut stream = response.bytes_stream();
     let mut bytes = Vec::new();
     loop {
@@ -103,20 +111,20 @@ pub async fn read_until_quiet(response: reqwest::Response, quiet: Duration) -> (
 
 /// One SSE frame: its `event:` name, if any, and its `data:` text.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SseFrame {
+pub(crate) struct SseFrame {
     pub event: Option<String>,
     pub data: String,
 }
 
 impl SseFrame {
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.data).unwrap()
     }
 }
 
 /// Splits SSE text into frames, asserting the framing: every frame ends with a blank line
 /// (a trailing partial frame is returned too) and has exactly one `data:` line.
-pub fn sse_frames(text: &str) -> Vec<SseFrame> {
+pub(crate) fn sse_frames(text: &str) -> Vec<SseFrame> {
     text.split_inclusive("\n\n")
         .map(|block| {
             let mut event = None;
@@ -138,7 +146,7 @@ pub fn sse_frames(text: &str) -> Vec<SseFrame> {
 }
 
 /// The text an OpenAI stream's content deltas add up to, skipping frames that don't parse.
-pub fn openai_stream_text(frames: &[SseFrame]) -> String {
+pub(crate) fn openai_stream_text(frames: &[SseFrame]) -> String {
     frames
         .iter()
         .filter_map(|f| serde_json::from_str::<Value>(&f.data).ok())
@@ -147,7 +155,7 @@ pub fn openai_stream_text(frames: &[SseFrame]) -> String {
 }
 
 /// The text an Anthropic stream's text deltas add up to, skipping frames that don't parse.
-pub fn anthropic_stream_text(frames: &[SseFrame]) -> String {
+pub(crate) fn anthropic_stream_text(frames: &[SseFrame]) -> String {
     frames
         .iter()
         .filter_map(|f| serde_json::from_str::<Value>(&f.data).ok())
@@ -157,11 +165,11 @@ pub fn anthropic_stream_text(frames: &[SseFrame]) -> String {
 }
 
 /// The value of a response header.
-pub fn header(response: &reqwest::Response, name: &str) -> Option<String> {
+pub(crate) fn header(response: &reqwest::Response, name: &str) -> Option<String> {
     response.headers().get(name).map(|v| v.to_str().unwrap().to_owned())
 }
 
 /// The healthy answer's tokens for `body`: text split after each space.
-pub fn token_count(text: &str) -> usize {
+pub(crate) fn token_count(text: &str) -> usize {
     text.split_inclusive(' ').count()
 }

@@ -39,21 +39,21 @@ const KEY_LEASE_MARGIN: Duration = Duration::from_secs(5);
 pub(crate) struct Problems(Vec<ConfigProblem>);
 
 impl Problems {
-    pub fn add(&mut self, key: impl Into<String>, message: impl Into<String>) {
+    pub(crate) fn add(&mut self, key: impl Into<String>, message: impl Into<String>) {
         self.0.push(ConfigProblem { key: key.into(), message: message.into() });
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
     #[cfg(test)]
-    pub fn keys(&self) -> Vec<String> {
+    pub(crate) fn keys(&self) -> Vec<String> {
         self.0.iter().map(|p| p.key.clone()).collect()
     }
 
     #[cfg(test)]
-    pub fn messages(&self) -> Vec<String> {
+    pub(crate) fn messages(&self) -> Vec<String> {
         self.0.iter().map(|p| p.message.clone()).collect()
     }
 }

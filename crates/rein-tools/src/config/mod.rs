@@ -435,10 +435,6 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    pub(crate) fn single(key: &str, message: impl Into<String>) -> Self {
-        Self { problems: vec![ConfigProblem { key: key.to_string(), message: message.into() }] }
-    }
-
     /// Whether some problem is at `key`.
     pub fn names(&self, key: &str) -> bool {
         self.problems.iter().any(|p| p.key == key)
@@ -457,19 +453,11 @@ impl fmt::Display for ConfigError {
 }
 
 impl ToolsConfig {
-    /// Parse a TOML file holding `[bulkheads.*]`, `[tools.*]` and `[outbox]`, and validate it
-    /// (environment variables aside: [`ToolsConfig::check`] looks them up).
-    pub fn from_toml(text: &str) -> Result<ToolsConfig, ConfigError> {
-        let deserializer = toml::Deserializer::parse(text)
-            .map_err(|error| ConfigError::single("(file)", error.to_string()))?;
-        let config: ToolsConfig =
-            serde_path_to_error::deserialize(deserializer).map_err(|error| {
-                let key = error.path().to_string();
-                let key = if key == "." || key.is_empty() { "(file)".to_string() } else { key };
-                ConfigError::single(&key, error.into_inner().message().to_string())
-            })?;
-        compile(&config, None)?;
-        Ok(config)
+    /// Validate everything but the environment (that every `headers_env` variable is set:
+    /// [`ToolsConfig::check`] looks them up). The config is rein.toml's `[bulkheads.*]`,
+    /// `[tools.*]` and `[outbox]`, read by `rein-runtime`.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        compile(self, None).map(drop)
     }
 
     /// Validate everything, including that every `headers_env` variable is set in `env`.

@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 
 /// How the backend answers the next request.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// Execute (once per idempotency key) and answer 200 with JSON.
     Up,
     /// Answer this status (a 5xx: down) without executing.
@@ -40,7 +40,7 @@ pub enum Mode {
 
 /// One request as the backend saw it.
 #[derive(Debug, Clone)]
-pub struct Received {
+pub(crate) struct Received {
     pub method: String,
     pub path: String,
     pub idempotency_key: Option<String>,
@@ -60,14 +60,14 @@ struct Shared {
 
 /// A running fake backend; stops when dropped.
 #[derive(Debug)]
-pub struct Backend {
+pub(crate) struct Backend {
     addr: SocketAddr,
     shared: Arc<Shared>,
     server: JoinHandle<()>,
 }
 
 impl Backend {
-    pub async fn start(name: &str) -> Backend {
+    pub(crate) async fn start(name: &str) -> Backend {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared {
@@ -86,30 +86,30 @@ impl Backend {
     }
 
     /// `http://127.0.0.1:<port><path>`.
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 
-    pub fn set(&self, mode: Mode) {
+    pub(crate) fn set(&self, mode: Mode) {
         self.shared.mode.send_replace(mode);
     }
 
     /// Every request received, in order.
-    pub fn received(&self) -> Vec<Received> {
+    pub(crate) fn received(&self) -> Vec<Received> {
         self.shared.log.lock().unwrap().clone()
     }
 
-    pub fn hits(&self) -> usize {
+    pub(crate) fn hits(&self) -> usize {
         self.shared.log.lock().unwrap().len()
     }
 
     /// Requests that really executed (a repeated idempotency key does not execute again).
-    pub fn executions(&self) -> u64 {
+    pub(crate) fn executions(&self) -> u64 {
         *self.shared.executions.lock().unwrap()
     }
 
     /// Wait (up to 5 s) until at least `count` requests have arrived.
-    pub async fn wait_for_hits(&self, count: usize) {
+    pub(crate) async fn wait_for_hits(&self, count: usize) {
         let waited = tokio::time::timeout(Duration::from_secs(5), async {
             while self.hits() < count {
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -132,7 +132,7 @@ impl Drop for Backend {
 }
 
 /// A URL on a loopback port nobody listens on: connections are refused, nothing is sent.
-pub async fn dead_url(path: &str) -> String {
+pub(crate) async fn dead_url(path: &str) -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
+use rein_tools::Dispatcher;
 use rein_tools::config::ToolKind;
-use rein_tools::{Dispatcher, ToolsConfig};
 
-use crate::support::{TestStore, http_client};
+use crate::support::{TestStore, http_client, parse_tools};
 
 const EXAMPLE: &str = include_str!("../../tools.example.toml");
 
@@ -16,7 +16,7 @@ fn env(name: &str) -> Option<String> {
 
 #[test]
 fn the_documented_example_parses_and_builds_a_dispatcher() {
-    let config = ToolsConfig::from_toml(EXAMPLE).unwrap_or_else(|e| panic!("{e}"));
+    let config = parse_tools(EXAMPLE).unwrap_or_else(|e| panic!("{e}"));
     config.check(&env).unwrap();
     let dispatcher =
         Dispatcher::with_env(&config, Arc::new(TestStore::new()), http_client(), &env).unwrap();
@@ -34,7 +34,7 @@ fn the_documented_example_parses_and_builds_a_dispatcher() {
 
 #[test]
 fn an_unset_secret_is_named_by_key_without_its_value() {
-    let config = ToolsConfig::from_toml(EXAMPLE).unwrap();
+    let config = parse_tools(EXAMPLE).unwrap();
     let error = config.check(&|name| (name == "SEARCH_TOKEN").then(|| "x".into())).unwrap_err();
     assert!(error.names("tools.create_refund.rungs[0].headers_env.authorization"), "{error}");
     assert_eq!(error.problems.len(), 1, "{error}");
@@ -223,7 +223,7 @@ fn validation_errors_name_the_key() {
         ),
     ];
     for (what, toml, key) in cases {
-        let error = match ToolsConfig::from_toml(toml) {
+        let error = match parse_tools(toml) {
             Ok(_) => panic!("{what}: accepted\n{toml}"),
             Err(error) => error,
         };
@@ -236,7 +236,7 @@ fn validation_errors_name_the_key() {
 fn error_messages_say_the_fix() {
     let toml =
         format!("{WRITE}[[tools.w.rungs]]\nkind = \"cache\"\nsource = \"c\"\nmax_age_ms = 5\n");
-    let error = ToolsConfig::from_toml(&toml).unwrap_err();
+    let error = parse_tools(&toml).unwrap_err();
     assert_eq!(
         error.to_string(),
         "the tools config has 1 problem:\n  - `tools.w.rungs[1].kind`: a write tool cannot have a `cache` rung: writes never substitute; defer with a final `queue` rung instead"

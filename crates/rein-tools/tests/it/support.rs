@@ -21,14 +21,14 @@ use serde_json::Value;
 
 /// The SQLite tool store, counting cache reads and failing them on demand.
 #[derive(Debug)]
-pub struct TestStore {
+pub(crate) struct TestStore {
     inner: SqliteToolStore,
     pub cache_gets: AtomicUsize,
     pub fail_cache: AtomicBool,
 }
 
 impl TestStore {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let store = Store::open_in_memory().unwrap();
         Self {
             inner: SqliteToolStore::new(Arc::new(store)),
@@ -37,7 +37,7 @@ impl TestStore {
         }
     }
 
-    pub fn cache_gets(&self) -> usize {
+    pub(crate) fn cache_gets(&self) -> usize {
         self.cache_gets.load(Ordering::SeqCst)
     }
 }
@@ -227,12 +227,12 @@ impl ToolStore for TestStore {
 
 /// The system clock plus an offset the test moves forward.
 #[derive(Debug, Default)]
-pub struct ManualClock {
+pub(crate) struct ManualClock {
     offset_ms: AtomicI64,
 }
 
 impl ManualClock {
-    pub fn advance_ms(&self, ms: i64) {
+    pub(crate) fn advance_ms(&self, ms: i64) {
         self.offset_ms.fetch_add(ms, Ordering::SeqCst);
     }
 }
@@ -245,12 +245,12 @@ impl WallClock for ManualClock {
 
 /// Every observer callback, as a line of text.
 #[derive(Debug, Default)]
-pub struct Recorder {
+pub(crate) struct Recorder {
     events: Mutex<Vec<String>>,
 }
 
 impl Recorder {
-    pub fn events(&self) -> Vec<String> {
+    pub(crate) fn events(&self) -> Vec<String> {
         self.events.lock().unwrap().clone()
     }
 
@@ -279,7 +279,7 @@ impl ToolObserver for Recorder {
 
 /// A dispatcher over a fresh store, built from a TOML ladder.
 #[derive(Debug)]
-pub struct Harness {
+pub(crate) struct Harness {
     pub dispatcher: Arc<Dispatcher>,
     pub store: Arc<TestStore>,
     pub clock: Arc<ManualClock>,
@@ -287,8 +287,8 @@ pub struct Harness {
 }
 
 impl Harness {
-    pub fn new(toml: &str) -> Harness {
-        let config = ToolsConfig::from_toml(toml).unwrap_or_else(|e| panic!("{e}"));
+    pub(crate) fn new(toml: &str) -> Harness {
+        let config = parse_tools(toml).unwrap_or_else(|e| panic!("{e}"));
         let store = Arc::new(TestStore::new());
         let clock = Arc::new(ManualClock::default());
         let observer = Arc::new(Recorder::default());
@@ -301,11 +301,11 @@ impl Harness {
         Harness { dispatcher: Arc::new(dispatcher), store, clock, observer }
     }
 
-    pub async fn call(&self, tool: &str, args: Value) -> ToolOutcome {
+    pub(crate) async fn call(&self, tool: &str, args: Value) -> ToolOutcome {
         self.call_with(tool, args, CallContext::new()).await.unwrap()
     }
 
-    pub async fn call_with(
+    pub(crate) async fn call_with(
         &self,
         tool: &str,
         args: Value,
@@ -315,19 +315,19 @@ impl Harness {
     }
 }
 
-pub fn http_client() -> reqwest::Client {
+pub(crate) fn http_client() -> reqwest::Client {
     // reqwest has rustls without a crypto provider of its own.
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
-pub fn with_key(key: &str) -> CallContext {
+pub(crate) fn with_key(key: &str) -> CallContext {
     CallContext::new().idempotency_key(key)
 }
 
 /// The provenance contract of a stale answer (the spec's test): ok, degraded, fidelity stale,
 /// within the staleness budget, steering wording intact, answered fast.
-pub fn assert_provenance(envelope: &Value, max_age_minutes: i64) -> Result<(), String> {
+pub(crate) fn assert_provenance(envelope: &Value, max_age_minutes: i64) -> Result<(), String> {
     let field = |name: &str| envelope.get(name).ok_or_else(|| format!("no `{name}` in {envelope}"));
     if field("status")? != "ok" {
         return Err(format!("status is not ok: {envelope}"));
@@ -354,7 +354,7 @@ pub fn assert_provenance(envelope: &Value, max_age_minutes: i64) -> Result<(), S
 }
 
 /// The envelope without its provenance annotation.
-pub fn strip_provenance(envelope: &Value) -> Value {
+pub(crate) fn strip_provenance(envelope: &Value) -> Value {
     let mut stripped = envelope.clone();
     if let Some(map) = stripped.as_object_mut() {
         for field in PROVENANCE_FIELDS {
@@ -365,10 +365,27 @@ pub fn strip_provenance(envelope: &Value) -> Value {
 }
 
 /// The outbox item of `key`.
-pub async fn outbox_item(store: &TestStore, key: &str) -> OutboxItem {
+pub(crate) async fn outbox_item(store: &TestStore, key: &str) -> OutboxItem {
     let items = store.outbox_list(None, 100).await.unwrap();
     items
         .into_iter()
         .find(|item| item.idempotency_key == key)
         .unwrap_or_else(|| panic!("no outbox item for {key}"))
+}
+
+/// A tools config from TOML as rein.toml writes it, validated (environment aside), with errors
+/// by key as the runtime reports them.
+pub(crate) fn parse_tools(text: &str) -> Result<ToolsConfig, rein_tools::ConfigError> {
+    let single = |key: &str, message: String| rein_tools::ConfigError {
+        problems: vec![rein_tools::ConfigProblem { key: key.to_string(), message }],
+    };
+    let deserializer =
+        toml::Deserializer::parse(text).map_err(|error| single("(file)", error.to_string()))?;
+    let config: ToolsConfig = serde_path_to_error::deserialize(deserializer).map_err(|error| {
+        let key = error.path().to_string();
+        let key = if key == "." || key.is_empty() { "(file)".to_string() } else { key };
+        single(&key, error.into_inner().message().to_string())
+    })?;
+    config.validate()?;
+    Ok(config)
 }

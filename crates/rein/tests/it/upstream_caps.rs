@@ -35,7 +35,7 @@ const ENDLESS_BYTES: usize = 200 * 1024 * 1024;
 const PEAK_RSS_CAP_BYTES: u64 = 256 * 1024 * 1024;
 
 /// `rein serve` as a child process; killed when dropped.
-pub struct Gateway {
+pub(crate) struct Gateway {
     child: Child,
     pub url: String,
     log: PathBuf,
@@ -44,7 +44,7 @@ pub struct Gateway {
 impl Gateway {
     /// Starts `rein serve` on `config`, with `env` set and the log (at `rust_log`) in
     /// `dir/rein.log`.
-    pub fn start(dir: &Path, config: &str, env: &[(&str, &str)], rust_log: &str) -> Gateway {
+    pub(crate) fn start(dir: &Path, config: &str, env: &[(&str, &str)], rust_log: &str) -> Gateway {
         let path = dir.join("rein.toml");
         std::fs::write(&path, config).unwrap();
         let log = dir.join("rein.log");
@@ -67,12 +67,12 @@ impl Gateway {
         Gateway { child, url, log }
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// A line of `/proc/PID/status` in bytes (`VmHWM`: the peak resident set so far).
-    pub fn status_bytes(&self, field: &str) -> u64 {
+    pub(crate) fn status_bytes(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
         let line = status
             .lines()
@@ -91,7 +91,7 @@ impl Drop for Gateway {
 }
 
 /// Serves `app` on 127.0.0.1:0 for the rest of the test; returns its root URL.
-pub async fn serve_upstream(app: axum::Router) -> String {
+pub(crate) async fn serve_upstream(app: axum::Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

@@ -1,0 +1,174 @@
+//! The invariants ARCHITECTURE.md states about the crate graph and the call's context, checked
+//! on the sources themselves: the crates' `Cargo.toml`s and their non-test Rust.
+//!
+//! - Only `rein-runtime` reads the config: no other crate depends on `toml` (the simulator aside,
+//!   for its own scenario files) or names `toml::` in its code.
+//! - Only `rein-gateway` knows HTTP servers and their status codes: no other library crate
+//!   depends on `axum`, and `StatusCode` appears in no other library crate's code except where a
+//!   client reads an upstream's answer or the simulator answers.
+//! - No production crate depends on the simulator except behind a feature.
+//! - One `CallContext` per call, made at the edge: nothing below it builds a deadline.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Every crate's name and its directory.
+fn crates() -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(workspace().join("crates")).unwrap() {
+        let dir = entry.unwrap().path();
+        let manifest = dir.join("Cargo.toml");
+        if manifest.is_file() {
+            let table: toml::Table = fs::read_to_string(&manifest).unwrap().parse().unwrap();
+            let name = table["package"]["name"].as_str().unwrap().to_string();
+            out.push((name, dir));
+        }
+    }
+    out.sort();
+    assert!(out.len() >= 8, "every crate is found: {out:?}");
+    out
+}
+
+/// The `[dependencies]` table of a crate (not its dev-dependencies).
+fn dependencies(dir: &Path) -> toml::Table {
+    let table: toml::Table = fs::read_to_string(dir.join("Cargo.toml")).unwrap().parse().unwrap();
+    table.get("dependencies").and_then(|d| d.as_table()).cloned().unwrap_or_default()
+}
+
+/// The non-test Rust of a crate's `src/`: each file up to its `#[cfg(test)]` module, without
+/// comment lines, and no `tests.rs` or `*_tests.rs` files.
+fn production_sources(dir: &Path) -> Vec<(PathBuf, String)> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&dir.join("src"), &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .filter(|path| {
+            let name = path.file_name().unwrap().to_string_lossy();
+            name != "tests.rs" && !name.ends_with("_tests.rs")
+        })
+        .map(|path| {
+            let text = fs::read_to_string(&path).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            let code: Vec<&str> =
+                code.lines().filter(|line| !line.trim_start().starts_with("//")).collect();
+            (path, code.join("\n"))
+        })
+        .collect()
+}
+
+fn relative(path: &Path) -> String {
+    let root = workspace().canonicalize().unwrap();
+    let path = path.canonicalize().unwrap();
+    path.strip_prefix(&root).unwrap().display().to_string()
+}
+
+#[test]
+fn only_the_runtime_reads_the_config() {
+    for (name, dir) in crates() {
+        if name == "rein-runtime" {
+            assert!(dependencies(&dir).contains_key("toml"), "rein-runtime parses rein.toml");
+            continue;
+        }
+        // The simulator reads its own scenario files, never rein.toml.
+        if name == "rein-sim" {
+            continue;
+        }
+        assert!(
+            !dependencies(&dir).contains_key("toml"),
+            "{name} depends on `toml`: only rein-runtime reads the config"
+        );
+        for (path, code) in production_sources(&dir) {
+            assert!(
+                !code.contains("toml::"),
+                "{} reads TOML: only rein-runtime reads the config",
+                relative(&path)
+            );
+        }
+    }
+}
+
+#[test]
+fn only_the_gateway_knows_http_status_codes() {
+    // Clients read an upstream's status (the provider adapters, the tools' http rungs); the
+    // simulator is a server of its own. Everything else is below HTTP.
+    let reads_upstream_status = ["rein-providers", "rein-tools", "rein-sim", "rein"];
+    for (name, dir) in crates() {
+        if name == "rein-gateway" {
+            assert!(dependencies(&dir).contains_key("axum"), "the gateway serves HTTP");
+            continue;
+        }
+        assert!(
+            !dependencies(&dir).contains_key("axum"),
+            "{name} depends on axum: only rein-gateway serves HTTP"
+        );
+        if reads_upstream_status.contains(&name.as_str()) {
+            continue;
+        }
+        for (path, code) in production_sources(&dir) {
+            assert!(
+                !code.contains("StatusCode"),
+                "{} uses HTTP status codes: only rein-gateway maps to them",
+                relative(&path)
+            );
+        }
+    }
+}
+
+#[test]
+fn no_production_crate_depends_on_the_simulator_except_behind_a_feature() {
+    for (name, dir) in crates() {
+        let Some(sim) = dependencies(&dir).get("rein-sim").cloned() else { continue };
+        let optional = sim.get("optional").and_then(|o| o.as_bool()).unwrap_or(false);
+        assert!(optional, "{name} depends on rein-sim outside a feature (`optional = true`)");
+    }
+}
+
+#[test]
+fn nothing_below_the_edge_builds_a_deadline() {
+    // Where a call's context (and so its deadline) may be made: its definition, and the edge.
+    let allowed = [
+        "crates/rein-core/src/clock.rs",
+        "crates/rein-core/src/context.rs",
+        "crates/rein-gateway/src/server/context.rs",
+    ];
+    let makers = [
+        "Deadline::after(",
+        "Deadline::unbounded(",
+        "CallContext::new(",
+        "CallContext::with_deadline(",
+    ];
+    let mut seen = Vec::new();
+    for (_, dir) in crates() {
+        for (path, code) in production_sources(&dir) {
+            let file = relative(&path);
+            for maker in makers {
+                if code.contains(maker) {
+                    seen.push(file.clone());
+                    assert!(
+                        allowed.contains(&file.as_str()),
+                        "{file} builds a deadline (`{maker}`): below the edge, narrow the call's own (`CallContext::narrow`, `Deadline::within`)"
+                    );
+                }
+            }
+        }
+    }
+    assert!(
+        seen.iter().any(|file| file == "crates/rein-gateway/src/server/context.rs"),
+        "the edge makes the context: {seen:?}"
+    );
+}
