@@ -18,6 +18,7 @@ pub mod release;
 pub mod report;
 pub mod retry;
 pub mod route;
+pub mod secret;
 pub mod validate;
 
 pub use breaker::{BreakerState, Cooldown, CooldownPolicy};
@@ -37,3 +38,4 @@ pub use release::{ReleaseStream, Released};
 pub use report::{Alert, AttemptRecord, CallReport, Outcome, ServedBy, SkipReason, Step};
 pub use retry::{FixedJitter, Jitter, RetryPolicy, SeededJitter};
 pub use route::{FailoverShare, ReleaseMode, Route, Tier, TierParams};
+pub use secret::Secret;

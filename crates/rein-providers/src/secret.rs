@@ -1,55 +1,11 @@
-//! The API key, wrapped so it can travel through configs, providers and errors without ever
-//! being printed. `Debug` and `Display` show `***`; the value itself is read in exactly one
-//! place, when the adapter writes the authentication header (marked sensitive there too, so
-//! the HTTP stack redacts it from its own debug output).
+//! Provider credentials: the one [`Secret`] type (`rein_core::Secret`), read in exactly one place,
+//! when the adapter writes the authentication header (marked sensitive there too, so the HTTP
+//! stack redacts it from its own debug output), and the [`Redactor`] that scrubs echoed keys
+//! out of the failures a provider reports.
 
 use std::fmt;
 
-use serde::Deserialize;
-
-/// A credential that must never reach logs, traces, recordings or error bodies.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The raw value. Only the header builders call this.
-    pub(crate) fn expose(&self) -> &str {
-        &self.0
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl From<String> for Secret {
-    fn from(value: String) -> Self {
-        Self(value)
-    }
-}
-
-impl From<&str> for Secret {
-    fn from(value: &str) -> Self {
-        Self(value.to_owned())
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
+pub use rein_core::Secret;
 
 /// Scrubs a provider's credentials out of the failures it reports. A misbehaving server or
 /// proxy can echo the key back in an error body; the message must still never carry it.
@@ -64,7 +20,7 @@ impl Redactor {
     const MIN_LEN: usize = 6;
 
     pub(crate) fn new<'a>(secrets: impl IntoIterator<Item = &'a Secret>) -> Self {
-        let needles = secrets.into_iter().filter(|s| s.0.len() >= Self::MIN_LEN).cloned().collect();
+        let needles = secrets.into_iter().filter(|s| s.len() >= Self::MIN_LEN).cloned().collect();
         Self { needles }
     }
 
@@ -118,14 +74,6 @@ impl fmt::Debug for Redactor {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn debug_and_display_hide_the_value() {
-        let secret = Secret::new("sk-live-123");
-        assert_eq!(format!("{secret:?}"), "***");
-        assert_eq!(format!("{secret}"), "***");
-        assert_eq!(secret.expose(), "sk-live-123");
-    }
 
     #[test]
     fn redactor_scrubs_echoed_keys_but_not_short_values() {

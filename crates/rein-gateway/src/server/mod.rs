@@ -35,7 +35,7 @@ use crate::wire::ErrorKind;
 pub use context::{
     CONVERSATION_HEADER, DEADLINE_HEADER, IDEMPOTENCY_HEADER, RUN_HEADER, TRACEPARENT_HEADER,
 };
-pub use error::{Api, ApiError};
+pub use error::{Api, ApiError, status};
 
 /// Whether the request carries a valid client key (always, when none are configured: rein
 /// then only listens on loopback, which config validation enforces).

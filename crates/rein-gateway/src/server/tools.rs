@@ -16,23 +16,11 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use rein_tools::{ToolError, ToolStatus};
-use serde_json::{Value, json};
+use rein_tools::{ToolError, ToolOutcome, ToolStatus};
+use serde_json::Value;
 
-use super::Gateway;
 use super::context::{CONVERSATION_HEADER, IDEMPOTENCY_HEADER, call_context};
-
-/// An error answer for a tool call that was not dispatched.
-fn error(status: StatusCode, kind: &str, param: Option<&str>, message: &str, id: &str) -> Response {
-    let body = json!({
-        "error": { "message": message, "type": kind, "param": param, "code": Value::Null }
-    });
-    let mut response = (status, Json(body)).into_response();
-    if let Ok(value) = HeaderValue::from_str(id) {
-        response.headers_mut().insert("x-rein-request-id", value);
-    }
-    response
-}
+use super::{ApiError, Gateway};
 
 pub(super) async fn call(
     State(gateway): State<Arc<Gateway>>,
@@ -41,142 +29,147 @@ pub(super) async fn call(
     body: Body,
 ) -> Response {
     let request_id = super::new_id("req_");
+    match dispatch(&gateway, &tool, &headers, body, &request_id).await {
+        Ok(response) => response,
+        Err(error) => {
+            gateway.metrics.http_error("tools", error.status.as_u16());
+            error.into_response()
+        }
+    }
+}
+
+/// Auth, context, body and arguments, then the dispatcher; every refusal is an [`ApiError`].
+async fn dispatch(
+    gateway: &Gateway,
+    tool: &str,
+    headers: &HeaderMap,
+    body: Body,
+    request_id: &str,
+) -> Result<Response, ApiError> {
     let runtime = gateway.current();
-    if !super::client_allowed(&runtime, &headers) {
-        gateway.metrics.http_error("tools", 401);
-        return error(
+    let invalid = |param: Option<&str>, message: &str| {
+        ApiError::tool(StatusCode::BAD_REQUEST, "invalid_request_error", param, message, request_id)
+    };
+    if !super::client_allowed(&runtime, headers) {
+        return Err(ApiError::tool(
             StatusCode::UNAUTHORIZED,
             "authentication_error",
             None,
             "Incorrect API key provided. Send a rein client key as `Authorization: Bearer <key>`.",
-            &request_id,
-        );
+            request_id,
+        ));
     }
-    let invalid = |param: Option<&str>, message: &str| {
-        gateway.metrics.http_error("tools", 400);
-        error(StatusCode::BAD_REQUEST, "invalid_request_error", param, message, &request_id)
-    };
-    let ctx = match call_context(&headers) {
-        Ok(ctx) => ctx,
-        Err(problem) => return invalid(Some(problem.header), &problem.message),
-    };
+    let ctx = call_context(headers).map_err(|p| invalid(Some(p.header), &p.message))?;
     let content_type =
         headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !content_type.to_ascii_lowercase().starts_with("application/json") {
         let shown = if content_type.is_empty() { "none" } else { content_type };
-        gateway.metrics.http_error("tools", 415);
-        return error(
+        return Err(ApiError::tool(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "invalid_request_error",
             None,
             &format!("Content-Type must be application/json (got {shown})"),
-            &request_id,
-        );
+            request_id,
+        ));
     }
     let server = &runtime.config.server;
-    let bytes = match super::body::read_request(body, &headers, server).await {
-        Ok(bytes) => bytes,
-        Err(failure) => {
-            let status = failure.status();
-            gateway.metrics.http_error("tools", status.as_u16());
-            let message = failure.message(server);
-            let mut response = error(status, "invalid_request_error", None, &message, &request_id);
-            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-            return response;
-        }
-    };
+    let bytes = super::body::read_request(body, headers, server).await.map_err(|failure| {
+        let message = failure.message(server);
+        ApiError::tool(failure.status(), "invalid_request_error", None, &message, request_id)
+            .closing()
+    })?;
     let args: Value = match serde_json::from_slice(&bytes) {
         Ok(value @ Value::Object(_)) => value,
         Ok(_) => {
-            return invalid(None, "The body must be a JSON object: the tool call's arguments.");
+            return Err(invalid(
+                None,
+                "The body must be a JSON object: the tool call's arguments.",
+            ));
         }
-        Err(e) => return invalid(None, &format!("The body is not valid JSON: {e}")),
+        Err(e) => return Err(invalid(None, &format!("The body is not valid JSON: {e}"))),
     };
-    match runtime.tools.call(&ctx, &tool, args).await {
-        Ok(outcome) => {
-            if let Some(run) = &ctx.run_id {
-                gateway
-                    .runtime
-                    .runs
-                    .record(run, runtime.tools.evidence_of(&tool, &outcome.envelope));
-            }
-            let status = match outcome.status {
-                ToolStatus::Queued | ToolStatus::PendingApproval => StatusCode::ACCEPTED,
-                ToolStatus::Ok | ToolStatus::Refused | ToolStatus::Busy => StatusCode::OK,
-            };
-            tracing::info!(
-                request_id,
-                tool,
-                status = outcome.status.as_str(),
-                rung = outcome.served_by.as_deref().unwrap_or("-"),
-                replayed = outcome.replayed,
-                "tool call finished"
-            );
-            let retry_after_ms = outcome.envelope.get("retry_after_ms").and_then(Value::as_u64);
-            let key =
-                outcome.envelope.get("idempotency_key").and_then(Value::as_str).map(str::to_string);
-            let mut response = (status, Json(outcome.envelope)).into_response();
-            let headers = response.headers_mut();
-            let mut set = |name: &'static str, value: &str| {
-                if let Ok(value) = HeaderValue::from_str(value) {
-                    headers.insert(name, value);
-                }
-            };
-            set("x-rein-request-id", &request_id);
-            set("x-rein-outcome", outcome.status.as_str());
-            set("x-rein-replayed", if outcome.replayed { "true" } else { "false" });
-            if let Some(rung) = &outcome.served_by {
-                set("x-rein-rung", rung);
-            }
-            if let Some(key) = &key {
-                set("idempotency-key", key);
-            }
-            if let Some(ms) = retry_after_ms {
-                set("retry-after-ms", &ms.to_string());
-                set("retry-after", &ms.div_ceil(1000).max(1).to_string());
-            }
-            response
+    let outcome = runtime
+        .tools
+        .call(&ctx, tool, args)
+        .await
+        .map_err(|failure| tool_error(&failure, tool, request_id))?;
+    if let Some(run) = &ctx.run_id {
+        gateway.runtime.runs.record(run, runtime.tools.evidence_of(tool, &outcome.envelope));
+    }
+    Ok(answered(tool, outcome, request_id))
+}
+
+/// The envelope the model should see, with headers that say what happened.
+fn answered(tool: &str, outcome: ToolOutcome, request_id: &str) -> Response {
+    let status = match outcome.status {
+        ToolStatus::Queued | ToolStatus::PendingApproval => StatusCode::ACCEPTED,
+        ToolStatus::Ok | ToolStatus::Refused | ToolStatus::Busy => StatusCode::OK,
+    };
+    tracing::info!(
+        request_id,
+        tool,
+        status = outcome.status.as_str(),
+        rung = outcome.served_by.as_deref().unwrap_or("-"),
+        replayed = outcome.replayed,
+        "tool call finished"
+    );
+    let retry_after_ms = outcome.envelope.get("retry_after_ms").and_then(Value::as_u64);
+    let key = outcome.envelope.get("idempotency_key").and_then(Value::as_str).map(str::to_string);
+    let mut response = (status, Json(outcome.envelope)).into_response();
+    let headers = response.headers_mut();
+    let mut set = |name: &'static str, value: &str| {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            headers.insert(name, value);
         }
-        Err(failure) => {
-            let message = failure.to_string();
-            let (status, kind, param) = match &failure {
-                ToolError::UnknownTool(_) => (StatusCode::NOT_FOUND, "not_found_error", None),
-                ToolError::BadArgs(_) => (StatusCode::BAD_REQUEST, "invalid_request_error", None),
-                ToolError::BadArgument { argument, .. } => {
-                    (StatusCode::BAD_REQUEST, "invalid_request_error", Some(argument.as_str()))
-                }
-                ToolError::MissingConversation { .. } => {
-                    (StatusCode::BAD_REQUEST, "invalid_request_error", Some(CONVERSATION_HEADER))
-                }
-                ToolError::KeyMismatch { .. } => (
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "idempotency_error",
-                    Some(IDEMPOTENCY_HEADER),
-                ),
-                ToolError::KeyInFlight { .. } => {
-                    (StatusCode::CONFLICT, "idempotency_error", Some(IDEMPOTENCY_HEADER))
-                }
-                ToolError::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", None),
-            };
-            if let ToolError::Store(store) = &failure {
-                tracing::error!(request_id, tool, "tool store failed: {store}");
-            }
-            gateway.metrics.http_error("tools", status.as_u16());
-            let message = match &failure {
-                ToolError::Store(_) => {
-                    "rein's tool store is unavailable; nothing was sent. Retry with the same idempotency key.".to_string()
-                }
-                _ => message,
-            };
-            let mut response = error(status, kind, param, &message, &request_id);
-            if let ToolError::KeyInFlight { retry_after_ms, .. } = &failure {
-                // By then the first request has finished or its key can be taken over.
-                let headers = response.headers_mut();
-                headers.insert("retry-after-ms", HeaderValue::from(*retry_after_ms));
-                headers
-                    .insert("retry-after", HeaderValue::from(retry_after_ms.div_ceil(1000).max(1)));
-            }
-            response
+    };
+    set("x-rein-request-id", request_id);
+    set("x-rein-outcome", outcome.status.as_str());
+    set("x-rein-replayed", if outcome.replayed { "true" } else { "false" });
+    if let Some(rung) = &outcome.served_by {
+        set("x-rein-rung", rung);
+    }
+    if let Some(key) = &key {
+        set("idempotency-key", key);
+    }
+    if let Some(ms) = retry_after_ms {
+        set("retry-after-ms", &ms.to_string());
+        set("retry-after", &ms.div_ceil(1000).max(1).to_string());
+    }
+    response
+}
+
+/// A call the dispatcher refused, as the caller's mistake (4xx) or rein's store failing (503).
+fn tool_error(failure: &ToolError, tool: &str, request_id: &str) -> ApiError {
+    let (status, kind, param) = match failure {
+        ToolError::UnknownTool(_) => (StatusCode::NOT_FOUND, "not_found_error", None),
+        ToolError::BadArgs(_) => (StatusCode::BAD_REQUEST, "invalid_request_error", None),
+        ToolError::BadArgument { argument, .. } => {
+            (StatusCode::BAD_REQUEST, "invalid_request_error", Some(argument.as_str()))
         }
+        ToolError::MissingConversation { .. } => {
+            (StatusCode::BAD_REQUEST, "invalid_request_error", Some(CONVERSATION_HEADER))
+        }
+        ToolError::KeyMismatch { .. } => {
+            (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_error", Some(IDEMPOTENCY_HEADER))
+        }
+        ToolError::KeyInFlight { .. } => {
+            (StatusCode::CONFLICT, "idempotency_error", Some(IDEMPOTENCY_HEADER))
+        }
+        ToolError::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "api_error", None),
+    };
+    let message = match failure {
+        ToolError::Store(store) => {
+            tracing::error!(request_id, tool, "tool store failed: {store}");
+            "rein's tool store is unavailable; nothing was sent. Retry with the same idempotency key.".to_string()
+        }
+        other => other.to_string(),
+    };
+    let error = ApiError::tool(status, kind, param, &message, request_id);
+    match failure {
+        // By then the first request has finished or its key can be taken over.
+        ToolError::KeyInFlight { retry_after_ms, .. } => error
+            .header("retry-after-ms", HeaderValue::from(*retry_after_ms))
+            .header("retry-after", HeaderValue::from(retry_after_ms.div_ceil(1000).max(1))),
+        _ => error,
     }
 }

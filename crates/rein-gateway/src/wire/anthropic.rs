@@ -503,13 +503,13 @@ pub fn wire_error_body(error: &WireError) -> Value {
 
 /// The status and body for a call that ended without an answer, with the `rein` object when
 /// there is a report.
-pub fn call_error_body(error: &CallError) -> (axum::http::StatusCode, Value) {
+pub fn call_error_body(error: &CallError) -> (ErrorKind, Value) {
     let kind = ErrorKind::of_call_error(error);
     let mut body = error_body(kind, &error.to_string());
     if let (Some(report), Value::Object(map)) = (error.report(), &mut body) {
         map.insert("rein".into(), rein_summary(report));
     }
-    (kind.status(), body)
+    (kind, body)
 }
 
 /// One route as an Anthropic model object (`GET /v1/models/{id}`); `created_at` is RFC 3339.

@@ -17,7 +17,6 @@ mod openai_stream;
 pub mod anthropic;
 pub mod openai;
 
-use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 use rein_core::{CallError, CallReport};
@@ -74,23 +73,6 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    pub fn status(self) -> StatusCode {
-        match self {
-            ErrorKind::InvalidRequest => StatusCode::BAD_REQUEST,
-            ErrorKind::Authentication => StatusCode::UNAUTHORIZED,
-            ErrorKind::PermissionDenied => StatusCode::FORBIDDEN,
-            ErrorKind::NotFound | ErrorKind::UnknownPath => StatusCode::NOT_FOUND,
-            ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ErrorKind::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            ErrorKind::RequestTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-            ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
-        }
-    }
-
     /// The kind a call that ended without an answer is reported as.
     pub fn of_call_error(error: &CallError) -> Self {
         match error {
@@ -192,7 +174,7 @@ mod tests {
             ErrorKind::Timeout,
         ]
         .iter()
-        .map(|kind| kind.status().as_u16())
+        .map(|kind| crate::server::status(*kind).as_u16())
         .collect();
         assert_eq!(statuses, [400, 401, 403, 404, 413, 415, 429, 500, 503, 504]);
     }

@@ -689,7 +689,7 @@ pub fn wire_error_body(error: &WireError) -> Value {
 
 /// The status and body for a call that ended without an answer, with OpenAI's codes for
 /// context length and content policy, and the `rein` object when there is a report.
-pub fn call_error_body(error: &CallError) -> (axum::http::StatusCode, Value) {
+pub fn call_error_body(error: &CallError) -> (ErrorKind, Value) {
     let kind = ErrorKind::of_call_error(error);
     let message = error.to_string();
     let mut body = match error {
@@ -712,7 +712,7 @@ pub fn call_error_body(error: &CallError) -> (axum::http::StatusCode, Value) {
     if let (Some(report), Value::Object(map)) = (error.report(), &mut body) {
         map.insert("rein".into(), rein_summary(report));
     }
-    (kind.status(), body)
+    (kind, body)
 }
 
 /// The `GET /v1/models` list: one entry per route name.

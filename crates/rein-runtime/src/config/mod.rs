@@ -23,39 +23,7 @@ pub use cli::{Listen, client_key_env, with_listen};
 pub use output::{DEFAULT_MAX_TOKENS_CAP, DEFAULT_WEBHOOK_TIMEOUT_MS, OutputConfig, WebhookConfig};
 pub use raw::ProviderKind;
 use raw::{RawConfig, RawProvider, RawRoute};
-
-/// A secret value. Debug, Display and Serialize print `***`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The value, for the one place that must send it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
-
-impl Serialize for Secret {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str("***")
-    }
-}
+pub use rein_core::Secret;
 
 /// One problem in a config, at one key.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,8 @@
 //!   for its own scenario files) or names `toml::` in its code.
 //! - Only `rein-gateway` knows HTTP servers and their status codes: no other library crate
 //!   depends on `axum`, and `StatusCode` appears in no other library crate's code except where a
-//!   client reads an upstream's answer or the simulator answers.
+//!   client reads an upstream's answer or the simulator answers; inside the gateway, the wire
+//!   formats use no server types either.
 //! - No production crate depends on the simulator except behind a feature.
 //! - One `CallContext` per call, made at the edge: nothing below it builds a deadline.
 
@@ -110,6 +111,19 @@ fn only_the_gateway_knows_http_status_codes() {
     for (name, dir) in crates() {
         if name == "rein-gateway" {
             assert!(dependencies(&dir).contains_key("axum"), "the gateway serves HTTP");
+            // Its wire formats are pure: bodies and kinds, no server types.
+            let wire: Vec<_> = production_sources(&dir)
+                .into_iter()
+                .filter(|(path, _)| path.components().any(|c| c.as_os_str() == "wire"))
+                .collect();
+            assert!(wire.len() >= 5, "the wire modules are found");
+            for (path, code) in wire {
+                assert!(
+                    !code.contains("axum") && !code.contains("StatusCode"),
+                    "{} uses HTTP server types: the wire formats are pure",
+                    relative(&path)
+                );
+            }
             continue;
         }
         assert!(
