@@ -13,6 +13,7 @@ pub mod context;
 pub mod degraded;
 pub mod failure;
 pub mod model;
+pub mod problems;
 pub mod provider;
 pub mod release;
 pub mod report;

@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 use crate::config::GateRule;
-use crate::config::compile::Problems;
+use rein_core::problems::Problems;
 
 /// A comparison operator of a gate rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

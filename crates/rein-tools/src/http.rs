@@ -15,9 +15,9 @@ use std::time::Duration;
 use reqwest::header::{CONTENT_LENGTH, HeaderValue};
 use serde_json::Value;
 
-use crate::config::compile::Problems;
 use crate::ladder::HttpRung;
 use crate::redact::Redactor;
+use rein_core::problems::Problems;
 
 /// The header that carries a write's idempotency key, on every attempt and every replay.
 pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";

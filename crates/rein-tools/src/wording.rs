@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use crate::config::DetailConfig;
-use crate::config::compile::Problems;
+use rein_core::problems::Problems;
 
 /// Why an envelope needs a `detail` sentence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

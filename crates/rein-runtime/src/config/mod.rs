@@ -9,7 +9,6 @@ pub mod raw;
 mod tls;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -24,36 +23,8 @@ pub use output::{DEFAULT_MAX_TOKENS_CAP, DEFAULT_WEBHOOK_TIMEOUT_MS, OutputConfi
 pub use raw::ProviderKind;
 use raw::{RawConfig, RawProvider, RawRoute};
 pub use rein_core::Secret;
-
-/// One problem in a config, at one key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigProblem {
-    pub key: String,
-    pub message: String,
-}
-
-impl fmt::Display for ConfigProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "`{}`: {}", self.key, self.message)
-    }
-}
-
-/// Every problem found in a config, not just the first.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct ConfigError {
-    pub problems: Vec<ConfigProblem>,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let count = self.problems.len();
-        writeln!(f, "the config has {count} problem{}:", if count == 1 { "" } else { "s" })?;
-        for problem in &self.problems {
-            writeln!(f, "  - {problem}")?;
-        }
-        Ok(())
-    }
-}
+use rein_core::problems::Problems;
+pub use rein_core::problems::{ConfigError, ConfigProblem};
 
 /// Looks up an environment variable.
 pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -220,26 +191,14 @@ pub struct TierConfig {
 impl Config {
     /// Parse and validate a TOML config.
     pub fn from_toml(text: &str, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
-        let deserializer =
-            toml::Deserializer::parse(text).map_err(|error| single("(file)", error.to_string()))?;
+        let deserializer = toml::Deserializer::parse(text)
+            .map_err(|error| ConfigError::single("(file)", error.to_string()))?;
         let raw: RawConfig = serde_path_to_error::deserialize(deserializer).map_err(|error| {
             let key = error.path().to_string();
             let key = if key == "." || key.is_empty() { "(file)".to_string() } else { key };
-            single(&key, error.into_inner().message().to_string())
+            ConfigError::single(key, error.into_inner().message().to_string())
         })?;
         validate(raw, env)
-    }
-}
-
-fn single(key: &str, message: String) -> ConfigError {
-    ConfigError { problems: vec![ConfigProblem { key: key.to_string(), message }] }
-}
-
-struct Problems(Vec<ConfigProblem>);
-
-impl Problems {
-    fn add(&mut self, key: impl Into<String>, message: impl Into<String>) {
-        self.0.push(ConfigProblem { key: key.into(), message: message.into() });
     }
 }
 
@@ -249,7 +208,7 @@ fn ms(value: u64) -> Duration {
 
 /// Turn raw settings into typed ones, collecting every problem.
 pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigError> {
-    let mut problems = Problems(Vec::new());
+    let mut problems = Problems::new();
 
     let listen = match raw.server.listen.parse::<SocketAddr>() {
         Ok(addr) => Some(addr),
@@ -396,7 +355,7 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
 
     let Some(listen) = listen else {
         problems.add("server.listen", "invalid");
-        return Err(ConfigError { problems: problems.0 });
+        return Err(problems.into_error());
     };
     let server = ServerConfig {
         listen,
@@ -419,11 +378,9 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
     // A key variable that is not set is a problem of its own already: the auth rules judge the
     // keys once all are set.
     if server.client_keys.len() == raw.server.client_keys_env.len() {
-        problems.0.extend(server.auth_problems(listen));
+        problems.extend(server.auth_problems(listen));
     }
-    if !problems.0.is_empty() {
-        return Err(ConfigError { problems: problems.0 });
-    }
+    problems.into_result()?;
     Ok(Config {
         server,
         store: StoreConfig { sqlite_path: raw.store.sqlite_path, postgres_url },
@@ -588,7 +545,7 @@ fn validate_route(
     problems: &mut Problems,
 ) -> Option<RouteConfig> {
     let key = |field: &str| format!("routes.{name}.{field}");
-    let before = problems.0.len();
+    let before = problems.len();
     let defaults = ClockPolicy::default();
     let attempt = raw.attempt_ms.map_or(defaults.attempt, ms);
     let clocks = ClockPolicy {
@@ -777,7 +734,7 @@ fn validate_route(
         output::validate_output(name, output, &raw.tiers, clocks.deadline, problems)
     });
 
-    (problems.0.len() == before).then_some(RouteConfig {
+    (problems.len() == before).then_some(RouteConfig {
         clocks,
         retry,
         release,

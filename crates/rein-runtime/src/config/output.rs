@@ -11,8 +11,8 @@ use rein_core::validate::{BuiltinRule, CompiledSchema, Condition, ProblemKindSel
 use serde::Serialize;
 use serde_json::Value;
 
-use super::Problems;
 use super::raw::{RawOutput, RawTier, RawWebhook};
+use rein_core::problems::Problems;
 
 /// The default for `max_tokens_cap`, as `rein_core::Route::new` has it.
 pub const DEFAULT_MAX_TOKENS_CAP: u32 = 8192;
@@ -66,7 +66,7 @@ pub(super) fn validate_output(
     problems: &mut Problems,
 ) -> Option<OutputConfig> {
     let key = |field: &str| format!("routes.{route}.output.{field}");
-    let before = problems.0.len();
+    let before = problems.len();
 
     let (schema, compiled_schema) = schema_of(raw, &key, problems);
     // Whether a schema was given, compiled or not: later checks judge what the author meant.
@@ -119,7 +119,7 @@ pub(super) fn validate_output(
         check_selector(selector, &key(&format!("fail_open[{index}]")), raw, problems);
     }
 
-    (problems.0.len() == before).then(|| OutputConfig {
+    (problems.len() == before).then(|| OutputConfig {
         json,
         schema,
         schema_file: raw.schema_file.clone(),
@@ -287,7 +287,7 @@ fn check_webhook(
     deadline: Duration,
     problems: &mut Problems,
 ) -> Option<WebhookConfig> {
-    let before = problems.0.len();
+    let before = problems.len();
     if raw.name.is_empty()
         || !raw.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
     {
@@ -332,7 +332,7 @@ fn check_webhook(
             ),
         );
     }
-    (problems.0.len() == before).then(|| WebhookConfig {
+    (problems.len() == before).then(|| WebhookConfig {
         name: raw.name.clone(),
         url: raw.url.clone(),
         timeout,

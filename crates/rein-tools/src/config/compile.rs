@@ -9,12 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rein_core::breaker::{Cooldown, CooldownPolicy};
+use rein_core::problems::Problems;
 use reqwest::Method;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use super::{
-    BodyMode, ConfigError, ConfigProblem, Fidelity, Idempotency, LookupConfig, RungConfig,
-    RungKind, ToolConfig, ToolKind, ToolsConfig,
+    BodyMode, ConfigError, Fidelity, Idempotency, LookupConfig, RungConfig, RungKind, ToolConfig,
+    ToolKind, ToolsConfig,
 };
 use crate::gate::Gate;
 use crate::http::{IDEMPOTENCY_KEY_HEADER, UrlTemplate};
@@ -34,30 +35,6 @@ pub(crate) const DEFAULT_MAX_RESPONSE_BYTES: u64 = 1024 * 1024;
 /// Added to a write ladder's budgets for its key's lease, so a live request is never taken over.
 const KEY_LEASE_MARGIN: Duration = Duration::from_secs(5);
 
-/// Problems found so far.
-#[derive(Debug, Default)]
-pub(crate) struct Problems(Vec<ConfigProblem>);
-
-impl Problems {
-    pub(crate) fn add(&mut self, key: impl Into<String>, message: impl Into<String>) {
-        self.0.push(ConfigProblem { key: key.into(), message: message.into() });
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    #[cfg(test)]
-    pub(crate) fn keys(&self) -> Vec<String> {
-        self.0.iter().map(|p| p.key.clone()).collect()
-    }
-
-    #[cfg(test)]
-    pub(crate) fn messages(&self) -> Vec<String> {
-        self.0.iter().map(|p| p.message.clone()).collect()
-    }
-}
-
 /// The compiled config.
 #[derive(Debug)]
 pub(crate) struct Compiled {
@@ -73,7 +50,7 @@ pub(crate) fn compile(
     config: &ToolsConfig,
     env: Option<EnvLookup<'_>>,
 ) -> Result<Compiled, ConfigError> {
-    let mut problems = Problems::default();
+    let mut problems = Problems::new();
 
     let mut bulkheads: BTreeMap<String, Arc<Bulkhead>> = BTreeMap::new();
     for (name, bulkhead) in &config.bulkheads {
@@ -136,9 +113,7 @@ pub(crate) fn compile(
         }
     }
 
-    if !problems.is_empty() {
-        return Err(ConfigError { problems: problems.0 });
-    }
+    problems.into_result()?;
     Ok(Compiled {
         tools,
         redactor,
@@ -168,7 +143,7 @@ struct ToolCtx<'a, 'e> {
 
 fn compile_tool(name: &str, raw: &ToolConfig, ctx: &mut ToolCtx<'_, '_>) -> Option<Tool> {
     let key = format!("tools.{name}");
-    let before = ctx.problems.0.len();
+    let before = ctx.problems.len();
     if name.is_empty()
         || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
     {
@@ -278,7 +253,7 @@ fn compile_tool(name: &str, raw: &ToolConfig, ctx: &mut ToolCtx<'_, '_>) -> Opti
         (_, None) => None,
     };
 
-    if ctx.problems.0.len() > before {
+    if ctx.problems.len() > before {
         return None;
     }
     let budgets: Duration = rungs.iter().map(|rung| rung.timeout).sum::<Duration>()
@@ -303,7 +278,7 @@ fn compile_lookup(
     key: &str,
     ctx: &mut ToolCtx<'_, '_>,
 ) -> Option<Lookup> {
-    let before = ctx.problems.0.len();
+    let before = ctx.problems.len();
     let timeout_ms = match raw.timeout_ms {
         None => {
             ctx.problems.add(
@@ -336,7 +311,7 @@ fn compile_lookup(
         default_bulkhead: format!("{tool}.lookup"),
     };
     let http = compile_request(&spec, key, ctx);
-    if ctx.problems.0.len() > before {
+    if ctx.problems.len() > before {
         return None;
     }
     Some(Lookup {
@@ -387,7 +362,7 @@ fn compile_rung(
     key: &str,
     ctx: &mut ToolCtx<'_, '_>,
 ) -> Option<Rung> {
-    let before = ctx.problems.0.len();
+    let before = ctx.problems.len();
     let kind_name = match raw.kind {
         RungKind::Http => "http",
         RungKind::Cache => "cache",
@@ -519,7 +494,7 @@ fn compile_rung(
         RungKind::Queue => Some(RungAction::Queue),
     };
 
-    if ctx.problems.0.len() > before {
+    if ctx.problems.len() > before {
         return None;
     }
     Some(Rung {
@@ -561,7 +536,7 @@ struct Request<'a> {
 }
 
 fn compile_request(raw: &Request<'_>, key: &str, ctx: &mut ToolCtx<'_, '_>) -> Option<HttpRung> {
-    let before = ctx.problems.0.len();
+    let before = ctx.problems.len();
     let method = match raw.method.map(str::to_ascii_uppercase).as_deref() {
         None => raw.default_method.clone(),
         Some("POST") => Method::POST,
@@ -662,7 +637,7 @@ fn compile_request(raw: &Request<'_>, key: &str, ctx: &mut ToolCtx<'_, '_>) -> O
         Some(bytes) => bytes,
         None => DEFAULT_MAX_RESPONSE_BYTES,
     };
-    if ctx.problems.0.len() > before {
+    if ctx.problems.len() > before {
         return None;
     }
     Some(HttpRung { method, url: url?, headers, body_args, bulkhead, max_response_bytes })

@@ -9,7 +9,6 @@
 pub(crate) mod compile;
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -415,42 +414,7 @@ fn default_retain_ms() -> u64 {
     7 * 24 * 3_600_000
 }
 
-/// One problem in a config, at one key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigProblem {
-    pub key: String,
-    pub message: String,
-}
-
-impl fmt::Display for ConfigProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "`{}`: {}", self.key, self.message)
-    }
-}
-
-/// Every problem found in a config, not just the first.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct ConfigError {
-    pub problems: Vec<ConfigProblem>,
-}
-
-impl ConfigError {
-    /// Whether some problem is at `key`.
-    pub fn names(&self, key: &str) -> bool {
-        self.problems.iter().any(|p| p.key == key)
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let count = self.problems.len();
-        write!(f, "the tools config has {count} problem{}:", if count == 1 { "" } else { "s" })?;
-        for problem in &self.problems {
-            write!(f, "\n  - {problem}")?;
-        }
-        Ok(())
-    }
-}
+pub use rein_core::problems::{ConfigError, ConfigProblem};
 
 impl ToolsConfig {
     /// Validate everything but the environment (that every `headers_env` variable is set:

@@ -239,6 +239,6 @@ fn error_messages_say_the_fix() {
     let error = parse_tools(&toml).unwrap_err();
     assert_eq!(
         error.to_string(),
-        "the tools config has 1 problem:\n  - `tools.w.rungs[1].kind`: a write tool cannot have a `cache` rung: writes never substitute; defer with a final `queue` rung instead"
+        "the config has 1 problem:\n  - `tools.w.rungs[1].kind`: a write tool cannot have a `cache` rung: writes never substitute; defer with a final `queue` rung instead\n"
     );
 }
