@@ -41,7 +41,20 @@ pub(super) fn parse_body<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(body).map_err(|e| format!("body must be {shape}: {e}"))
 }
 
-pub(super) fn denied(gateway: &Gateway, headers: &HeaderMap) -> Option<Response> {
+/// Every admin route passes this first, before any extractor reads the request: the admin API
+/// off without an admin key, and 401 without the right one.
+pub(super) async fn guard(
+    State(gateway): State<Arc<Gateway>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match denied(&gateway, request.headers()) {
+        Some(refused) => refused,
+        None => next.run(request).await,
+    }
+}
+
+fn denied(gateway: &Gateway, headers: &HeaderMap) -> Option<Response> {
     let runtime = gateway.current();
     if runtime.config.server.admin_key.is_none() {
         return Some(error(
@@ -57,10 +70,7 @@ pub(super) fn denied(gateway: &Gateway, headers: &HeaderMap) -> Option<Response>
     })
 }
 
-async fn kill_state(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    if let Some(response) = denied(&gateway, &headers) {
-        return response;
-    }
+async fn kill_state(State(gateway): State<Arc<Gateway>>) -> Response {
     let switch = gateway.runtime.engine.kill_switch();
     let routes: Vec<_> = gateway
         .runtime
@@ -82,14 +92,7 @@ struct Flip {
     reason: String,
 }
 
-async fn kill_flip(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    if let Some(response) = denied(&gateway, &headers) {
-        return response;
-    }
+async fn kill_flip(State(gateway): State<Arc<Gateway>>, body: Bytes) -> Response {
     let flip: Flip =
         match parse_body(&body, "{\"route\"?: string, \"engaged\": bool, \"reason\": string}") {
             Ok(parsed) => parsed,
@@ -122,17 +125,11 @@ async fn kill_flip(
     axum::Json(record).into_response()
 }
 
-async fn tiers(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    if let Some(response) = denied(&gateway, &headers) {
-        return response;
-    }
+async fn tiers(State(gateway): State<Arc<Gateway>>) -> Response {
     axum::Json(json!({ "tiers": gateway.runtime.engine.tier_states() })).into_response()
 }
 
-async fn reload(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    if let Some(response) = denied(&gateway, &headers) {
-        return response;
-    }
+async fn reload(State(gateway): State<Arc<Gateway>>) -> Response {
     match gateway.reload().await {
         Ok(version) => axum::Json(json!({ "version": version })).into_response(),
         Err(StartError::Config(problems)) => (
@@ -149,10 +146,7 @@ async fn reload(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
     }
 }
 
-async fn config(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    if let Some(response) = denied(&gateway, &headers) {
-        return response;
-    }
+async fn config(State(gateway): State<Arc<Gateway>>) -> Response {
     let runtime = gateway.current();
     axum::Json(json!({ "version": runtime.version, "config": &runtime.config })).into_response()
 }
@@ -171,12 +165,8 @@ fn known_route(gateway: &Gateway, route: &str) -> Option<Response> {
         .then(|| error(StatusCode::NOT_FOUND, format!("no route named `{route}`")))
 }
 
-async fn versions(
-    State(gateway): State<Arc<Gateway>>,
-    Path(route): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    if let Some(response) = denied(&gateway, &headers).or_else(|| known_route(&gateway, &route)) {
+async fn versions(State(gateway): State<Arc<Gateway>>, Path(route): Path<String>) -> Response {
+    if let Some(response) = known_route(&gateway, &route) {
         return response;
     }
     match gateway.runtime.store.versions(&route) {
@@ -195,9 +185,8 @@ async fn diff(
     State(gateway): State<Arc<Gateway>>,
     Path(route): Path<String>,
     Query(query): Query<DiffQuery>,
-    headers: HeaderMap,
 ) -> Response {
-    if let Some(response) = denied(&gateway, &headers).or_else(|| known_route(&gateway, &route)) {
+    if let Some(response) = known_route(&gateway, &route) {
         return response;
     }
     match gateway.runtime.store.diff(&route, query.from, query.to) {
@@ -221,10 +210,9 @@ struct NewVersion {
 async fn new_version(
     State(gateway): State<Arc<Gateway>>,
     Path(route): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Some(response) = denied(&gateway, &headers).or_else(|| known_route(&gateway, &route)) {
+    if let Some(response) = known_route(&gateway, &route) {
         return response;
     }
     let request: NewVersion = match parse_body(
@@ -292,10 +280,9 @@ struct Revert {
 async fn revert(
     State(gateway): State<Arc<Gateway>>,
     Path(route): Path<String>,
-    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Some(response) = denied(&gateway, &headers).or_else(|| known_route(&gateway, &route)) {
+    if let Some(response) = known_route(&gateway, &route) {
         return response;
     }
     let request: Revert =

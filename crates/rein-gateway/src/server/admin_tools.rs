@@ -12,7 +12,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use rein_store::tools::{HoldState, OutboxItem, OutboxState};
@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Gateway;
-use super::admin::{denied, error, parse_body};
+use super::admin::{error, parse_body};
 
 pub(super) fn router() -> Router<Arc<Gateway>> {
     Router::new()
@@ -77,12 +77,8 @@ fn item_json(item: &OutboxItem, now_unix_ms: i64) -> Value {
 
 async fn outbox_list(
     State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
     Query(query): Query<ListQuery>,
 ) -> Response {
-    if let Some(response) = denied(&gateway, &headers) {
-        return response;
-    }
     let state: Option<OutboxState> = match query.state("pending, review, done, failed, dropped") {
         Ok(state) => state,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
@@ -100,14 +96,7 @@ async fn outbox_list(
     }
 }
 
-async fn outbox_show(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    Path(id): Path<i64>,
-) -> Response {
-    if let Some(response) = denied(&gateway, &headers) {
-        return response;
-    }
+async fn outbox_show(State(gateway): State<Arc<Gateway>>, Path(id): Path<i64>) -> Response {
     let tools = gateway.current().tools.clone();
     match tools.outbox_get(id).await {
         Ok(Some(item)) => axum::Json(item_json(&item, tools.now_unix_ms())).into_response(),
@@ -116,14 +105,7 @@ async fn outbox_show(
     }
 }
 
-async fn outbox_replay(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    Path(id): Path<i64>,
-) -> Response {
-    if let Some(response) = denied(&gateway, &headers) {
-        return response;
-    }
+async fn outbox_replay(State(gateway): State<Arc<Gateway>>, Path(id): Path<i64>) -> Response {
     let tools = gateway.current().tools.clone();
     match tools.outbox_replay_now(id).await {
         Ok(true) => {
@@ -158,13 +140,9 @@ fn reasoned(body: &[u8]) -> Result<Reasoned, String> {
 
 async fn outbox_drop(
     State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
     Path(id): Path<i64>,
     body: Bytes,
 ) -> Response {
-    if let Some(response) = denied(&gateway, &headers) {
-        return response;
-    }
     let request = match reasoned(&body) {
         Ok(request) => request,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
@@ -219,13 +197,9 @@ struct Executed {
 
 async fn outbox_executed(
     State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
     Path(id): Path<i64>,
     body: Bytes,
 ) -> Response {
-    if let Some(response) = denied(&gateway, &headers) {
-        return response;
-    }
     let request: Executed = if body.iter().all(u8::is_ascii_whitespace) {
         Executed { by: None, result: None, note: None }
     } else {
@@ -253,12 +227,8 @@ async fn outbox_executed(
 
 async fn approvals(
     State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
     Query(query): Query<ListQuery>,
 ) -> Response {
-    if let Some(response) = denied(&gateway, &headers) {
-        return response;
-    }
     let state: Option<HoldState> = match query.state("pending, approved, rejected") {
         Ok(state) => state,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
@@ -270,16 +240,7 @@ async fn approvals(
     }
 }
 
-async fn decide(
-    gateway: Arc<Gateway>,
-    headers: HeaderMap,
-    id: i64,
-    body: Bytes,
-    approve: bool,
-) -> Response {
-    if let Some(response) = denied(&gateway, &headers) {
-        return response;
-    }
+async fn decide(gateway: Arc<Gateway>, id: i64, body: Bytes, approve: bool) -> Response {
     let request = match reasoned(&body) {
         Ok(request) => request,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
@@ -305,26 +266,17 @@ async fn decide(
 
 async fn approve(
     State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
     Path(id): Path<i64>,
     body: Bytes,
 ) -> Response {
-    decide(gateway, headers, id, body, true).await
+    decide(gateway, id, body, true).await
 }
 
-async fn reject(
-    State(gateway): State<Arc<Gateway>>,
-    headers: HeaderMap,
-    Path(id): Path<i64>,
-    body: Bytes,
-) -> Response {
-    decide(gateway, headers, id, body, false).await
+async fn reject(State(gateway): State<Arc<Gateway>>, Path(id): Path<i64>, body: Bytes) -> Response {
+    decide(gateway, id, body, false).await
 }
 
-async fn tools(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    if let Some(response) = denied(&gateway, &headers) {
-        return response;
-    }
+async fn tools(State(gateway): State<Arc<Gateway>>) -> Response {
     let tools = gateway.current().tools.clone();
     let list: Vec<_> =
         tools.tools().into_iter().map(|(name, kind)| json!({"tool": name, "kind": kind})).collect();

@@ -305,7 +305,11 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/", get(dashboard))
-        .nest("/admin", admin::router())
+        .nest(
+            "/admin",
+            admin::router()
+                .route_layer(axum::middleware::from_fn_with_state(gateway.clone(), admin::guard)),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(gateway)

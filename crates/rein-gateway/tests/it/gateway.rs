@@ -722,3 +722,67 @@ model = "sim-primary"
     );
     gw.stop().await.unwrap();
 }
+
+/// Every admin route refuses a request without the admin key (401), with a client key (401),
+/// and with no admin key configured (403), before it reads anything else of the request; and
+/// takes the admin key.
+#[tokio::test]
+async fn every_admin_route_needs_the_admin_key() {
+    let routes: [(&str, &str); 17] = [
+        ("GET", "/admin/kill"),
+        ("POST", "/admin/kill"),
+        ("GET", "/admin/tiers"),
+        ("POST", "/admin/reload"),
+        ("GET", "/admin/config"),
+        ("GET", "/admin/routes/chat/versions"),
+        ("POST", "/admin/routes/chat/versions"),
+        ("GET", "/admin/routes/chat/diff?from=1&to=1"),
+        ("POST", "/admin/routes/chat/revert"),
+        ("GET", "/admin/outbox"),
+        ("GET", "/admin/outbox/1"),
+        ("POST", "/admin/outbox/1/replay"),
+        ("POST", "/admin/outbox/1/drop"),
+        ("POST", "/admin/outbox/1/executed"),
+        ("GET", "/admin/approvals"),
+        ("POST", "/admin/approvals/1/approve"),
+        ("GET", "/admin/tools"),
+    ];
+    let gw = start().await;
+    let off = start_with(&CONFIG.replace("admin_key_env = \"ADMIN_KEY\"\n", ""), None).await;
+    for (method, path) in routes {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        for (key, status) in [(None, 401), (Some("client-secret-1"), 401)] {
+            let mut request = gw.client.request(method.clone(), gw.url(path)).body("not json");
+            if let Some(key) = key {
+                request = request.bearer_auth(key);
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status().as_u16(), status, "{method} {path} with {key:?}");
+            let body: Value = response.json().await.unwrap();
+            assert!(body["error"]["message"].as_str().unwrap().contains("admin key"), "{body}");
+        }
+        let response = off
+            .client
+            .request(method.clone(), off.url(path))
+            .bearer_auth("admin-secret-1")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 403, "{method} {path} with the admin API off");
+        // With the admin key the route is reached: whatever it answers, it is not a refusal.
+        let response = gw
+            .client
+            .request(method.clone(), gw.url(path))
+            .bearer_auth("admin-secret-1")
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            ![401, 403].contains(&response.status().as_u16()),
+            "{method} {path} with the admin key: {}",
+            response.status()
+        );
+    }
+    gw.stop().await.unwrap();
+    off.stop().await.unwrap();
+}
