@@ -97,9 +97,15 @@ impl TierRun<'_> {
 
         while number < attempts {
             number += 1;
-            if let Err(reason) = self.before_attempt(call, last.as_ref(), number).await {
-                call.skip(self.index, &tier.name, reason);
-                break;
+            // The decisions are plain functions and the waits are awaited here, so a call's
+            // future nests no deeper than the tier loop's (every level is copied when built).
+            match self.before_attempt(call, last.as_ref(), number) {
+                Ok(None) => {}
+                Ok(Some(wait)) => tokio::time::sleep(wait).await,
+                Err(reason) => {
+                    call.skip(self.index, &tier.name, reason);
+                    break;
+                }
             }
             let clocks = call.attempt_clocks(&route.clocks);
             let started = call.deadline.elapsed();
@@ -122,7 +128,13 @@ impl TierRun<'_> {
             };
             let next = match result {
                 Ok(response) => {
-                    self.answered(call, record, response, &tier_request, forward.as_deref()).await
+                    self.observe(&record);
+                    call.steps.push(Step::Attempt(record));
+                    let sent = forward.as_deref().is_some_and(|f| f.forwarded());
+                    let checked =
+                        check(self.ctx, route, self.index, &response, &tier_request, sent, call)
+                            .await;
+                    self.answered(call, response, checked)
                 }
                 Err(failure) => {
                     self.failed(call, record, failure, number == attempts, forward.as_deref())
@@ -147,14 +159,14 @@ impl TierRun<'_> {
         TierEnd::SteppedDown { last, tried, context_length }
     }
 
-    /// Whether attempt number `number` may start: after a failure `last`, once the wait before
-    /// the retry is over; `Err` says why the tier is left instead.
-    async fn before_attempt(
+    /// Whether attempt number `number` may start: after a failure `last`, after the wait this
+    /// returns (recorded as a step); `Err` says why the tier is left instead.
+    fn before_attempt(
         &self,
         call: &mut CallState,
         last: Option<&Classified>,
         number: u32,
-    ) -> Result<(), SkipReason> {
+    ) -> Result<Option<std::time::Duration>, SkipReason> {
         let Some(previous) = last else {
             if !call.attempt_fits() {
                 return Err(SkipReason::NoTimeLeft {
@@ -162,7 +174,7 @@ impl TierRun<'_> {
                 });
             }
             self.budget.record_request();
-            return Ok(());
+            return Ok(None);
         };
         let move_ = retry::next(
             previous,
@@ -188,24 +200,13 @@ impl TierRun<'_> {
             wait_ms: millis(wait),
             pushback,
         });
-        tokio::time::sleep(wait).await;
-        Ok(())
+        Ok(Some(wait))
     }
 
-    /// An attempt answered (`record`): the ladder decides whether it serves the call.
-    async fn answered(
-        &self,
-        call: &mut CallState,
-        record: AttemptRecord,
-        mut response: ChatResponse,
-        sent: &ChatRequest,
-        forward: Option<&Forwarder>,
-    ) -> Next {
+    /// An attempt answered and the ladder decided (`checked`) whether it serves the call.
+    fn answered(&self, call: &mut CallState, mut response: ChatResponse, checked: Checked) -> Next {
         let (route, tier, index) = (self.route, self.tier, self.index);
-        self.observe(&record);
-        call.steps.push(Step::Attempt(record));
-        let already_forwarded = forward.is_some_and(|f| f.forwarded());
-        match check(self.ctx, route, index, &response, sent, already_forwarded, call).await {
+        match checked {
             Checked::Accept { text, tool_calls } => {
                 if let Some(text) = text {
                     response.text = text;
