@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::evidence::Evidence;
-use super::rules::{Answer, Problem, Rule, RuleSet};
+use super::rules::{Answer, Problem, Rule};
 use super::schema::describe_path;
 use crate::context::CallContext;
 
@@ -372,17 +372,6 @@ impl Rule for BuiltinRule {
         answer: &'a Answer,
     ) -> BoxFuture<'a, Vec<Problem>> {
         Box::pin(std::future::ready(self.evaluate(answer, &ctx.evidence)))
-    }
-}
-
-impl RuleSet {
-    /// A rule set of built-in rules, in this order (as a route's config lists them).
-    pub fn from_builtin(rules: impl IntoIterator<Item = BuiltinRule>) -> Self {
-        let mut set = RuleSet::new();
-        for rule in rules {
-            set.push(std::sync::Arc::new(rule));
-        }
-        set
     }
 }
 

@@ -13,6 +13,7 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::builtin::BuiltinRule;
 use crate::context::CallContext;
 
 /// Which rung found a problem, and for rules, which rule.
@@ -170,6 +171,15 @@ impl RuleSet {
 
     pub fn len(&self) -> usize {
         self.rules.len()
+    }
+
+    /// A rule set of built-in rules, in this order (as a route's config lists them).
+    pub fn from_builtin(rules: impl IntoIterator<Item = BuiltinRule>) -> Self {
+        let mut set = RuleSet::new();
+        for rule in rules {
+            set.push(Arc::new(rule));
+        }
+        set
     }
 
     /// Run every rule in order and collect all their problems.

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use super::*;
+use crate::validate::RuleSet;
 use crate::validate::evidence::EvidenceItem;
 use serde_json::json;
 
