@@ -10,36 +10,36 @@ use rein_core::{KillFlip, KillScope};
 
 use crate::{Store, StoreError};
 
-impl Store {
-    /// Record one flip, durably (`synchronous = FULL`), after every earlier one; returns its
-    /// sequence number.
-    pub fn record_kill_flip(&self, flip: &KillFlip) -> Result<i64, StoreError> {
-        let (route, at) = columns(flip);
-        let conn = self.conn();
-        conn.execute(
-            "INSERT INTO kill_flips (route, engaged, reason, at_unix_ms) VALUES (?1, ?2, ?3, ?4)",
-            params![route, flip.engaged, flip.reason, at],
-        )?;
-        Ok(conn.last_insert_rowid())
-    }
+/// Record one flip after every earlier one; its sequence number.
+pub(crate) fn record_kill_flip(store: &Store, flip: &KillFlip) -> Result<i64, StoreError> {
+    let (route, at) = columns(flip);
+    let conn = store.conn();
+    conn.execute(
+        "INSERT INTO kill_flips (route, engaged, reason, at_unix_ms) VALUES (?1, ?2, ?3, ?4)",
+        params![route, flip.engaged, flip.reason, at],
+    )?;
+    Ok(conn.last_insert_rowid())
+}
 
-    /// Every recorded flip, oldest first.
-    pub fn kill_flips(&self) -> Result<Vec<KillFlip>, StoreError> {
-        Ok(self.kill_flips_after(0)?.into_iter().map(|(_, flip)| flip).collect())
-    }
+/// Every recorded flip, oldest first.
+pub(crate) fn kill_flips(store: &Store) -> Result<Vec<KillFlip>, StoreError> {
+    Ok(kill_flips_after(store, 0)?.into_iter().map(|(_, flip)| flip).collect())
+}
 
-    /// The flips recorded after sequence number `after`, oldest first, with their numbers.
-    pub fn kill_flips_after(&self, after: i64) -> Result<Vec<(i64, KillFlip)>, StoreError> {
-        let conn = self.conn();
-        let mut statement = conn.prepare(
-            "SELECT id, route, engaged, reason, at_unix_ms FROM kill_flips WHERE id > ?1
-             ORDER BY id",
-        )?;
-        let rows = statement.query_map([after], |row| {
-            Ok((row.get(0)?, flip(row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)))
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
+/// The flips after sequence number `after`, oldest first, with their numbers.
+pub(crate) fn kill_flips_after(
+    store: &Store,
+    after: i64,
+) -> Result<Vec<(i64, KillFlip)>, StoreError> {
+    let conn = store.conn();
+    let mut statement = conn.prepare(
+        "SELECT id, route, engaged, reason, at_unix_ms FROM kill_flips WHERE id > ?1
+         ORDER BY id",
+    )?;
+    let rows = statement.query_map([after], |row| {
+        Ok((row.get(0)?, flip(row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 /// A flip as stored: the route (none for the global switch), and the time as signed ms.

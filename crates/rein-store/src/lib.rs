@@ -19,6 +19,7 @@ pub mod versions;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
+use rein_core::KillFlip;
 use rusqlite::{Connection, TransactionBehavior};
 
 pub use open::open_tool_store;
@@ -185,6 +186,72 @@ impl Store {
     /// The schema version of the open store.
     pub fn schema_version(&self) -> Result<i64, StoreError> {
         Ok(self.conn().query_row("SELECT MAX(version) FROM rein_schema", [], |row| row.get(0))?)
+    }
+
+    /// Record `settings` for `route`. When they equal the active version's, nothing is written
+    /// and the active version is returned; otherwise a new version is written and made active.
+    pub fn record_settings(
+        &self,
+        route: &str,
+        settings: &RouteSettings,
+        author: &str,
+        note: &str,
+    ) -> Result<VersionInfo, StoreError> {
+        versions::record_settings(self, route, settings, author, note)
+    }
+
+    /// Every version of a route, oldest first.
+    pub fn versions(&self, route: &str) -> Result<Vec<VersionInfo>, StoreError> {
+        versions::versions(self, route)
+    }
+
+    /// One version of a route.
+    pub fn version(&self, route: &str, version: i64) -> Result<VersionInfo, StoreError> {
+        versions::find_version(self, route, version)
+    }
+
+    /// The version serving now, if the route has any.
+    pub fn active_version(&self, route: &str) -> Result<Option<VersionInfo>, StoreError> {
+        versions::active_version(self, route)
+    }
+
+    /// Make an earlier (or later) version the one serving: a revert.
+    pub fn activate(
+        &self,
+        route: &str,
+        version: i64,
+        author: &str,
+        reason: &str,
+    ) -> Result<VersionInfo, StoreError> {
+        versions::activate(self, route, version, author, reason)
+    }
+
+    /// What changed from version `from` to version `to`.
+    pub fn diff(&self, route: &str, from: i64, to: i64) -> Result<Vec<Change>, StoreError> {
+        versions::diff(self, route, from, to)
+    }
+
+    /// The newest version written by `author` (the config file writes as `config`): a reload
+    /// compares against it, so an operator's revert is not undone by an unchanged config.
+    pub fn latest_by(&self, route: &str, author: &str) -> Result<Option<VersionInfo>, StoreError> {
+        versions::latest_by(self, route, author)
+    }
+
+    /// Record one kill switch flip, durably (`synchronous = FULL`), after every earlier one;
+    /// returns its sequence number.
+    pub fn record_kill_flip(&self, flip: &KillFlip) -> Result<i64, StoreError> {
+        kill::record_kill_flip(self, flip)
+    }
+
+    /// Every recorded kill switch flip, oldest first.
+    pub fn kill_flips(&self) -> Result<Vec<KillFlip>, StoreError> {
+        kill::kill_flips(self)
+    }
+
+    /// The kill switch flips recorded after sequence number `after`, oldest first, with their
+    /// numbers.
+    pub fn kill_flips_after(&self, after: i64) -> Result<Vec<(i64, KillFlip)>, StoreError> {
+        kill::kill_flips_after(self, after)
     }
 }
 

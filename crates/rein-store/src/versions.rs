@@ -57,153 +57,157 @@ fn now_ms() -> i64 {
     rein_core::clock::unix_ms() as i64
 }
 
-impl Store {
-    /// Record `settings` for `route`. When they equal the active version's, nothing is written
-    /// and the active version is returned; otherwise a new version is written and made active.
-    pub fn record_settings(
-        &self,
-        route: &str,
-        settings: &RouteSettings,
-        author: &str,
-        note: &str,
-    ) -> Result<VersionInfo, StoreError> {
-        if let Some(active) = self.active_version(route)?
-            && active.settings == *settings
-        {
-            return Ok(active);
-        }
-        let json =
-            serde_json::to_string(settings).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        let version: i64 = tx.query_row(
-            "SELECT COALESCE(MAX(version), 0) + 1 FROM route_versions WHERE route = ?1",
-            [route],
-            |row| row.get(0),
-        )?;
-        let created = now_ms();
-        tx.execute(
-            "INSERT INTO route_versions (route, version, settings, author, note, created_unix_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            (route, version, &json, author, note, created),
-        )?;
-        tx.execute(
-            "INSERT INTO route_active (route, version, author, reason, changed_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT(route) DO UPDATE SET version = excluded.version, author = excluded.author,
-               reason = excluded.reason, changed_unix_ms = excluded.changed_unix_ms",
-            (route, version, author, note, created),
-        )?;
-        tx.commit()?;
-        tracing::info!(route, version, author, "route settings: new version");
-        Ok(VersionInfo {
+/// Record `settings` as `route`'s new active version, unless they are the active one's.
+pub(crate) fn record_settings(
+    store: &Store,
+    route: &str,
+    settings: &RouteSettings,
+    author: &str,
+    note: &str,
+) -> Result<VersionInfo, StoreError> {
+    if let Some(active) = active_version(store, route)?
+        && active.settings == *settings
+    {
+        return Ok(active);
+    }
+    let json = serde_json::to_string(settings).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let mut conn = store.conn();
+    let tx = conn.transaction()?;
+    let version: i64 = tx.query_row(
+        "SELECT COALESCE(MAX(version), 0) + 1 FROM route_versions WHERE route = ?1",
+        [route],
+        |row| row.get(0),
+    )?;
+    let created = now_ms();
+    tx.execute(
+        "INSERT INTO route_versions (route, version, settings, author, note, created_unix_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        (route, version, &json, author, note, created),
+    )?;
+    tx.execute(
+        "INSERT INTO route_active (route, version, author, reason, changed_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT(route) DO UPDATE SET version = excluded.version, author = excluded.author,
+           reason = excluded.reason, changed_unix_ms = excluded.changed_unix_ms",
+        (route, version, author, note, created),
+    )?;
+    tx.commit()?;
+    tracing::info!(route, version, author, "route settings: new version");
+    Ok(VersionInfo {
+        route: route.to_string(),
+        version,
+        settings: settings.clone(),
+        author: author.to_string(),
+        note: note.to_string(),
+        created_unix_ms: created,
+        active: true,
+    })
+}
+
+/// Every version of `route`, oldest first.
+pub(crate) fn versions(store: &Store, route: &str) -> Result<Vec<VersionInfo>, StoreError> {
+    let active = active_number(store, route)?;
+    let conn = store.conn();
+    let mut statement = conn.prepare(
+        "SELECT version, settings, author, note, created_unix_ms FROM route_versions
+         WHERE route = ?1 ORDER BY version",
+    )?;
+    let rows = statement.query_map([route], |row| {
+        Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?, row.get(2)?, row.get(3)?, row.get(4)?))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (version, settings, author, note, created_unix_ms) = row?;
+        out.push(VersionInfo {
             route: route.to_string(),
             version,
-            settings: settings.clone(),
-            author: author.to_string(),
-            note: note.to_string(),
-            created_unix_ms: created,
-            active: true,
+            settings: parse(&settings)?,
+            author,
+            note,
+            created_unix_ms,
+            active: active == Some(version),
+        });
+    }
+    Ok(out)
+}
+
+/// One version of `route`.
+pub(crate) fn find_version(
+    store: &Store,
+    route: &str,
+    version: i64,
+) -> Result<VersionInfo, StoreError> {
+    versions(store, route)?
+        .into_iter()
+        .find(|v| v.version == version)
+        .ok_or_else(|| StoreError::NoSuchVersion { route: route.to_string(), version })
+}
+
+/// The version of `route` serving now, if any.
+pub(crate) fn active_version(
+    store: &Store,
+    route: &str,
+) -> Result<Option<VersionInfo>, StoreError> {
+    match active_number(store, route)? {
+        Some(version) => find_version(store, route, version).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Make `version` the one serving.
+pub(crate) fn activate(
+    store: &Store,
+    route: &str,
+    version: i64,
+    author: &str,
+    reason: &str,
+) -> Result<VersionInfo, StoreError> {
+    let info = find_version(store, route, version)?;
+    store.conn().execute(
+        "UPDATE route_active SET version = ?2, author = ?3, reason = ?4, changed_unix_ms = ?5 WHERE route = ?1",
+        (route, version, author, reason, now_ms()),
+    )?;
+    tracing::warn!(route, version, author, reason, "route settings: version activated");
+    Ok(VersionInfo { active: true, ..info })
+}
+
+/// The fields that differ from version `from` to version `to`.
+pub(crate) fn diff(
+    store: &Store,
+    route: &str,
+    from: i64,
+    to: i64,
+) -> Result<Vec<Change>, StoreError> {
+    let a = flatten(&find_version(store, route, from)?.settings);
+    let b = flatten(&find_version(store, route, to)?.settings);
+    let mut paths: Vec<&String> = a.keys().chain(b.keys()).collect();
+    paths.sort();
+    paths.dedup();
+    Ok(paths
+        .into_iter()
+        .filter(|path| a.get(*path) != b.get(*path))
+        .map(|path| Change {
+            path: path.clone(),
+            from: a.get(path).cloned(),
+            to: b.get(path).cloned(),
         })
-    }
+        .collect())
+}
 
-    /// Every version of a route, oldest first.
-    pub fn versions(&self, route: &str) -> Result<Vec<VersionInfo>, StoreError> {
-        let active = self.active_number(route)?;
-        let conn = self.conn();
-        let mut statement = conn.prepare(
-            "SELECT version, settings, author, note, created_unix_ms FROM route_versions
-             WHERE route = ?1 ORDER BY version",
-        )?;
-        let rows = statement.query_map([route], |row| {
-            Ok((
-                row.get::<_, i64>(0)?,
-                row.get::<_, String>(1)?,
-                row.get(2)?,
-                row.get(3)?,
-                row.get(4)?,
-            ))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (version, settings, author, note, created_unix_ms) = row?;
-            out.push(VersionInfo {
-                route: route.to_string(),
-                version,
-                settings: parse(&settings)?,
-                author,
-                note,
-                created_unix_ms,
-                active: active == Some(version),
-            });
-        }
-        Ok(out)
-    }
+/// The newest version of `route` written by `author`.
+pub(crate) fn latest_by(
+    store: &Store,
+    route: &str,
+    author: &str,
+) -> Result<Option<VersionInfo>, StoreError> {
+    Ok(versions(store, route)?.into_iter().rev().find(|v| v.author == author))
+}
 
-    /// One version of a route.
-    pub fn version(&self, route: &str, version: i64) -> Result<VersionInfo, StoreError> {
-        self.versions(route)?
-            .into_iter()
-            .find(|v| v.version == version)
-            .ok_or_else(|| StoreError::NoSuchVersion { route: route.to_string(), version })
-    }
-
-    /// The version serving now, if the route has any.
-    pub fn active_version(&self, route: &str) -> Result<Option<VersionInfo>, StoreError> {
-        match self.active_number(route)? {
-            Some(version) => self.version(route, version).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// Make an earlier (or later) version the one serving: a revert.
-    pub fn activate(
-        &self,
-        route: &str,
-        version: i64,
-        author: &str,
-        reason: &str,
-    ) -> Result<VersionInfo, StoreError> {
-        let info = self.version(route, version)?;
-        self.conn().execute(
-            "UPDATE route_active SET version = ?2, author = ?3, reason = ?4, changed_unix_ms = ?5 WHERE route = ?1",
-            (route, version, author, reason, now_ms()),
-        )?;
-        tracing::warn!(route, version, author, reason, "route settings: version activated");
-        Ok(VersionInfo { active: true, ..info })
-    }
-
-    /// What changed from version `from` to version `to`.
-    pub fn diff(&self, route: &str, from: i64, to: i64) -> Result<Vec<Change>, StoreError> {
-        let a = flatten(&self.version(route, from)?.settings);
-        let b = flatten(&self.version(route, to)?.settings);
-        let mut paths: Vec<&String> = a.keys().chain(b.keys()).collect();
-        paths.sort();
-        paths.dedup();
-        Ok(paths
-            .into_iter()
-            .filter(|path| a.get(*path) != b.get(*path))
-            .map(|path| Change {
-                path: path.clone(),
-                from: a.get(path).cloned(),
-                to: b.get(path).cloned(),
-            })
-            .collect())
-    }
-
-    /// The newest version written by `author` (the config file writes as `config`): a reload
-    /// compares against it, so an operator's revert is not undone by an unchanged config.
-    pub fn latest_by(&self, route: &str, author: &str) -> Result<Option<VersionInfo>, StoreError> {
-        Ok(self.versions(route)?.into_iter().rev().find(|v| v.author == author))
-    }
-
-    fn active_number(&self, route: &str) -> Result<Option<i64>, StoreError> {
-        Ok(self
-            .conn()
-            .query_row("SELECT version FROM route_active WHERE route = ?1", [route], |row| {
-                row.get(0)
-            })
-            .optional()?)
-    }
+/// The number of the version serving now.
+fn active_number(store: &Store, route: &str) -> Result<Option<i64>, StoreError> {
+    Ok(store
+        .conn()
+        .query_row("SELECT version FROM route_active WHERE route = ?1", [route], |row| row.get(0))
+        .optional()?)
 }
 
 fn parse(settings: &str) -> Result<RouteSettings, StoreError> {
