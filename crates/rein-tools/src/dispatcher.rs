@@ -10,11 +10,13 @@
 //! `replay.rs`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rein_core::breaker::{Admission, BreakerState, Permit};
 use rein_core::retry::{Jitter, SeededJitter};
+use rein_core::validate::EvidenceItem;
 use rein_core::{CallContext, Deadline};
-use rein_store::tools::ToolStore;
+use rein_store::tools::{Hold, HoldState, OutboxItem, OutboxState, OutboxStats, Pruned, ToolStore};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -27,7 +29,9 @@ use crate::keys::args_hash;
 use crate::ladder::{HttpRung, OutboxSettings, Rung, RungAction, Tool, Tools};
 use crate::observer::{LADDER_EXHAUSTED, NoopObserver, ToolObserver};
 use crate::redact::Redactor;
+use crate::replay::{self, ReplayReport};
 use crate::wording::Situation;
+use crate::{evidence, operator, write};
 
 /// How a call ended: the envelope the model sees, and the facts the caller's headers and logs
 /// need without parsing it.
@@ -169,8 +173,109 @@ impl Dispatcher {
         let urls = fill_urls(tool, &args)?;
         match tool.kind {
             ToolKind::Read => Ok(self.call_read(tool, &args, &urls, deadline).await),
-            ToolKind::Write => self.call_write(ctx, tool, args, &urls).await,
+            ToolKind::Write => write::call_write(self, ctx, tool, args, &urls).await,
         }
+    }
+
+    /// A person's decision on a held write. Approval puts the write in the outbox (the replay
+    /// worker sends it once, with its original key); rejection makes `refused` the key's final
+    /// result. Only the first decision counts: `None` when the hold does not exist or was
+    /// already decided.
+    pub async fn decide(
+        &self,
+        hold_id: i64,
+        approve: bool,
+        by: &str,
+        note: &str,
+    ) -> Result<Option<Hold>, ToolError> {
+        write::decide(self, hold_id, approve, by, note).await
+    }
+
+    /// The evidence in one call's envelope, per the tool's `evidence` config; empty when the
+    /// tool has none, the call was not `ok`, or nothing in the result matches.
+    pub fn evidence_of(&self, tool: &str, envelope: &Value) -> Vec<EvidenceItem> {
+        evidence::evidence_of(self, tool, envelope)
+    }
+
+    /// One pass: claim up to `limit` due items under a lease for `owner` and send each once.
+    pub async fn replay_due(&self, owner: &str, limit: i64) -> ReplayReport {
+        replay::replay_due(self, owner, limit).await
+    }
+
+    /// Run [`Dispatcher::replay_due`] forever: at once again while passes come back full,
+    /// otherwise every `poll`. Abort the handle to stop it.
+    pub fn spawn_replay_worker(
+        self: Arc<Self>,
+        owner: String,
+        poll: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        replay::spawn_replay_worker(self, owner, poll)
+    }
+
+    /// Queued writes, newest first, optionally only those in `state`.
+    pub async fn outbox_list(
+        &self,
+        state: Option<OutboxState>,
+        limit: i64,
+    ) -> Result<Vec<OutboxItem>, ToolError> {
+        operator::outbox_list(self, state, limit).await
+    }
+
+    /// One queued write.
+    pub async fn outbox_get(&self, id: i64) -> Result<Option<OutboxItem>, ToolError> {
+        operator::outbox_get(self, id).await
+    }
+
+    /// Make a pending or failed write due now (a failed one is pending again, same key). False
+    /// when there is no such item or it is done or dropped.
+    pub async fn outbox_replay_now(&self, id: i64) -> Result<bool, ToolError> {
+        operator::outbox_replay_now(self, id).await
+    }
+
+    /// Drop a pending, review or failed write: it is never sent, and its key's final result
+    /// says so. False when there is no such item or it is done or dropped.
+    pub async fn outbox_drop(&self, id: i64, by: &str, reason: &str) -> Result<bool, ToolError> {
+        operator::outbox_drop(self, id, by, reason).await
+    }
+
+    /// Record that a pending or review write did execute (an operator found it at the
+    /// backend), with `result` if they have it: it is never sent again, and its key's final
+    /// result is `ok`. False when there is no such item, it is not pending or in review, or a
+    /// worker is sending it right now.
+    pub async fn outbox_mark_executed(
+        &self,
+        id: i64,
+        by: &str,
+        result: Option<Value>,
+        note: &str,
+    ) -> Result<bool, ToolError> {
+        operator::outbox_mark_executed(self, id, by, result, note).await
+    }
+
+    /// The store's queue numbers, for metrics.
+    pub async fn outbox_stats(&self) -> Result<OutboxStats, ToolError> {
+        operator::outbox_stats(self).await
+    }
+
+    /// Gate holds, newest first, optionally only those in `state`.
+    pub async fn holds(
+        &self,
+        state: Option<HoldState>,
+        limit: i64,
+    ) -> Result<Vec<Hold>, ToolError> {
+        operator::holds(self, state, limit).await
+    }
+
+    /// Forget finished writes' keys (with their outbox items and holds) older than
+    /// `outbox.keys_retain_ms` and cache entries older than `outbox.cache_retain_ms`; nothing
+    /// queued, held, failed or in flight is touched.
+    pub async fn prune(&self) -> Result<Pruned, ToolError> {
+        operator::prune(self).await
+    }
+
+    /// The wall-clock time the dispatcher stamps records with.
+    pub fn now_unix_ms(&self) -> i64 {
+        self.clock.now_unix_ms()
     }
 
     async fn call_read(

@@ -13,19 +13,20 @@ use crate::dispatcher::Dispatcher;
 /// Most items taken from one result, so a huge result cannot flood a run's record.
 const MAX_ITEMS: usize = 256;
 
-impl Dispatcher {
-    /// The evidence in one call's envelope, per the tool's `evidence` config; empty when the
-    /// tool has none, the call was not `ok`, or nothing in the result matches.
-    pub fn evidence_of(&self, tool: &str, envelope: &Value) -> Vec<EvidenceItem> {
-        let Some(config) = self.tools.get(tool).and_then(|tool| tool.evidence.as_ref()) else {
-            return Vec::new();
-        };
-        if envelope.get("status").and_then(Value::as_str) != Some("ok") {
-            return Vec::new();
-        }
-        let Some(result) = envelope.get("result") else { return Vec::new() };
-        extract(tool, config, result)
+/// The evidence in one call's envelope of `tool`, per its `evidence` config.
+pub(crate) fn evidence_of(
+    dispatcher: &Dispatcher,
+    tool: &str,
+    envelope: &Value,
+) -> Vec<EvidenceItem> {
+    let Some(config) = dispatcher.tools.get(tool).and_then(|tool| tool.evidence.as_ref()) else {
+        return Vec::new();
+    };
+    if envelope.get("status").and_then(Value::as_str) != Some("ok") {
+        return Vec::new();
     }
+    let Some(result) = envelope.get("result") else { return Vec::new() };
+    extract(tool, config, result)
 }
 
 fn extract(tool: &str, config: &EvidenceConfig, result: &Value) -> Vec<EvidenceItem> {

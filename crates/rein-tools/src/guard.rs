@@ -36,71 +36,79 @@ pub(crate) struct Write<'a> {
     pub conversation_id: Option<&'a str>,
 }
 
-impl Dispatcher {
-    /// Whether `write` of `tool` may be sent again after an unknown outcome, within `budget`.
-    pub(crate) async fn duplicate_guard(
-        &self,
-        tool: &Tool,
-        write: Write<'_>,
-        budget: Duration,
-    ) -> Guard {
-        match (tool.idempotency, &tool.lookup) {
-            (Idempotency::Key, _) => Guard::Send,
-            (Idempotency::Review, _) => Guard::Review,
-            (Idempotency::Lookup, Some(lookup)) => self.lookup(tool, lookup, write, budget).await,
-            // Validation gives every lookup tool its lookup; a config without one proves nothing.
-            (Idempotency::Lookup, None) => Guard::Review,
+/// Whether `write` of `tool` may be sent again after an unknown outcome, within `budget`.
+pub(crate) async fn duplicate_guard(
+    dispatcher: &Dispatcher,
+    tool: &Tool,
+    write: Write<'_>,
+    budget: Duration,
+) -> Guard {
+    match (tool.idempotency, &tool.lookup) {
+        (Idempotency::Key, _) => Guard::Send,
+        (Idempotency::Review, _) => Guard::Review,
+        (Idempotency::Lookup, Some(lookup)) => {
+            run_lookup(dispatcher, tool, lookup, write, budget).await
         }
+        // Validation gives every lookup tool its lookup; a config without one proves nothing.
+        (Idempotency::Lookup, None) => Guard::Review,
     }
+}
 
-    async fn lookup(
-        &self,
-        tool: &Tool,
-        lookup: &Lookup,
-        write: Write<'_>,
-        budget: Duration,
-    ) -> Guard {
-        let url = match lookup_url(lookup, write) {
-            Ok(url) => url,
-            Err(problem) => return Guard::Wait(format!("lookup not possible: {problem}")),
-        };
-        let Some(_slot) = lookup.http.bulkhead.try_enter() else {
-            return Guard::Wait(format!("lookup bulkhead `{}` is full", lookup.http.bulkhead.name));
-        };
-        let budget = budget.min(lookup.timeout);
-        let sent =
-            http::send(&self.http, &lookup.http, &url, write.args, None, budget, &self.redactor);
-        let found = match sent.await {
-            HttpOutcome::Answered(answer) => {
-                let at = if lookup.found_at.is_empty() {
-                    Some(&answer)
-                } else {
-                    answer.pointer(&lookup.found_at)
-                };
-                at.filter(|value| !is_empty(value)).cloned()
-            }
-            HttpOutcome::Rejected { status: 404, .. } => None,
-            HttpOutcome::Rejected { status, message }
-            | HttpOutcome::Unauthorized { status, message } => {
-                return Guard::Wait(format!("lookup answered status {status}: {message}"));
-            }
-            HttpOutcome::Unparseable { .. } => {
-                return Guard::Wait("lookup answered a body that is not JSON".into());
-            }
-            HttpOutcome::Failed { reason, .. } => {
-                return Guard::Wait(format!("lookup failed: {reason}"));
-            }
-            HttpOutcome::TimedOut => {
-                return Guard::Wait(format!("lookup timed out after {} ms", budget.as_millis()));
-            }
-        };
-        match found {
-            Some(result) => {
-                tracing::info!(tool = %tool.name, "lookup found the earlier execution; not sending again");
-                Guard::Found(result)
-            }
-            None => Guard::Send,
+/// Ask the tool's lookup whether the write already executed.
+async fn run_lookup(
+    dispatcher: &Dispatcher,
+    tool: &Tool,
+    lookup: &Lookup,
+    write: Write<'_>,
+    budget: Duration,
+) -> Guard {
+    let url = match lookup_url(lookup, write) {
+        Ok(url) => url,
+        Err(problem) => return Guard::Wait(format!("lookup not possible: {problem}")),
+    };
+    let Some(_slot) = lookup.http.bulkhead.try_enter() else {
+        return Guard::Wait(format!("lookup bulkhead `{}` is full", lookup.http.bulkhead.name));
+    };
+    let budget = budget.min(lookup.timeout);
+    let sent = http::send(
+        &dispatcher.http,
+        &lookup.http,
+        &url,
+        write.args,
+        None,
+        budget,
+        &dispatcher.redactor,
+    );
+    let found = match sent.await {
+        HttpOutcome::Answered(answer) => {
+            let at = if lookup.found_at.is_empty() {
+                Some(&answer)
+            } else {
+                answer.pointer(&lookup.found_at)
+            };
+            at.filter(|value| !is_empty(value)).cloned()
         }
+        HttpOutcome::Rejected { status: 404, .. } => None,
+        HttpOutcome::Rejected { status, message }
+        | HttpOutcome::Unauthorized { status, message } => {
+            return Guard::Wait(format!("lookup answered status {status}: {message}"));
+        }
+        HttpOutcome::Unparseable { .. } => {
+            return Guard::Wait("lookup answered a body that is not JSON".into());
+        }
+        HttpOutcome::Failed { reason, .. } => {
+            return Guard::Wait(format!("lookup failed: {reason}"));
+        }
+        HttpOutcome::TimedOut => {
+            return Guard::Wait(format!("lookup timed out after {} ms", budget.as_millis()));
+        }
+    };
+    match found {
+        Some(result) => {
+            tracing::info!(tool = %tool.name, "lookup found the earlier execution; not sending again");
+            Guard::Found(result)
+        }
+        None => Guard::Send,
     }
 }
 

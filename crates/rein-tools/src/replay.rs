@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::config::Idempotency;
 use crate::dispatcher::{Dispatcher, Resolution, admit, resolve};
 use crate::envelope;
-use crate::guard::{Guard, Write};
+use crate::guard::{Guard, Write, duplicate_guard};
 use crate::http::{self, HttpOutcome};
 use crate::ladder::{Rung, Tool};
 use crate::observer::ReplayResult;
@@ -43,250 +43,260 @@ pub struct ReplayReport {
     pub store_errors: usize,
 }
 
-impl Dispatcher {
-    /// One pass: claim up to `limit` due items under a lease for `owner` and send each once.
-    pub async fn replay_due(&self, owner: &str, limit: i64) -> ReplayReport {
-        let mut report = ReplayReport::default();
-        let now = self.clock.now_unix_ms();
-        let lease_ms = i64::try_from(self.outbox.lease.as_millis()).unwrap_or(i64::MAX);
-        let items = match self.store.outbox_claim(owner, now, lease_ms, limit).await {
-            Ok(items) => items,
+/// One replay pass of up to `limit` due items, leased to `owner`.
+pub(crate) async fn replay_due(dispatcher: &Dispatcher, owner: &str, limit: i64) -> ReplayReport {
+    let mut report = ReplayReport::default();
+    let now = dispatcher.clock.now_unix_ms();
+    let lease_ms = i64::try_from(dispatcher.outbox.lease.as_millis()).unwrap_or(i64::MAX);
+    let items = match dispatcher.store.outbox_claim(owner, now, lease_ms, limit).await {
+        Ok(items) => items,
+        Err(error) => {
+            tracing::error!(%error, "could not claim queued writes");
+            report.store_errors += 1;
+            return report;
+        }
+    };
+    report.claimed = items.len();
+    // Concurrently, so a batch finishes well within its lease; bulkheads still bound each
+    // dependency.
+    let results = join_all(items.into_iter().map(|item| replay_one(dispatcher, item))).await;
+    for result in results {
+        match result {
+            Ok(Some(ReplayResult::Done)) => report.done += 1,
+            Ok(Some(ReplayResult::Retry)) => report.retried += 1,
+            Ok(Some(ReplayResult::Failed)) => report.failed += 1,
+            Ok(Some(ReplayResult::Review)) => report.review += 1,
+            Ok(None) => {}
             Err(error) => {
-                tracing::error!(%error, "could not claim queued writes");
+                tracing::error!(%error, "could not record a replay");
                 report.store_errors += 1;
-                return report;
-            }
-        };
-        report.claimed = items.len();
-        // Concurrently, so a batch finishes well within its lease; bulkheads still bound each
-        // dependency.
-        let results = join_all(items.into_iter().map(|item| self.replay_one(item))).await;
-        for result in results {
-            match result {
-                Ok(Some(ReplayResult::Done)) => report.done += 1,
-                Ok(Some(ReplayResult::Retry)) => report.retried += 1,
-                Ok(Some(ReplayResult::Failed)) => report.failed += 1,
-                Ok(Some(ReplayResult::Review)) => report.review += 1,
-                Ok(None) => {}
-                Err(error) => {
-                    tracing::error!(%error, "could not record a replay");
-                    report.store_errors += 1;
-                }
             }
         }
-        report
     }
+    report
+}
 
-    /// Run [`Dispatcher::replay_due`] forever: at once again while passes come back full,
-    /// otherwise every `poll`. Abort the handle to stop it.
-    pub fn spawn_replay_worker(
-        self: Arc<Self>,
-        owner: String,
-        poll: Duration,
-    ) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            let batch = self.outbox.batch;
-            loop {
-                let report = self.replay_due(&owner, i64::from(batch)).await;
-                if report.claimed < batch as usize || report.store_errors > 0 {
-                    tokio::time::sleep(poll).await;
-                }
-            }
-        })
-    }
-
-    /// Send one claimed item. `None` when the item was no longer pending when its result came
-    /// back (an operator dropped it, or another worker finished it after this lease expired).
-    async fn replay_one(&self, item: OutboxItem) -> Result<Option<ReplayResult>, StoreError> {
-        let Some((tool, rung, http)) = self
-            .tools
-            .get(&item.tool)
-            .and_then(|tool| tool.primary_http().map(|(rung, http)| (tool, rung, http)))
-        else {
-            let error = format!("tool `{}` has no http rung in the config", item.tool);
-            return self.retry_later(&item, &error, None, false).await;
-        };
-        let Some(permit) = admit(rung) else {
-            // Not sent: due again when the breaker lets a probe through (or after the backoff,
-            // if that is sooner), not after a backoff grown by outage-long attempts.
-            let error = format!("breaker of `{}` is open", rung.source);
-            let backoff = self.backoff(item.attempts);
-            let wait = rung.breaker.as_ref().map_or(backoff, |b| b.policy().cooldown.min(backoff));
-            return self.retry_later(&item, &error, Some(wait), false).await;
-        };
-        let url = match http.url.fill(&item.args) {
-            Ok(url) => url,
-            Err(problem) => {
-                resolve(permit, Resolution::Unused);
-                let problem = problem.message;
-                if item.outcome_unknown {
-                    // An earlier send may have executed: "refused for good" would say it did not.
-                    return self.review(&item, tool, &problem).await;
-                }
-                let envelope =
-                    envelope::replay_final(tool, rung, &item.idempotency_key, Err(&problem), 0);
-                return self.fail(&item, &problem, &envelope.to_json()).await;
-            }
-        };
-        if item.outcome_unknown {
-            let write = Write {
-                key: &item.idempotency_key,
-                args: &item.args,
-                conversation_id: item.conversation_id.as_deref(),
-            };
-            match self.duplicate_guard(tool, write, rung.timeout).await {
-                Guard::Send => {}
-                Guard::Found(result) => {
-                    resolve(permit, Resolution::Unused);
-                    return self.complete(&item, tool, rung, result, 0).await;
-                }
-                Guard::Wait(reason) => {
-                    resolve(permit, Resolution::Unused);
-                    return self.retry_later(&item, &reason, None, false).await;
-                }
-                Guard::Review => {
-                    resolve(permit, Resolution::Unused);
-                    let why = "an earlier send's outcome is unknown and the tool's idempotency is \"none\"";
-                    return self.review(&item, tool, why).await;
-                }
+/// The replay worker: [`replay_due`] in a loop, pausing `poll` after a pass that was not full.
+pub(crate) fn spawn_replay_worker(
+    dispatcher: Arc<Dispatcher>,
+    owner: String,
+    poll: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let batch = dispatcher.outbox.batch;
+        loop {
+            let report = replay_due(&dispatcher, &owner, i64::from(batch)).await;
+            if report.claimed < batch as usize || report.store_errors > 0 {
+                tokio::time::sleep(poll).await;
             }
         }
-        let Some(_slot) = http.bulkhead.try_enter() else {
+    })
+}
+
+/// Send one claimed item. `None` when the item was no longer pending when its result came
+/// back (an operator dropped it, or another worker finished it after this lease expired).
+async fn replay_one(
+    dispatcher: &Dispatcher,
+    item: OutboxItem,
+) -> Result<Option<ReplayResult>, StoreError> {
+    let Some((tool, rung, http)) = dispatcher
+        .tools
+        .get(&item.tool)
+        .and_then(|tool| tool.primary_http().map(|(rung, http)| (tool, rung, http)))
+    else {
+        let error = format!("tool `{}` has no http rung in the config", item.tool);
+        return retry_later(dispatcher, &item, &error, None, false).await;
+    };
+    let Some(permit) = admit(rung) else {
+        // Not sent: due again when the breaker lets a probe through (or after the backoff,
+        // if that is sooner), not after a backoff grown by outage-long attempts.
+        let error = format!("breaker of `{}` is open", rung.source);
+        let backoff = backoff(dispatcher, item.attempts);
+        let wait = rung.breaker.as_ref().map_or(backoff, |b| b.policy().cooldown.min(backoff));
+        return retry_later(dispatcher, &item, &error, Some(wait), false).await;
+    };
+    let url = match http.url.fill(&item.args) {
+        Ok(url) => url,
+        Err(problem) => {
             resolve(permit, Resolution::Unused);
-            let error = format!("bulkhead `{}` is full", http.bulkhead.name);
-            let wait = Duration::from_millis(http.bulkhead.retry_after_ms);
-            return self.retry_later(&item, &error, Some(wait), false).await;
+            let problem = problem.message;
+            if item.outcome_unknown {
+                // An earlier send may have executed: "refused for good" would say it did not.
+                return review(dispatcher, &item, tool, &problem).await;
+            }
+            let envelope =
+                envelope::replay_final(tool, rung, &item.idempotency_key, Err(&problem), 0);
+            return fail(dispatcher, &item, &problem, &envelope.to_json()).await;
+        }
+    };
+    if item.outcome_unknown {
+        let write = Write {
+            key: &item.idempotency_key,
+            args: &item.args,
+            conversation_id: item.conversation_id.as_deref(),
         };
-        let started = Instant::now();
-        let key = item.idempotency_key.as_str();
-        let sent =
-            http::send(&self.http, http, &url, &item.args, Some(key), rung.timeout, &self.redactor)
-                .await;
-        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        match sent {
-            HttpOutcome::Answered(result) => {
-                resolve(permit, Resolution::Succeeded);
-                self.complete(&item, tool, rung, result, elapsed_ms).await
+        match duplicate_guard(dispatcher, tool, write, rung.timeout).await {
+            Guard::Send => {}
+            Guard::Found(result) => {
+                resolve(permit, Resolution::Unused);
+                return complete(dispatcher, &item, tool, rung, result, 0).await;
             }
-            HttpOutcome::Unparseable { body } => {
-                // A 2xx executed the write; its body is reported as it came.
-                resolve(permit, Resolution::Succeeded);
-                self.complete(&item, tool, rung, Value::String(body), elapsed_ms).await
+            Guard::Wait(reason) => {
+                resolve(permit, Resolution::Unused);
+                return retry_later(dispatcher, &item, &reason, None, false).await;
             }
-            HttpOutcome::Rejected { status, message } => {
-                resolve(permit, Resolution::Succeeded);
-                let envelope = envelope::replay_final(tool, rung, key, Err(&message), elapsed_ms);
-                let error = format!("status {status}: {message}");
-                self.fail(&item, &error, &envelope.to_json()).await
-            }
-            HttpOutcome::Unauthorized { status, message } => {
-                // A configuration failure: due again, so the write goes once they are fixed.
-                resolve(permit, Resolution::Failed);
-                tracing::error!(tool = %item.tool, id = item.id, status, %message, "the backend refused rein's credentials (check the rung's headers_env)");
-                let error = format!("status {status} (rein's credentials refused): {message}");
-                self.retry_later(&item, &error, None, false).await
-            }
-            HttpOutcome::Failed { reason, may_have_executed } => {
-                resolve(permit, Resolution::Failed);
-                self.unconfirmed(&item, tool, &reason, may_have_executed).await
-            }
-            HttpOutcome::TimedOut => {
-                resolve(permit, Resolution::Failed);
-                let error = format!("timed out after {} ms", rung.timeout.as_millis());
-                self.unconfirmed(&item, tool, &error, true).await
+            Guard::Review => {
+                resolve(permit, Resolution::Unused);
+                let why =
+                    "an earlier send's outcome is unknown and the tool's idempotency is \"none\"";
+                return review(dispatcher, &item, tool, why).await;
             }
         }
     }
-
-    /// The primary executed the item: its final `ok` envelope becomes the key's result.
-    async fn complete(
-        &self,
-        item: &OutboxItem,
-        tool: &Tool,
-        rung: &Rung,
-        result: Value,
-        elapsed_ms: u64,
-    ) -> Result<Option<ReplayResult>, StoreError> {
-        let key = item.idempotency_key.as_str();
-        let envelope = envelope::replay_final(tool, rung, key, Ok(result), elapsed_ms);
-        let now = self.clock.now_unix_ms();
-        let completed = self.store.outbox_complete(item.id, &envelope.to_json(), now).await?;
-        self.observer.replayed(&tool.name, ReplayResult::Done);
-        Ok(completed.then_some(ReplayResult::Done))
-    }
-
-    /// A send that was not confirmed: due again later, remembering when it may have executed;
-    /// for a tool with no machine duplicate guard such an item goes to review instead.
-    async fn unconfirmed(
-        &self,
-        item: &OutboxItem,
-        tool: &Tool,
-        error: &str,
-        may_have_executed: bool,
-    ) -> Result<Option<ReplayResult>, StoreError> {
-        if may_have_executed && tool.idempotency == Idempotency::Review {
-            return self.review(item, tool, error).await;
+    let Some(_slot) = http.bulkhead.try_enter() else {
+        resolve(permit, Resolution::Unused);
+        let error = format!("bulkhead `{}` is full", http.bulkhead.name);
+        let wait = Duration::from_millis(http.bulkhead.retry_after_ms);
+        return retry_later(dispatcher, &item, &error, Some(wait), false).await;
+    };
+    let started = Instant::now();
+    let key = item.idempotency_key.as_str();
+    let sent = http::send(
+        &dispatcher.http,
+        http,
+        &url,
+        &item.args,
+        Some(key),
+        rung.timeout,
+        &dispatcher.redactor,
+    )
+    .await;
+    let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    match sent {
+        HttpOutcome::Answered(result) => {
+            resolve(permit, Resolution::Succeeded);
+            complete(dispatcher, &item, tool, rung, result, elapsed_ms).await
         }
-        self.retry_later(item, error, None, may_have_executed).await
+        HttpOutcome::Unparseable { body } => {
+            // A 2xx executed the write; its body is reported as it came.
+            resolve(permit, Resolution::Succeeded);
+            complete(dispatcher, &item, tool, rung, Value::String(body), elapsed_ms).await
+        }
+        HttpOutcome::Rejected { status, message } => {
+            resolve(permit, Resolution::Succeeded);
+            let envelope = envelope::replay_final(tool, rung, key, Err(&message), elapsed_ms);
+            let error = format!("status {status}: {message}");
+            fail(dispatcher, &item, &error, &envelope.to_json()).await
+        }
+        HttpOutcome::Unauthorized { status, message } => {
+            // A configuration failure: due again, so the write goes once they are fixed.
+            resolve(permit, Resolution::Failed);
+            tracing::error!(tool = %item.tool, id = item.id, status, %message, "the backend refused rein's credentials (check the rung's headers_env)");
+            let error = format!("status {status} (rein's credentials refused): {message}");
+            retry_later(dispatcher, &item, &error, None, false).await
+        }
+        HttpOutcome::Failed { reason, may_have_executed } => {
+            resolve(permit, Resolution::Failed);
+            unconfirmed(dispatcher, &item, tool, &reason, may_have_executed).await
+        }
+        HttpOutcome::TimedOut => {
+            resolve(permit, Resolution::Failed);
+            let error = format!("timed out after {} ms", rung.timeout.as_millis());
+            unconfirmed(dispatcher, &item, tool, &error, true).await
+        }
     }
+}
 
-    /// Hold the item for a person: its outcome is unknown and nothing may resend it on its own.
-    async fn review(
-        &self,
-        item: &OutboxItem,
-        tool: &Tool,
-        error: &str,
-    ) -> Result<Option<ReplayResult>, StoreError> {
-        tracing::warn!(tool = %item.tool, id = item.id, %error, "queued write's outcome unknown: held for review");
-        let source = tool.queue_source().unwrap_or(crate::write::REVIEW_SOURCE);
-        let envelope = envelope::held_for_review(tool, source, &item.idempotency_key, 0);
-        let now = self.clock.now_unix_ms();
-        let held = self.store.outbox_review(item.id, error, &envelope.to_json(), now).await?;
-        self.observer.replayed(&item.tool, ReplayResult::Review);
-        Ok(held.then_some(ReplayResult::Review))
-    }
+/// The primary executed the item: its final `ok` envelope becomes the key's result.
+async fn complete(
+    dispatcher: &Dispatcher,
+    item: &OutboxItem,
+    tool: &Tool,
+    rung: &Rung,
+    result: Value,
+    elapsed_ms: u64,
+) -> Result<Option<ReplayResult>, StoreError> {
+    let key = item.idempotency_key.as_str();
+    let envelope = envelope::replay_final(tool, rung, key, Ok(result), elapsed_ms);
+    let now = dispatcher.clock.now_unix_ms();
+    let completed = dispatcher.store.outbox_complete(item.id, &envelope.to_json(), now).await?;
+    dispatcher.observer.replayed(&tool.name, ReplayResult::Done);
+    Ok(completed.then_some(ReplayResult::Done))
+}
 
-    /// Make the item due again: after `wait`, or after the backoff for its attempt count.
-    /// `may_have_executed`: this attempt's outcome is unknown.
-    async fn retry_later(
-        &self,
-        item: &OutboxItem,
-        error: &str,
-        wait: Option<Duration>,
-        may_have_executed: bool,
-    ) -> Result<Option<ReplayResult>, StoreError> {
-        let wait = wait.unwrap_or_else(|| self.backoff(item.attempts));
-        let due = self.clock.now_unix_ms() + i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
-        tracing::warn!(tool = %item.tool, id = item.id, attempts = item.attempts, %error, "replay failed; due again later");
-        let pending = self.store.outbox_retry_later(item.id, error, due, may_have_executed).await?;
-        self.observer.replayed(&item.tool, ReplayResult::Retry);
-        Ok(pending.then_some(ReplayResult::Retry))
+/// A send that was not confirmed: due again later, remembering when it may have executed;
+/// for a tool with no machine duplicate guard such an item goes to review instead.
+async fn unconfirmed(
+    dispatcher: &Dispatcher,
+    item: &OutboxItem,
+    tool: &Tool,
+    error: &str,
+    may_have_executed: bool,
+) -> Result<Option<ReplayResult>, StoreError> {
+    if may_have_executed && tool.idempotency == Idempotency::Review {
+        return review(dispatcher, item, tool, error).await;
     }
+    retry_later(dispatcher, item, error, None, may_have_executed).await
+}
 
-    async fn fail(
-        &self,
-        item: &OutboxItem,
-        error: &str,
-        failed_result: &Value,
-    ) -> Result<Option<ReplayResult>, StoreError> {
-        tracing::error!(tool = %item.tool, id = item.id, %error, "queued write refused for good");
-        let now = self.clock.now_unix_ms();
-        let failed = self.store.outbox_fail(item.id, error, failed_result, now).await?;
-        self.observer.replayed(&item.tool, ReplayResult::Failed);
-        Ok(failed.then_some(ReplayResult::Failed))
-    }
+/// Hold the item for a person: its outcome is unknown and nothing may resend it on its own.
+async fn review(
+    dispatcher: &Dispatcher,
+    item: &OutboxItem,
+    tool: &Tool,
+    error: &str,
+) -> Result<Option<ReplayResult>, StoreError> {
+    tracing::warn!(tool = %item.tool, id = item.id, %error, "queued write's outcome unknown: held for review");
+    let source = tool.queue_source().unwrap_or(crate::write::REVIEW_SOURCE);
+    let envelope = envelope::held_for_review(tool, source, &item.idempotency_key, 0);
+    let now = dispatcher.clock.now_unix_ms();
+    let held = dispatcher.store.outbox_review(item.id, error, &envelope.to_json(), now).await?;
+    dispatcher.observer.replayed(&item.tool, ReplayResult::Review);
+    Ok(held.then_some(ReplayResult::Review))
+}
 
-    /// Full-jitter exponential backoff: uniform in `[0, min(cap, base · 2^(attempts-1))]`.
-    pub(crate) fn backoff(&self, attempts: i64) -> Duration {
-        let policy = RetryPolicy {
-            attempts: 1,
-            base: self.outbox.backoff_base,
-            cap: self.outbox.backoff_cap,
-            floor: Duration::ZERO,
-        };
-        let retry = u32::try_from(attempts.saturating_sub(1).max(0)).unwrap_or(u32::MAX);
-        policy.backoff(retry, self.jitter.as_ref())
-    }
+/// Make the item due again: after `wait`, or after the backoff for its attempt count.
+/// `may_have_executed`: this attempt's outcome is unknown.
+async fn retry_later(
+    dispatcher: &Dispatcher,
+    item: &OutboxItem,
+    error: &str,
+    wait: Option<Duration>,
+    may_have_executed: bool,
+) -> Result<Option<ReplayResult>, StoreError> {
+    let wait = wait.unwrap_or_else(|| backoff(dispatcher, item.attempts));
+    let due = dispatcher.clock.now_unix_ms() + i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
+    tracing::warn!(tool = %item.tool, id = item.id, attempts = item.attempts, %error, "replay failed; due again later");
+    let pending =
+        dispatcher.store.outbox_retry_later(item.id, error, due, may_have_executed).await?;
+    dispatcher.observer.replayed(&item.tool, ReplayResult::Retry);
+    Ok(pending.then_some(ReplayResult::Retry))
+}
+
+/// Fail the item for good: `failed_result` becomes its key's final result.
+async fn fail(
+    dispatcher: &Dispatcher,
+    item: &OutboxItem,
+    error: &str,
+    failed_result: &Value,
+) -> Result<Option<ReplayResult>, StoreError> {
+    tracing::error!(tool = %item.tool, id = item.id, %error, "queued write refused for good");
+    let now = dispatcher.clock.now_unix_ms();
+    let failed = dispatcher.store.outbox_fail(item.id, error, failed_result, now).await?;
+    dispatcher.observer.replayed(&item.tool, ReplayResult::Failed);
+    Ok(failed.then_some(ReplayResult::Failed))
+}
+
+/// Full-jitter exponential backoff: uniform in `[0, min(cap, base · 2^(attempts-1))]`.
+fn backoff(dispatcher: &Dispatcher, attempts: i64) -> Duration {
+    let policy = RetryPolicy {
+        attempts: 1,
+        base: dispatcher.outbox.backoff_base,
+        cap: dispatcher.outbox.backoff_cap,
+        floor: Duration::ZERO,
+    };
+    let retry = u32::try_from(attempts.saturating_sub(1).max(0)).unwrap_or(u32::MAX);
+    policy.backoff(retry, dispatcher.jitter.as_ref())
 }
 
 #[cfg(test)]
@@ -313,13 +323,13 @@ mod tests {
     async fn replay_backoff_is_full_jitter_doubling_to_the_cap() {
         let top = dispatcher(1.0);
         let secs = Duration::from_secs;
-        assert_eq!(top.backoff(1), secs(1));
-        assert_eq!(top.backoff(2), secs(2));
-        assert_eq!(top.backoff(3), secs(4));
-        assert_eq!(top.backoff(4), secs(5));
-        assert_eq!(top.backoff(60), secs(5));
-        assert_eq!(top.backoff(0), secs(1), "an unclaimed item backs off like a first attempt");
-        assert_eq!(dispatcher(0.0).backoff(3), Duration::ZERO, "full jitter reaches zero");
-        assert_eq!(dispatcher(0.5).backoff(2), secs(1));
+        assert_eq!(backoff(&top, 1), secs(1));
+        assert_eq!(backoff(&top, 2), secs(2));
+        assert_eq!(backoff(&top, 3), secs(4));
+        assert_eq!(backoff(&top, 4), secs(5));
+        assert_eq!(backoff(&top, 60), secs(5));
+        assert_eq!(backoff(&top, 0), secs(1), "an unclaimed item backs off like a first attempt");
+        assert_eq!(backoff(&dispatcher(0.0), 3), Duration::ZERO, "full jitter reaches zero");
+        assert_eq!(backoff(&dispatcher(0.5), 2), secs(1));
     }
 }

@@ -30,323 +30,319 @@ use crate::dispatcher::{Dispatcher, Resolution, ToolOutcome, admit, elapsed_ms, 
 use crate::envelope::{self, Envelope, ToolStatus};
 use crate::error::ToolError;
 use crate::gate::{Gate, first_hold};
-use crate::guard::{Guard, Write, lookup_url};
+use crate::guard::{Guard, Write, duplicate_guard, lookup_url};
 use crate::http::{self, HttpOutcome};
 use crate::keys::{args_hash, conversation_key, mint_key};
 use crate::ladder::{Rung, RungAction, Tool};
 use crate::wording::{Situation, Wording};
 
-impl Dispatcher {
-    pub(crate) async fn call_write(
-        &self,
-        ctx: &CallContext,
-        tool: &Tool,
-        args: Value,
-        urls: &[Option<String>],
-    ) -> Result<ToolOutcome, ToolError> {
-        let deadline = ctx.deadline();
-        let key = match (ctx.idempotency_key.as_deref(), tool.key_from) {
-            (Some(key), _) => key.to_string(),
-            (None, Some(KeyFrom::Conversation)) => match ctx.conversation_id.as_deref() {
-                Some(conversation) if !conversation.is_empty() => {
-                    conversation_key(&tool.name, conversation)
-                }
-                _ => return Err(ToolError::MissingConversation { tool: tool.name.clone() }),
-            },
-            (None, None) => mint_key(),
+/// One call of the write `tool`: its key, its gates, its http rungs and its queue rung.
+pub(crate) async fn call_write(
+    dispatcher: &Dispatcher,
+    ctx: &CallContext,
+    tool: &Tool,
+    args: Value,
+    urls: &[Option<String>],
+) -> Result<ToolOutcome, ToolError> {
+    let deadline = ctx.deadline();
+    let key = match (ctx.idempotency_key.as_deref(), tool.key_from) {
+        (Some(key), _) => key.to_string(),
+        (None, Some(KeyFrom::Conversation)) => match ctx.conversation_id.as_deref() {
+            Some(conversation) if !conversation.is_empty() => {
+                conversation_key(&tool.name, conversation)
+            }
+            _ => return Err(ToolError::MissingConversation { tool: tool.name.clone() }),
+        },
+        (None, None) => mint_key(),
+    };
+    check_key(&key)?;
+    let conversation = ctx.conversation_id.as_deref();
+    let write = Write { key: &key, args: &args, conversation_id: conversation };
+    if let Some(lookup) = &tool.lookup {
+        // The lookup must be possible before anything is sent that it may have to find.
+        if let Err(message) = lookup_url(lookup, write) {
+            if conversation.is_none() && message.contains("`conversation_id`") {
+                return Err(ToolError::MissingConversation { tool: tool.name.clone() });
+            }
+            return Err(ToolError::BadArgs(format!("the lookup of `{}`: {message}", tool.name)));
+        }
+    }
+    let hash = args_hash(&args);
+    let now = dispatcher.clock.now_unix_ms();
+    let lease_ms = i64::try_from(tool.key_lease.as_millis()).unwrap_or(i64::MAX);
+    let mut maybe_executed =
+        match dispatcher.store.key_begin(&key, &tool.name, &hash, now, lease_ms).await? {
+            KeyBegin::Fresh => false,
+            // The earlier holder's request may have reached the backend: resend with the
+            // same key, behind the tool's duplicate guard.
+            KeyBegin::TakenOver => true,
+            KeyBegin::InFlight { lease_until_unix_ms } => {
+                let retry_after_ms = u64::try_from(lease_until_unix_ms - now).unwrap_or(0);
+                return Err(ToolError::KeyInFlight { key, retry_after_ms });
+            }
+            KeyBegin::Mismatch { tool } => return Err(ToolError::KeyMismatch { key, tool }),
+            KeyBegin::Stored { result, .. } => return stored(result),
         };
-        check_key(&key)?;
-        let conversation = ctx.conversation_id.as_deref();
-        let write = Write { key: &key, args: &args, conversation_id: conversation };
-        if let Some(lookup) = &tool.lookup {
-            // The lookup must be possible before anything is sent that it may have to find.
-            if let Err(message) = lookup_url(lookup, write) {
-                if conversation.is_none() && message.contains("`conversation_id`") {
-                    return Err(ToolError::MissingConversation { tool: tool.name.clone() });
-                }
-                return Err(ToolError::BadArgs(format!(
-                    "the lookup of `{}`: {message}",
-                    tool.name
-                )));
-            }
-        }
-        let hash = args_hash(&args);
-        let now = self.clock.now_unix_ms();
-        let lease_ms = i64::try_from(tool.key_lease.as_millis()).unwrap_or(i64::MAX);
-        let mut maybe_executed =
-            match self.store.key_begin(&key, &tool.name, &hash, now, lease_ms).await? {
-                KeyBegin::Fresh => false,
-                // The earlier holder's request may have reached the backend: resend with the
-                // same key, behind the tool's duplicate guard.
-                KeyBegin::TakenOver => true,
-                KeyBegin::InFlight { lease_until_unix_ms } => {
-                    let retry_after_ms = u64::try_from(lease_until_unix_ms - now).unwrap_or(0);
-                    return Err(ToolError::KeyInFlight { key, retry_after_ms });
-                }
-                KeyBegin::Mismatch { tool } => return Err(ToolError::KeyMismatch { key, tool }),
-                KeyBegin::Stored { result, .. } => return stored(result),
-            };
 
-        if let Some(gate) = first_hold(&tool.gates, &args) {
-            return self.hold(tool, &key, args, ctx.conversation_id.clone(), gate, deadline).await;
-        }
+    if let Some(gate) = first_hold(&tool.gates, &args) {
+        return hold(dispatcher, tool, &key, args, ctx.conversation_id.clone(), gate, deadline)
+            .await;
+    }
 
-        let queue = tool.rungs.iter().find(|rung| matches!(rung.action, RungAction::Queue));
-        // Keep the queue rung's budget out of the http rungs' share of the deadline, so a
-        // deadline that cuts the primary short still leaves time to queue the write durably.
-        let reserve = queue.map_or(Duration::from_millis(DEFAULT_QUEUE_TIMEOUT_MS), |r| r.timeout);
-        let mut review = false;
-        for (rung, url) in tool.rungs.iter().zip(urls) {
-            let (RungAction::Http(http), Some(url)) = (&rung.action, url) else { continue };
-            let budget = deadline.cut_leaving(rung.timeout, reserve);
-            if budget.is_zero() {
-                tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: no time left before the deadline");
-                continue;
-            }
-            if maybe_executed {
-                // An earlier send may have executed: only the tool's guard lets another go.
-                match self.duplicate_guard(tool, write, budget).await {
-                    Guard::Send => {}
-                    Guard::Found(result) => {
-                        return Ok(self.write_done(tool, rung, &key, result, deadline).await);
-                    }
-                    Guard::Wait(reason) => {
-                        tracing::warn!(tool = %tool.name, rung = %rung.source, %reason, "not resending: the duplicate guard could not clear it");
-                        break;
-                    }
-                    Guard::Review => {
-                        review = true;
-                        break;
-                    }
+    let queue = tool.rungs.iter().find(|rung| matches!(rung.action, RungAction::Queue));
+    // Keep the queue rung's budget out of the http rungs' share of the deadline, so a
+    // deadline that cuts the primary short still leaves time to queue the write durably.
+    let reserve = queue.map_or(Duration::from_millis(DEFAULT_QUEUE_TIMEOUT_MS), |r| r.timeout);
+    let mut review = false;
+    for (rung, url) in tool.rungs.iter().zip(urls) {
+        let (RungAction::Http(http), Some(url)) = (&rung.action, url) else { continue };
+        let budget = deadline.cut_leaving(rung.timeout, reserve);
+        if budget.is_zero() {
+            tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: no time left before the deadline");
+            continue;
+        }
+        if maybe_executed {
+            // An earlier send may have executed: only the tool's guard lets another go.
+            match duplicate_guard(dispatcher, tool, write, budget).await {
+                Guard::Send => {}
+                Guard::Found(result) => {
+                    return Ok(write_done(dispatcher, tool, rung, &key, result, deadline).await);
                 }
-            }
-            let budget = deadline.cut_leaving(rung.timeout, reserve);
-            let Some(permit) = admit(rung) else {
-                tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: breaker open");
-                continue;
-            };
-            let Some(_slot) = http.bulkhead.try_enter() else {
-                resolve(permit, Resolution::Unused);
-                if maybe_executed {
-                    // An earlier send may have executed: queue (same key) rather than let go.
+                Guard::Wait(reason) => {
+                    tracing::warn!(tool = %tool.name, rung = %rung.source, %reason, "not resending: the duplicate guard could not clear it");
                     break;
                 }
-                self.release_key(&key, false).await;
-                return Ok(self.busy(tool, rung, http, Some(&key), deadline));
-            };
-            let sent = http::send(&self.http, http, url, &args, Some(&key), budget, &self.redactor);
-            match sent.await {
-                HttpOutcome::Answered(result) => {
-                    resolve(permit, Resolution::Succeeded);
-                    return Ok(self.write_done(tool, rung, &key, result, deadline).await);
-                }
-                HttpOutcome::Unparseable { body } => {
-                    // A 2xx executed the write; its body is reported as it came.
-                    resolve(permit, Resolution::Succeeded);
-                    return Ok(self
-                        .write_done(tool, rung, &key, Value::String(body), deadline)
-                        .await);
-                }
-                HttpOutcome::Rejected { status, message } => {
-                    resolve(permit, Resolution::Succeeded);
-                    tracing::debug!(tool = %tool.name, rung = %rung.source, status, "backend rejected the write");
-                    let envelope = envelope::refused(
-                        tool,
-                        Situation::RejectedArgs,
-                        Some(rung),
-                        Some(&message),
-                        Some(&key),
-                        elapsed_ms(deadline),
-                    );
-                    self.store_final(&key, &envelope).await;
-                    return Ok(self.finish(tool, envelope, Some(rung)));
-                }
-                HttpOutcome::Unauthorized { status, message } => {
-                    // rein's credentials, not the write's answer: nothing executed, and nothing
-                    // final is stored, so a retry once they are fixed reaches the backend.
-                    resolve(permit, Resolution::Failed);
-                    tracing::error!(tool = %tool.name, rung = %rung.source, status, %message, "the backend refused rein's credentials (check the rung's headers_env)");
-                }
-                HttpOutcome::Failed { reason, may_have_executed } => {
-                    resolve(permit, Resolution::Failed);
-                    maybe_executed |= may_have_executed;
-                    tracing::warn!(tool = %tool.name, rung = %rung.source, %reason, may_have_executed, "write not confirmed");
-                }
-                HttpOutcome::TimedOut => {
-                    resolve(permit, Resolution::Failed);
-                    maybe_executed = true;
-                    tracing::warn!(tool = %tool.name, rung = %rung.source, "write timed out: outcome unknown");
+                Guard::Review => {
+                    review = true;
+                    break;
                 }
             }
         }
-
-        // An unknown outcome of a tool without a machine guard waits for a person, queue rung
-        // or not: it must never be resent on its own.
-        review |= maybe_executed && tool.idempotency == Idempotency::Review;
-        if review || queue.is_some() {
-            let source = queue.map_or(REVIEW_SOURCE, |rung| rung.source.as_str());
-            let envelope = match queue {
-                Some(rung) if !review => {
-                    envelope::queued(tool, rung, &key, maybe_executed, elapsed_ms(deadline))
-                }
-                _ => envelope::held_for_review(tool, source, &key, elapsed_ms(deadline)),
-            };
-            let item = NewOutboxItem {
-                idempotency_key: key.clone(),
-                tool: tool.name.clone(),
-                args: args.clone(),
-                conversation_id: ctx.conversation_id.clone(),
-                outcome_unknown: maybe_executed,
-                review,
-            };
-            let budget = deadline.cut(reserve);
-            let now = self.clock.now_unix_ms();
-            let queued_result = envelope.to_json();
-            let enqueue = self.store.outbox_enqueue(&item, &queued_result, now);
-            match tokio::time::timeout(budget, enqueue).await {
-                Ok(Ok(_item)) => {
-                    if review {
-                        tracing::warn!(tool = %tool.name, "write outcome unknown: held for review (idempotency = \"none\")");
-                    }
-                    return Ok(self.finish(tool, envelope, queue));
-                }
-                Ok(Err(error)) => {
-                    tracing::error!(tool = %tool.name, %error, "could not queue the write");
-                }
-                Err(_) => {
-                    // The enqueue may still commit: say the outcome is unknown, keep the key.
-                    maybe_executed = true;
-                    tracing::error!(tool = %tool.name, "queueing the write timed out");
-                }
+        let budget = deadline.cut_leaving(rung.timeout, reserve);
+        let Some(permit) = admit(rung) else {
+            tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: breaker open");
+            continue;
+        };
+        let Some(_slot) = http.bulkhead.try_enter() else {
+            resolve(permit, Resolution::Unused);
+            if maybe_executed {
+                // An earlier send may have executed: queue (same key) rather than let go.
+                break;
             }
-        }
-
-        let situation = if maybe_executed {
-            // The key stays in flight: a retry after its lease passes the guard again.
-            Situation::UnknownOutcome
-        } else {
-            self.release_key(&key, false).await;
-            Situation::RefusedWrite
+            release_key(dispatcher, &key, false).await;
+            return Ok(dispatcher.busy(tool, rung, http, Some(&key), deadline));
         };
-        let envelope =
-            envelope::refused(tool, situation, None, None, Some(&key), elapsed_ms(deadline));
-        Ok(self.finish(tool, envelope, None))
-    }
-
-    /// The write executed: its result becomes the key's final result.
-    async fn write_done(
-        &self,
-        tool: &Tool,
-        rung: &Rung,
-        key: &str,
-        result: Value,
-        deadline: &Deadline,
-    ) -> ToolOutcome {
-        let envelope = envelope::served(tool, rung, result, None, Some(key), elapsed_ms(deadline));
-        self.store_final(key, &envelope).await;
-        self.finish(tool, envelope, Some(rung))
-    }
-
-    /// Store a final result for `key`. If the store fails, the key stays `InFlight` until its
-    /// lease expires and a retry resends with the same key, which the backend deduplicates.
-    async fn store_final(&self, key: &str, envelope: &Envelope) {
-        let now = self.clock.now_unix_ms();
-        if let Err(error) = self.store.key_finish(key, &envelope.to_json(), now).await {
-            tracing::error!(%error, "could not store the write's result");
-        }
-    }
-
-    /// Let go of a key whose request sent nothing that could have executed.
-    async fn release_key(&self, key: &str, maybe_executed: bool) {
-        if maybe_executed {
-            return;
-        }
-        if let Err(error) = self.store.key_abandon(key).await {
-            // The key stays InFlight until its lease expires; a retry then takes it over.
-            tracing::warn!(%error, "could not abandon the idempotency key");
-        }
-    }
-
-    /// A gate held the write: record the hold and answer `pending_approval`.
-    async fn hold(
-        &self,
-        tool: &Tool,
-        key: &str,
-        args: Value,
-        conversation_id: Option<String>,
-        gate: &Gate,
-        deadline: &Deadline,
-    ) -> Result<ToolOutcome, ToolError> {
-        let held = envelope::pending_approval(tool, key, None, &gate.reason, elapsed_ms(deadline));
-        let new_hold = NewHold {
-            idempotency_key: key.to_string(),
-            tool: tool.name.clone(),
-            args,
-            reason: gate.reason.clone(),
-            conversation_id,
-        };
-        let now = self.clock.now_unix_ms();
-        let hold = match self.store.hold_create(&new_hold, &held.to_json(), now).await {
-            Ok(hold) => hold,
-            Err(error) => {
-                self.release_key(key, false).await;
-                return Err(error.into());
-            }
-        };
-        self.observer.gate_held(&tool.name);
-        let envelope = envelope::pending_approval(
-            tool,
-            key,
-            Some(hold.id),
-            &gate.reason,
-            elapsed_ms(deadline),
+        let sent = http::send(
+            &dispatcher.http,
+            http,
+            url,
+            &args,
+            Some(&key),
+            budget,
+            &dispatcher.redactor,
         );
-        Ok(outcome(envelope, None, false))
+        match sent.await {
+            HttpOutcome::Answered(result) => {
+                resolve(permit, Resolution::Succeeded);
+                return Ok(write_done(dispatcher, tool, rung, &key, result, deadline).await);
+            }
+            HttpOutcome::Unparseable { body } => {
+                // A 2xx executed the write; its body is reported as it came.
+                resolve(permit, Resolution::Succeeded);
+                return Ok(
+                    write_done(dispatcher, tool, rung, &key, Value::String(body), deadline).await
+                );
+            }
+            HttpOutcome::Rejected { status, message } => {
+                resolve(permit, Resolution::Succeeded);
+                tracing::debug!(tool = %tool.name, rung = %rung.source, status, "backend rejected the write");
+                let envelope = envelope::refused(
+                    tool,
+                    Situation::RejectedArgs,
+                    Some(rung),
+                    Some(&message),
+                    Some(&key),
+                    elapsed_ms(deadline),
+                );
+                store_final(dispatcher, &key, &envelope).await;
+                return Ok(dispatcher.finish(tool, envelope, Some(rung)));
+            }
+            HttpOutcome::Unauthorized { status, message } => {
+                // rein's credentials, not the write's answer: nothing executed, and nothing
+                // final is stored, so a retry once they are fixed reaches the backend.
+                resolve(permit, Resolution::Failed);
+                tracing::error!(tool = %tool.name, rung = %rung.source, status, %message, "the backend refused rein's credentials (check the rung's headers_env)");
+            }
+            HttpOutcome::Failed { reason, may_have_executed } => {
+                resolve(permit, Resolution::Failed);
+                maybe_executed |= may_have_executed;
+                tracing::warn!(tool = %tool.name, rung = %rung.source, %reason, may_have_executed, "write not confirmed");
+            }
+            HttpOutcome::TimedOut => {
+                resolve(permit, Resolution::Failed);
+                maybe_executed = true;
+                tracing::warn!(tool = %tool.name, rung = %rung.source, "write timed out: outcome unknown");
+            }
+        }
     }
 
-    /// A person's decision on a held write. Approval puts the write in the outbox (the replay
-    /// worker sends it once, with its original key); rejection makes `refused` the key's final
-    /// result. Only the first decision counts: `None` when the hold does not exist or was
-    /// already decided.
-    pub async fn decide(
-        &self,
-        hold_id: i64,
-        approve: bool,
-        by: &str,
-        note: &str,
-    ) -> Result<Option<Hold>, ToolError> {
-        let Some(hold) = self.store.hold_get(hold_id).await? else {
-            return Ok(None);
+    // An unknown outcome of a tool without a machine guard waits for a person, queue rung
+    // or not: it must never be resent on its own.
+    review |= maybe_executed && tool.idempotency == Idempotency::Review;
+    if review || queue.is_some() {
+        let source = queue.map_or(REVIEW_SOURCE, |rung| rung.source.as_str());
+        let envelope = match queue {
+            Some(rung) if !review => {
+                envelope::queued(tool, rung, &key, maybe_executed, elapsed_ms(deadline))
+            }
+            _ => envelope::held_for_review(tool, source, &key, elapsed_ms(deadline)),
         };
-        if hold.state != HoldState::Pending {
-            return Ok(None);
+        let item = NewOutboxItem {
+            idempotency_key: key.clone(),
+            tool: tool.name.clone(),
+            args: args.clone(),
+            conversation_id: ctx.conversation_id.clone(),
+            outcome_unknown: maybe_executed,
+            review,
+        };
+        let budget = deadline.cut(reserve);
+        let now = dispatcher.clock.now_unix_ms();
+        let queued_result = envelope.to_json();
+        let enqueue = dispatcher.store.outbox_enqueue(&item, &queued_result, now);
+        match tokio::time::timeout(budget, enqueue).await {
+            Ok(Ok(_item)) => {
+                if review {
+                    tracing::warn!(tool = %tool.name, "write outcome unknown: held for review (idempotency = \"none\")");
+                }
+                return Ok(dispatcher.finish(tool, envelope, queue));
+            }
+            Ok(Err(error)) => {
+                tracing::error!(tool = %tool.name, %error, "could not queue the write");
+            }
+            Err(_) => {
+                // The enqueue may still commit: say the outcome is unknown, keep the key.
+                maybe_executed = true;
+                tracing::error!(tool = %tool.name, "queueing the write timed out");
+            }
         }
-        let tool = self.tools.get(&hold.tool);
-        let default_wording = Wording::default();
-        let wording = tool.map_or(&default_wording, |tool| &tool.wording);
-        let reason = match (approve, note.trim()) {
-            (true, _) => hold.reason.as_str(),
-            (false, "") => "no reason given",
-            (false, note) => note,
-        };
-        let envelope = envelope::decided(
-            &hold.tool,
-            wording,
-            tool.and_then(Tool::queue_source),
-            &hold.idempotency_key,
-            hold.id,
-            approve,
-            reason,
-        )
-        .to_json();
-        let decision = if approve {
-            Decision::Approve { queued_result: envelope }
-        } else {
-            Decision::Reject { rejected_result: envelope }
-        };
-        let now = self.clock.now_unix_ms();
-        Ok(self.store.hold_decide(hold_id, &decision, by, note, now).await?)
     }
+
+    let situation = if maybe_executed {
+        // The key stays in flight: a retry after its lease passes the guard again.
+        Situation::UnknownOutcome
+    } else {
+        release_key(dispatcher, &key, false).await;
+        Situation::RefusedWrite
+    };
+    let envelope = envelope::refused(tool, situation, None, None, Some(&key), elapsed_ms(deadline));
+    Ok(dispatcher.finish(tool, envelope, None))
+}
+
+/// The write executed: its result becomes the key's final result.
+async fn write_done(
+    dispatcher: &Dispatcher,
+    tool: &Tool,
+    rung: &Rung,
+    key: &str,
+    result: Value,
+    deadline: &Deadline,
+) -> ToolOutcome {
+    let envelope = envelope::served(tool, rung, result, None, Some(key), elapsed_ms(deadline));
+    store_final(dispatcher, key, &envelope).await;
+    dispatcher.finish(tool, envelope, Some(rung))
+}
+
+/// Store a final result for `key`. If the store fails, the key stays `InFlight` until its
+/// lease expires and a retry resends with the same key, which the backend deduplicates.
+async fn store_final(dispatcher: &Dispatcher, key: &str, envelope: &Envelope) {
+    let now = dispatcher.clock.now_unix_ms();
+    if let Err(error) = dispatcher.store.key_finish(key, &envelope.to_json(), now).await {
+        tracing::error!(%error, "could not store the write's result");
+    }
+}
+
+/// Let go of a key whose request sent nothing that could have executed.
+async fn release_key(dispatcher: &Dispatcher, key: &str, maybe_executed: bool) {
+    if maybe_executed {
+        return;
+    }
+    if let Err(error) = dispatcher.store.key_abandon(key).await {
+        // The key stays InFlight until its lease expires; a retry then takes it over.
+        tracing::warn!(%error, "could not abandon the idempotency key");
+    }
+}
+
+/// A gate held the write: record the hold and answer `pending_approval`.
+async fn hold(
+    dispatcher: &Dispatcher,
+    tool: &Tool,
+    key: &str,
+    args: Value,
+    conversation_id: Option<String>,
+    gate: &Gate,
+    deadline: &Deadline,
+) -> Result<ToolOutcome, ToolError> {
+    let held = envelope::pending_approval(tool, key, None, &gate.reason, elapsed_ms(deadline));
+    let new_hold = NewHold {
+        idempotency_key: key.to_string(),
+        tool: tool.name.clone(),
+        args,
+        reason: gate.reason.clone(),
+        conversation_id,
+    };
+    let now = dispatcher.clock.now_unix_ms();
+    let hold = match dispatcher.store.hold_create(&new_hold, &held.to_json(), now).await {
+        Ok(hold) => hold,
+        Err(error) => {
+            release_key(dispatcher, key, false).await;
+            return Err(error.into());
+        }
+    };
+    dispatcher.observer.gate_held(&tool.name);
+    let envelope =
+        envelope::pending_approval(tool, key, Some(hold.id), &gate.reason, elapsed_ms(deadline));
+    Ok(outcome(envelope, None, false))
+}
+
+/// Record a person's decision on the pending hold `hold_id`.
+pub(crate) async fn decide(
+    dispatcher: &Dispatcher,
+    hold_id: i64,
+    approve: bool,
+    by: &str,
+    note: &str,
+) -> Result<Option<Hold>, ToolError> {
+    let Some(hold) = dispatcher.store.hold_get(hold_id).await? else {
+        return Ok(None);
+    };
+    if hold.state != HoldState::Pending {
+        return Ok(None);
+    }
+    let tool = dispatcher.tools.get(&hold.tool);
+    let default_wording = Wording::default();
+    let wording = tool.map_or(&default_wording, |tool| &tool.wording);
+    let reason = match (approve, note.trim()) {
+        (true, _) => hold.reason.as_str(),
+        (false, "") => "no reason given",
+        (false, note) => note,
+    };
+    let envelope = envelope::decided(
+        &hold.tool,
+        wording,
+        tool.and_then(Tool::queue_source),
+        &hold.idempotency_key,
+        hold.id,
+        approve,
+        reason,
+    )
+    .to_json();
+    let decision = if approve {
+        Decision::Approve { queued_result: envelope }
+    } else {
+        Decision::Reject { rejected_result: envelope }
+    };
+    let now = dispatcher.clock.now_unix_ms();
+    Ok(dispatcher.store.hold_decide(hold_id, &decision, by, note, now).await?)
 }
 
 /// The `source` of a write held for review by a tool without a queue rung.
