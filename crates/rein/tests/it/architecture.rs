@@ -9,6 +9,9 @@
 //!   formats use no server types either.
 //! - No production crate depends on the simulator except behind a feature.
 //! - One `CallContext` per call, made at the edge: nothing below it builds a deadline.
+//!
+//! And one rule of the code's layout: each type's inherent `impl` lives in the file that defines
+//! the type, so concept modules hold free functions and the type's file its methods.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -184,5 +187,101 @@ fn nothing_below_the_edge_builds_a_deadline() {
     assert!(
         seen.iter().any(|file| file == "crates/rein-gateway/src/server/context.rs"),
         "the edge makes the context: {seen:?}"
+    );
+}
+
+/// Skips one `<...>` (nested brackets included) at the start of `text`, if there is one.
+fn skip_generics(text: &str) -> Option<&str> {
+    if !text.starts_with('<') {
+        return Some(text);
+    }
+    let mut depth = 0usize;
+    for (i, c) in text.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(&text[i + 1..]);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The identifier at the start of `text`, and what follows it.
+fn identifier(text: &str) -> (&str, &str) {
+    let end = text.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(text.len());
+    text.split_at(end)
+}
+
+/// The type an inherent impl line names: `impl(<...>)? Name(<...>)? {`. Trait impls
+/// (`impl Trait for X {`) and anything else give `None`.
+fn inherent_impl(line: &str) -> Option<&str> {
+    let rest = skip_generics(line.strip_prefix("impl")?)?;
+    let rest = rest.strip_prefix(' ')?.trim_start();
+    let (name, rest) = identifier(rest);
+    if name.is_empty() {
+        return None;
+    }
+    (skip_generics(rest)?.trim() == "{").then_some(name)
+}
+
+/// The type a line defines: `struct Name` or `enum Name`, under any `pub`/`pub(...)`.
+fn defined_type(line: &str) -> Option<&str> {
+    let mut rest = line.trim_start();
+    if let Some(after) = rest.strip_prefix("pub") {
+        rest = match after.strip_prefix('(') {
+            Some(scope) => &scope[scope.find(')')? + 1..],
+            None => after,
+        };
+        rest = rest.strip_prefix(' ')?;
+    }
+    let rest = rest.strip_prefix("struct ").or_else(|| rest.strip_prefix("enum "))?;
+    match identifier(rest.trim_start()).0 {
+        "" => None,
+        name => Some(name),
+    }
+}
+
+#[test]
+fn the_impl_matcher_tells_inherent_impls_from_the_rest() {
+    assert_eq!(inherent_impl("impl Store {"), Some("Store"));
+    assert_eq!(inherent_impl("impl<'a> Wording<'a> {"), Some("Wording"));
+    assert_eq!(inherent_impl("impl<T: Into<String>> Holder<T> {"), Some("Holder"));
+    assert_eq!(inherent_impl("impl fmt::Debug for Store {"), None);
+    assert_eq!(inherent_impl("impl From<Error> for ToolError {"), None);
+    assert_eq!(inherent_impl("impl Store"), None);
+    assert_eq!(inherent_impl("    impl Store {"), None);
+    assert_eq!(defined_type("pub struct Store {"), Some("Store"));
+    assert_eq!(defined_type("pub(crate) enum Kind {"), Some("Kind"));
+    assert_eq!(defined_type("struct Wording<'a> {"), Some("Wording"));
+    assert_eq!(defined_type("pub(in crate::x) struct Unit;"), Some("Unit"));
+    assert_eq!(defined_type("let structure = 1;"), None);
+}
+
+#[test]
+fn every_type_keeps_its_inherent_impl_in_the_file_that_defines_it() {
+    let mut impls = 0;
+    let mut strays = Vec::new();
+    for (_, dir) in crates() {
+        for (path, code) in production_sources(&dir) {
+            let defined: Vec<&str> = code.lines().filter_map(defined_type).collect();
+            for name in code.lines().filter_map(inherent_impl) {
+                impls += 1;
+                if !defined.contains(&name) {
+                    strays.push(format!("{}: impl {name}", relative(&path)));
+                }
+            }
+        }
+    }
+    assert!(impls >= 100, "the inherent impls are found: {impls}");
+    assert!(
+        strays.is_empty(),
+        "inherent impls outside the file that defines their type (move the logic to free \
+         functions, keep the methods beside the type):\n{}",
+        strays.join("\n")
     );
 }
