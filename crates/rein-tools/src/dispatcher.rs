@@ -1,13 +1,10 @@
-//! The dispatcher: one tool call walks its tool's ladder. For a read, each rung gets its own
-//! budget (never past the call's deadline) and its own breaker; an open breaker, a fired budget
-//! or a hard failure (connection error, 5xx, unparseable body), and a cache rung that declines
-//! (miss, or older than its `max_age_ms`) step down to the next rung; a full bulkhead answers
-//! `busy` at once and steps nowhere; a 4xx is the tool's own answer and ends as `refused`, but
-//! a 401 or 403 is rein's credentials failing, a hard failure of the rung; the ladder ends in a
-//! structured refusal, never an error or an empty success. Arguments the URLs cannot take (a
-//! missing one, an object, a `..` path segment) are refused before any rung runs. Writes take the
-//! same walk with idempotency keys, gates and the outbox (`write.rs`); queued writes replay in
-//! `replay.rs`.
+//! The dispatcher: the one type a tool call goes through, with every public method (calls,
+//! the operator's outbox and approvals, replay, evidence). A call's arguments are checked against
+//! the tool's URLs before any rung runs (a missing one, an object, a `..` path segment are the
+//! caller's mistake); then a read walks its ladder (`read.rs`: each rung with its own budget,
+//! never past the call's deadline, and its own breaker, ending in a structured refusal), a write
+//! takes the same walk with idempotency keys, gates and the outbox (`write.rs`), and queued
+//! writes replay in `replay.rs`. The concept modules hold the logic; the methods here delegate.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,13 +21,10 @@ use crate::clock::{SystemClock, WallClock};
 use crate::config::{ConfigError, ToolKind, ToolsConfig, compile};
 use crate::envelope::{self, Envelope, ToolStatus};
 use crate::error::ToolError;
-use crate::http::{self, HttpOutcome};
-use crate::keys::args_hash;
 use crate::ladder::{HttpRung, OutboxSettings, Rung, RungAction, Tool, Tools};
 use crate::observer::{LADDER_EXHAUSTED, NoopObserver, ToolObserver};
 use crate::redact::Redactor;
 use crate::replay::{self, ReplayReport};
-use crate::wording::Situation;
 use crate::{evidence, operator, write};
 
 /// How a call ended: the envelope the model sees, and the facts the caller's headers and logs
@@ -172,7 +166,7 @@ impl Dispatcher {
         }
         let urls = fill_urls(tool, &args)?;
         match tool.kind {
-            ToolKind::Read => Ok(self.call_read(tool, &args, &urls, deadline).await),
+            ToolKind::Read => Ok(crate::read::call_read(self, tool, &args, &urls, deadline).await),
             ToolKind::Write => write::call_write(self, ctx, tool, args, &urls).await,
         }
     }
@@ -276,157 +270,6 @@ impl Dispatcher {
     /// The wall-clock time the dispatcher stamps records with.
     pub fn now_unix_ms(&self) -> i64 {
         self.clock.now_unix_ms()
-    }
-
-    async fn call_read(
-        &self,
-        tool: &Tool,
-        args: &Value,
-        urls: &[Option<String>],
-        deadline: &Deadline,
-    ) -> ToolOutcome {
-        let hash = args_hash(args);
-        for (rung, url) in tool.rungs.iter().zip(urls) {
-            let budget = deadline.cut(rung.timeout);
-            let needs_time = !matches!(rung.action, RungAction::Static { .. });
-            if needs_time && budget.is_zero() {
-                tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: no time left before the deadline");
-                continue;
-            }
-            let Some(permit) = admit(rung) else {
-                tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: breaker open");
-                continue;
-            };
-            match &rung.action {
-                RungAction::Http(http) => {
-                    let Some(url) = url else {
-                        resolve(permit, Resolution::Unused);
-                        continue;
-                    };
-                    let Some(_slot) = http.bulkhead.try_enter() else {
-                        resolve(permit, Resolution::Unused);
-                        return self.busy(tool, rung, http, None, deadline);
-                    };
-                    let sent =
-                        http::send(&self.http, http, url, args, None, budget, &self.redactor);
-                    match sent.await {
-                        HttpOutcome::Answered(result) => {
-                            resolve(permit, Resolution::Succeeded);
-                            self.remember(tool, &hash, &result).await;
-                            let envelope = envelope::served(
-                                tool,
-                                rung,
-                                result,
-                                None,
-                                None,
-                                elapsed_ms(deadline),
-                            );
-                            return self.finish(tool, envelope, Some(rung));
-                        }
-                        HttpOutcome::Rejected { status, message } => {
-                            resolve(permit, Resolution::Succeeded);
-                            tracing::debug!(tool = %tool.name, rung = %rung.source, status, "backend rejected the arguments");
-                            let envelope = envelope::refused(
-                                tool,
-                                Situation::RejectedArgs,
-                                Some(rung),
-                                Some(&message),
-                                None,
-                                elapsed_ms(deadline),
-                            );
-                            return self.finish(tool, envelope, Some(rung));
-                        }
-                        HttpOutcome::Unparseable { .. } => {
-                            resolve(permit, Resolution::Failed);
-                            tracing::warn!(tool = %tool.name, rung = %rung.source, "stepping down: unparseable body");
-                        }
-                        HttpOutcome::Unauthorized { status, message } => {
-                            resolve(permit, Resolution::Failed);
-                            tracing::error!(tool = %tool.name, rung = %rung.source, status, %message, "stepping down: the backend refused rein's credentials (check the rung's headers_env)");
-                        }
-                        HttpOutcome::Failed { reason, .. } => {
-                            resolve(permit, Resolution::Failed);
-                            tracing::warn!(tool = %tool.name, rung = %rung.source, %reason, "stepping down");
-                        }
-                        HttpOutcome::TimedOut => {
-                            resolve(permit, Resolution::Failed);
-                            tracing::warn!(tool = %tool.name, rung = %rung.source, budget_ms = budget.as_millis() as u64, "stepping down: timed out");
-                        }
-                    }
-                }
-                RungAction::Cache { max_age_ms } => {
-                    match tokio::time::timeout(budget, self.store.cache_get(&tool.name, &hash))
-                        .await
-                    {
-                        Ok(Ok(Some(cached))) => {
-                            resolve(permit, Resolution::Succeeded);
-                            let age_ms =
-                                (self.clock.now_unix_ms() - cached.captured_unix_ms).max(0);
-                            if age_ms > *max_age_ms {
-                                tracing::debug!(tool = %tool.name, rung = %rung.source, age_ms, "declined: older than max_age_ms");
-                                continue;
-                            }
-                            let envelope = envelope::served(
-                                tool,
-                                rung,
-                                cached.result,
-                                Some(age_ms),
-                                None,
-                                elapsed_ms(deadline),
-                            );
-                            return self.finish(tool, envelope, Some(rung));
-                        }
-                        Ok(Ok(None)) => {
-                            resolve(permit, Resolution::Succeeded);
-                            tracing::debug!(tool = %tool.name, rung = %rung.source, "declined: nothing cached");
-                        }
-                        Ok(Err(error)) => {
-                            resolve(permit, Resolution::Failed);
-                            tracing::warn!(tool = %tool.name, rung = %rung.source, %error, "stepping down: cache failed");
-                        }
-                        Err(_) => {
-                            resolve(permit, Resolution::Failed);
-                            tracing::warn!(tool = %tool.name, rung = %rung.source, "stepping down: cache timed out");
-                        }
-                    }
-                }
-                RungAction::Static { result } => {
-                    resolve(permit, Resolution::Succeeded);
-                    let envelope = envelope::served(
-                        tool,
-                        rung,
-                        result.clone(),
-                        None,
-                        None,
-                        elapsed_ms(deadline),
-                    );
-                    return self.finish(tool, envelope, Some(rung));
-                }
-                // Validation keeps queue rungs out of read ladders.
-                RungAction::Queue => resolve(permit, Resolution::Unused),
-            }
-        }
-        let envelope =
-            envelope::refused(tool, Situation::Refused, None, None, None, elapsed_ms(deadline));
-        self.finish(tool, envelope, None)
-    }
-
-    /// Keep a read's good answer for the tool's cache rung, within that rung's budget; a failure
-    /// here costs only a later cache miss.
-    async fn remember(&self, tool: &Tool, hash: &str, result: &Value) {
-        let Some(cache) = tool.rungs.iter().find(|r| matches!(r.action, RungAction::Cache { .. }))
-        else {
-            return;
-        };
-        let now = self.clock.now_unix_ms();
-        let put = self.store.cache_put(&tool.name, hash, result, now);
-        match tokio::time::timeout(cache.timeout, put).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => {
-                tracing::warn!(tool = %tool.name, %error, "could not cache the result")
-            }
-            Err(_) => tracing::warn!(tool = %tool.name, "caching the result timed out"),
-        }
     }
 
     /// A full bulkhead: `busy`, with nothing run and no step down the ladder.

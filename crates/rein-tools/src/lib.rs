@@ -22,6 +22,7 @@ pub mod keys;
 mod ladder;
 mod observer;
 mod operator;
+mod read;
 mod redact;
 mod replay;
 mod wording;

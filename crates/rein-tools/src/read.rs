@@ -1,0 +1,196 @@
+//! A read's walk down its tool's ladder: each rung gets its own budget (never past the call's
+//! deadline) and its own breaker, and says whether it served the call or the walk goes on.
+//! An http rung serves its backend's answer (and keeps it for the cache rung) or, on a 4xx, the
+//! tool's refusal; it steps down on a hard failure (connection, 5xx, unparseable body, a 401 or
+//! 403 of rein's credentials, its budget firing). A full bulkhead answers `busy` at once. A cache
+//! rung serves an entry no older than its `max_age_ms` and declines otherwise; a static rung
+//! always serves. The ladder ends in a structured refusal, never an error or an empty success.
+
+use rein_core::Deadline;
+use rein_core::breaker::Permit;
+use serde_json::Value;
+
+use crate::dispatcher::{Dispatcher, Resolution, ToolOutcome, admit, elapsed_ms, resolve};
+use crate::envelope;
+use crate::http::{self, HttpOutcome};
+use crate::keys::args_hash;
+use crate::ladder::{HttpRung, Rung, RungAction, Tool};
+use crate::wording::Situation;
+
+/// What a rung did with the call.
+enum Step {
+    /// It answered (served, refused or busy): the walk ends here.
+    Served(ToolOutcome),
+    /// The next rung's turn.
+    Down,
+}
+
+/// Walk `tool`'s ladder for a read with `args`, each http rung at its URL in `urls`.
+pub(crate) async fn call_read(
+    dispatcher: &Dispatcher,
+    tool: &Tool,
+    args: &Value,
+    urls: &[Option<String>],
+    deadline: &Deadline,
+) -> ToolOutcome {
+    let hash = args_hash(args);
+    for (rung, url) in tool.rungs.iter().zip(urls) {
+        let budget = deadline.cut(rung.timeout);
+        let needs_time = !matches!(rung.action, RungAction::Static { .. });
+        if needs_time && budget.is_zero() {
+            tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: no time left before the deadline");
+            continue;
+        }
+        let Some(permit) = admit(rung) else {
+            tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: breaker open");
+            continue;
+        };
+        let rung_read = RungRead { dispatcher, tool, rung, deadline, budget };
+        let step = match &rung.action {
+            RungAction::Http(http) => match url {
+                Some(url) => rung_read.http(http, url, args, &hash, permit).await,
+                None => {
+                    resolve(permit, Resolution::Unused);
+                    Step::Down
+                }
+            },
+            RungAction::Cache { max_age_ms } => rung_read.cache(*max_age_ms, &hash, permit).await,
+            RungAction::Static { result } => {
+                resolve(permit, Resolution::Succeeded);
+                rung_read.served(result.clone(), None)
+            }
+            // Validation keeps queue rungs out of read ladders.
+            RungAction::Queue => {
+                resolve(permit, Resolution::Unused);
+                Step::Down
+            }
+        };
+        if let Step::Served(outcome) = step {
+            return outcome;
+        }
+    }
+    let envelope =
+        envelope::refused(tool, Situation::Refused, None, None, None, elapsed_ms(deadline));
+    dispatcher.finish(tool, envelope, None)
+}
+
+/// One rung's turn in a read.
+struct RungRead<'a> {
+    dispatcher: &'a Dispatcher,
+    tool: &'a Tool,
+    rung: &'a Rung,
+    deadline: &'a Deadline,
+    /// The rung's timeout, cut to what the call has left.
+    budget: std::time::Duration,
+}
+
+impl RungRead<'_> {
+    async fn http(
+        &self,
+        http: &HttpRung,
+        url: &str,
+        args: &Value,
+        hash: &str,
+        permit: Option<Permit>,
+    ) -> Step {
+        let (tool, rung, dispatcher) = (self.tool, self.rung, self.dispatcher);
+        let Some(_slot) = http.bulkhead.try_enter() else {
+            resolve(permit, Resolution::Unused);
+            return Step::Served(dispatcher.busy(tool, rung, http, None, self.deadline));
+        };
+        let sent =
+            http::send(&dispatcher.http, http, url, args, None, self.budget, &dispatcher.redactor);
+        match sent.await {
+            HttpOutcome::Answered(result) => {
+                resolve(permit, Resolution::Succeeded);
+                remember(dispatcher, tool, hash, &result).await;
+                return self.served(result, None);
+            }
+            HttpOutcome::Rejected { status, message } => {
+                resolve(permit, Resolution::Succeeded);
+                tracing::debug!(tool = %tool.name, rung = %rung.source, status, "backend rejected the arguments");
+                let envelope = envelope::refused(
+                    tool,
+                    Situation::RejectedArgs,
+                    Some(rung),
+                    Some(&message),
+                    None,
+                    elapsed_ms(self.deadline),
+                );
+                return Step::Served(dispatcher.finish(tool, envelope, Some(rung)));
+            }
+            HttpOutcome::Unparseable { .. } => {
+                resolve(permit, Resolution::Failed);
+                tracing::warn!(tool = %tool.name, rung = %rung.source, "stepping down: unparseable body");
+            }
+            HttpOutcome::Unauthorized { status, message } => {
+                resolve(permit, Resolution::Failed);
+                tracing::error!(tool = %tool.name, rung = %rung.source, status, %message, "stepping down: the backend refused rein's credentials (check the rung's headers_env)");
+            }
+            HttpOutcome::Failed { reason, .. } => {
+                resolve(permit, Resolution::Failed);
+                tracing::warn!(tool = %tool.name, rung = %rung.source, %reason, "stepping down");
+            }
+            HttpOutcome::TimedOut => {
+                resolve(permit, Resolution::Failed);
+                tracing::warn!(tool = %tool.name, rung = %rung.source, budget_ms = self.budget.as_millis() as u64, "stepping down: timed out");
+            }
+        }
+        Step::Down
+    }
+
+    async fn cache(&self, max_age_ms: i64, hash: &str, permit: Option<Permit>) -> Step {
+        let (tool, rung, dispatcher) = (self.tool, self.rung, self.dispatcher);
+        match tokio::time::timeout(self.budget, dispatcher.store.cache_get(&tool.name, hash)).await
+        {
+            Ok(Ok(Some(cached))) => {
+                resolve(permit, Resolution::Succeeded);
+                let age_ms = (dispatcher.clock.now_unix_ms() - cached.captured_unix_ms).max(0);
+                if age_ms > max_age_ms {
+                    tracing::debug!(tool = %tool.name, rung = %rung.source, age_ms, "declined: older than max_age_ms");
+                    return Step::Down;
+                }
+                return self.served(cached.result, Some(age_ms));
+            }
+            Ok(Ok(None)) => {
+                resolve(permit, Resolution::Succeeded);
+                tracing::debug!(tool = %tool.name, rung = %rung.source, "declined: nothing cached");
+            }
+            Ok(Err(error)) => {
+                resolve(permit, Resolution::Failed);
+                tracing::warn!(tool = %tool.name, rung = %rung.source, %error, "stepping down: cache failed");
+            }
+            Err(_) => {
+                resolve(permit, Resolution::Failed);
+                tracing::warn!(tool = %tool.name, rung = %rung.source, "stepping down: cache timed out");
+            }
+        }
+        Step::Down
+    }
+
+    /// The rung serves `result` (`age_ms` old, for a cache entry).
+    fn served(&self, result: Value, age_ms: Option<i64>) -> Step {
+        let (tool, rung) = (self.tool, self.rung);
+        let envelope =
+            envelope::served(tool, rung, result, age_ms, None, elapsed_ms(self.deadline));
+        Step::Served(self.dispatcher.finish(tool, envelope, Some(rung)))
+    }
+}
+
+/// Keep a read's good answer for the tool's cache rung, within that rung's budget; a failure
+/// here costs only a later cache miss.
+async fn remember(dispatcher: &Dispatcher, tool: &Tool, hash: &str, result: &Value) {
+    let Some(cache) = tool.rungs.iter().find(|r| matches!(r.action, RungAction::Cache { .. }))
+    else {
+        return;
+    };
+    let now = dispatcher.clock.now_unix_ms();
+    let put = dispatcher.store.cache_put(&tool.name, hash, result, now);
+    match tokio::time::timeout(cache.timeout, put).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => {
+            tracing::warn!(tool = %tool.name, %error, "could not cache the result")
+        }
+        Err(_) => tracing::warn!(tool = %tool.name, "caching the result timed out"),
+    }
+}
