@@ -45,17 +45,7 @@ pub(crate) async fn call_write(
     urls: &[Option<String>],
 ) -> Result<ToolOutcome, ToolError> {
     let deadline = ctx.deadline();
-    let key = match (ctx.idempotency_key.as_deref(), tool.key_from) {
-        (Some(key), _) => key.to_string(),
-        (None, Some(KeyFrom::Conversation)) => match ctx.conversation_id.as_deref() {
-            Some(conversation) if !conversation.is_empty() => {
-                conversation_key(&tool.name, conversation)
-            }
-            _ => return Err(ToolError::MissingConversation { tool: tool.name.clone() }),
-        },
-        (None, None) => mint_key(),
-    };
-    check_key(&key)?;
+    let key = settle_key(ctx, tool)?;
     let conversation = ctx.conversation_id.as_deref();
     let write = Write { key: &key, args: &args, conversation_id: conversation };
     if let Some(lookup) = &tool.lookup {
@@ -67,166 +57,32 @@ pub(crate) async fn call_write(
             return Err(ToolError::BadArgs(format!("the lookup of `{}`: {message}", tool.name)));
         }
     }
-    let hash = args_hash(&args);
-    let now = dispatcher.clock.now_unix_ms();
-    let lease_ms = i64::try_from(tool.key_lease.as_millis()).unwrap_or(i64::MAX);
-    let mut maybe_executed =
-        match dispatcher.store.key_begin(&key, &tool.name, &hash, now, lease_ms).await? {
-            KeyBegin::Fresh => false,
-            // The earlier holder's request may have reached the backend: resend with the
-            // same key, behind the tool's duplicate guard.
-            KeyBegin::TakenOver => true,
-            KeyBegin::InFlight { lease_until_unix_ms } => {
-                let retry_after_ms = u64::try_from(lease_until_unix_ms - now).unwrap_or(0);
-                return Err(ToolError::KeyInFlight { key, retry_after_ms });
-            }
-            KeyBegin::Mismatch { tool } => return Err(ToolError::KeyMismatch { key, tool }),
-            KeyBegin::Stored { result, .. } => return stored(result),
-        };
-
+    let maybe_executed = match claim_key(dispatcher, tool, &key, &args).await? {
+        Claim::Go { maybe_executed } => maybe_executed,
+        Claim::Answered(outcome) => return Ok(outcome),
+    };
     if let Some(gate) = first_hold(&tool.gates, &args) {
         return hold(dispatcher, tool, &key, args, ctx.conversation_id.clone(), gate, deadline)
             .await;
     }
-
     let queue = tool.rungs.iter().find(|rung| matches!(rung.action, RungAction::Queue));
     // Keep the queue rung's budget out of the http rungs' share of the deadline, so a
     // deadline that cuts the primary short still leaves time to queue the write durably.
     let reserve = queue.map_or(Duration::from_millis(DEFAULT_QUEUE_TIMEOUT_MS), |r| r.timeout);
-    let mut review = false;
-    for (rung, url) in tool.rungs.iter().zip(urls) {
-        let (RungAction::Http(http), Some(url)) = (&rung.action, url) else { continue };
-        let budget = deadline.cut_leaving(rung.timeout, reserve);
-        if budget.is_zero() {
-            tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: no time left before the deadline");
-            continue;
-        }
-        if maybe_executed {
-            // An earlier send may have executed: only the tool's guard lets another go.
-            match duplicate_guard(dispatcher, tool, write, budget).await {
-                Guard::Send => {}
-                Guard::Found(result) => {
-                    return Ok(write_done(dispatcher, tool, rung, &key, result, deadline).await);
-                }
-                Guard::Wait(reason) => {
-                    tracing::warn!(tool = %tool.name, rung = %rung.source, %reason, "not resending: the duplicate guard could not clear it");
-                    break;
-                }
-                Guard::Review => {
-                    review = true;
-                    break;
-                }
-            }
-        }
-        let budget = deadline.cut_leaving(rung.timeout, reserve);
-        let Some(permit) = admit(rung) else {
-            tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: breaker open");
-            continue;
-        };
-        let Some(_slot) = http.bulkhead.try_enter() else {
-            resolve(permit, Resolution::Unused);
-            if maybe_executed {
-                // An earlier send may have executed: queue (same key) rather than let go.
-                break;
-            }
-            release_key(dispatcher, &key, false).await;
-            return Ok(dispatcher.busy(tool, rung, http, Some(&key), deadline));
-        };
-        let sent = http::send(
-            &dispatcher.http,
-            http,
-            url,
-            &args,
-            Some(&key),
-            budget,
-            &dispatcher.redactor,
-        );
-        match sent.await {
-            HttpOutcome::Answered(result) => {
-                resolve(permit, Resolution::Succeeded);
-                return Ok(write_done(dispatcher, tool, rung, &key, result, deadline).await);
-            }
-            HttpOutcome::Unparseable { body } => {
-                // A 2xx executed the write; its body is reported as it came.
-                resolve(permit, Resolution::Succeeded);
-                return Ok(
-                    write_done(dispatcher, tool, rung, &key, Value::String(body), deadline).await
-                );
-            }
-            HttpOutcome::Rejected { status, message } => {
-                resolve(permit, Resolution::Succeeded);
-                tracing::debug!(tool = %tool.name, rung = %rung.source, status, "backend rejected the write");
-                let envelope = envelope::refused(
-                    tool,
-                    Situation::RejectedArgs,
-                    Some(rung),
-                    Some(&message),
-                    Some(&key),
-                    elapsed_ms(deadline),
-                );
-                store_final(dispatcher, &key, &envelope).await;
-                return Ok(dispatcher.finish(tool, envelope, Some(rung)));
-            }
-            HttpOutcome::Unauthorized { status, message } => {
-                // rein's credentials, not the write's answer: nothing executed, and nothing
-                // final is stored, so a retry once they are fixed reaches the backend.
-                resolve(permit, Resolution::Failed);
-                tracing::error!(tool = %tool.name, rung = %rung.source, status, %message, "the backend refused rein's credentials (check the rung's headers_env)");
-            }
-            HttpOutcome::Failed { reason, may_have_executed } => {
-                resolve(permit, Resolution::Failed);
-                maybe_executed |= may_have_executed;
-                tracing::warn!(tool = %tool.name, rung = %rung.source, %reason, may_have_executed, "write not confirmed");
-            }
-            HttpOutcome::TimedOut => {
-                resolve(permit, Resolution::Failed);
-                maybe_executed = true;
-                tracing::warn!(tool = %tool.name, rung = %rung.source, "write timed out: outcome unknown");
-            }
-        }
-    }
-
+    let sends = Sends { dispatcher, tool, key: &key, write, deadline, reserve };
+    let (mut maybe_executed, review) = match sends.walk(urls, maybe_executed).await {
+        Sent::Done(outcome) => return Ok(outcome),
+        Sent::Unsent { maybe_executed, review } => (maybe_executed, review),
+    };
     // An unknown outcome of a tool without a machine guard waits for a person, queue rung
     // or not: it must never be resent on its own.
-    review |= maybe_executed && tool.idempotency == Idempotency::Review;
+    let review = review || (maybe_executed && tool.idempotency == Idempotency::Review);
     if review || queue.is_some() {
-        let source = queue.map_or(REVIEW_SOURCE, |rung| rung.source.as_str());
-        let envelope = match queue {
-            Some(rung) if !review => {
-                envelope::queued(tool, rung, &key, maybe_executed, elapsed_ms(deadline))
-            }
-            _ => envelope::held_for_review(tool, source, &key, elapsed_ms(deadline)),
-        };
-        let item = NewOutboxItem {
-            idempotency_key: key.clone(),
-            tool: tool.name.clone(),
-            args: args.clone(),
-            conversation_id: ctx.conversation_id.clone(),
-            outcome_unknown: maybe_executed,
-            review,
-        };
-        let budget = deadline.cut(reserve);
-        let now = dispatcher.clock.now_unix_ms();
-        let queued_result = envelope.to_json();
-        let enqueue = dispatcher.store.outbox_enqueue(&item, &queued_result, now);
-        match tokio::time::timeout(budget, enqueue).await {
-            Ok(Ok(_item)) => {
-                if review {
-                    tracing::warn!(tool = %tool.name, "write outcome unknown: held for review (idempotency = \"none\")");
-                }
-                return Ok(dispatcher.finish(tool, envelope, queue));
-            }
-            Ok(Err(error)) => {
-                tracing::error!(tool = %tool.name, %error, "could not queue the write");
-            }
-            Err(_) => {
-                // The enqueue may still commit: say the outcome is unknown, keep the key.
-                maybe_executed = true;
-                tracing::error!(tool = %tool.name, "queueing the write timed out");
-            }
+        match defer(&sends, ctx, queue, maybe_executed, review).await {
+            Ok(outcome) => return Ok(outcome),
+            Err(unknown) => maybe_executed |= unknown,
         }
     }
-
     let situation = if maybe_executed {
         // The key stays in flight: a retry after its lease passes the guard again.
         Situation::UnknownOutcome
@@ -236,6 +92,224 @@ pub(crate) async fn call_write(
     };
     let envelope = envelope::refused(tool, situation, None, None, Some(&key), elapsed_ms(deadline));
     Ok(dispatcher.finish(tool, envelope, None))
+}
+
+/// The write's idempotency key: the caller's, derived from the conversation, or minted.
+fn settle_key(ctx: &CallContext, tool: &Tool) -> Result<String, ToolError> {
+    let key = match (ctx.idempotency_key.as_deref(), tool.key_from) {
+        (Some(key), _) => key.to_string(),
+        (None, Some(KeyFrom::Conversation)) => match ctx.conversation_id.as_deref() {
+            Some(conversation) if !conversation.is_empty() => {
+                conversation_key(&tool.name, conversation)
+            }
+            _ => return Err(ToolError::MissingConversation { tool: tool.name.clone() }),
+        },
+        (None, None) => mint_key(),
+    };
+    check_key(&key)?;
+    Ok(key)
+}
+
+/// What claiming the key in the store says.
+enum Claim {
+    /// Go on; `maybe_executed`: an earlier holder's request may have reached the backend.
+    Go { maybe_executed: bool },
+    /// A repeat: the stored result, with nothing run.
+    Answered(ToolOutcome),
+}
+
+/// Claim `key` for this call under the tool's lease.
+async fn claim_key(
+    dispatcher: &Dispatcher,
+    tool: &Tool,
+    key: &str,
+    args: &Value,
+) -> Result<Claim, ToolError> {
+    let hash = args_hash(args);
+    let now = dispatcher.clock.now_unix_ms();
+    let lease_ms = i64::try_from(tool.key_lease.as_millis()).unwrap_or(i64::MAX);
+    match dispatcher.store.key_begin(key, &tool.name, &hash, now, lease_ms).await? {
+        KeyBegin::Fresh => Ok(Claim::Go { maybe_executed: false }),
+        // The earlier holder's request may have reached the backend: resend with the same key,
+        // behind the tool's duplicate guard.
+        KeyBegin::TakenOver => Ok(Claim::Go { maybe_executed: true }),
+        KeyBegin::InFlight { lease_until_unix_ms } => {
+            let retry_after_ms = u64::try_from(lease_until_unix_ms - now).unwrap_or(0);
+            Err(ToolError::KeyInFlight { key: key.to_string(), retry_after_ms })
+        }
+        KeyBegin::Mismatch { tool } => Err(ToolError::KeyMismatch { key: key.to_string(), tool }),
+        KeyBegin::Stored { result, .. } => stored(result).map(Claim::Answered),
+    }
+}
+
+/// How the walk of the http rungs ended.
+enum Sent {
+    /// A rung settled the call (executed, refused, found by the guard, busy).
+    Done(ToolOutcome),
+    /// No rung executed it. `maybe_executed`: a send may have executed all the same;
+    /// `review`: the duplicate guard cannot clear a resend, so a person decides.
+    Unsent { maybe_executed: bool, review: bool },
+}
+
+/// One write's walk over its http rungs.
+struct Sends<'a> {
+    dispatcher: &'a Dispatcher,
+    tool: &'a Tool,
+    key: &'a str,
+    write: Write<'a>,
+    deadline: &'a Deadline,
+    /// Kept for the queue rung out of every http rung's budget.
+    reserve: Duration,
+}
+
+impl Sends<'_> {
+    /// Send to each http rung in turn until one settles the call.
+    async fn walk(&self, urls: &[Option<String>], mut maybe_executed: bool) -> Sent {
+        let (dispatcher, tool, key, deadline) =
+            (self.dispatcher, self.tool, self.key, self.deadline);
+        for (rung, url) in tool.rungs.iter().zip(urls) {
+            let (RungAction::Http(http), Some(url)) = (&rung.action, url) else { continue };
+            let budget = deadline.cut_leaving(rung.timeout, self.reserve);
+            if budget.is_zero() {
+                tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: no time left before the deadline");
+                continue;
+            }
+            if maybe_executed {
+                // An earlier send may have executed: only the tool's guard lets another go.
+                match duplicate_guard(dispatcher, tool, self.write, budget).await {
+                    Guard::Send => {}
+                    Guard::Found(result) => {
+                        let done = write_done(dispatcher, tool, rung, key, result, deadline);
+                        return Sent::Done(done.await);
+                    }
+                    Guard::Wait(reason) => {
+                        tracing::warn!(tool = %tool.name, rung = %rung.source, %reason, "not resending: the duplicate guard could not clear it");
+                        break;
+                    }
+                    Guard::Review => return Sent::Unsent { maybe_executed, review: true },
+                }
+            }
+            let budget = deadline.cut_leaving(rung.timeout, self.reserve);
+            let Some(permit) = admit(rung) else {
+                tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: breaker open");
+                continue;
+            };
+            let Some(_slot) = http.bulkhead.try_enter() else {
+                resolve(permit, Resolution::Unused);
+                if maybe_executed {
+                    // An earlier send may have executed: queue (same key) rather than let go.
+                    break;
+                }
+                release_key(dispatcher, key, false).await;
+                return Sent::Done(dispatcher.busy(tool, rung, http, Some(key), deadline));
+            };
+            let args = self.write.args;
+            let sent = http::send(
+                &dispatcher.http,
+                http,
+                url,
+                args,
+                Some(key),
+                budget,
+                &dispatcher.redactor,
+            );
+            match sent.await {
+                HttpOutcome::Answered(result) => {
+                    resolve(permit, Resolution::Succeeded);
+                    return Sent::Done(
+                        write_done(dispatcher, tool, rung, key, result, deadline).await,
+                    );
+                }
+                HttpOutcome::Unparseable { body } => {
+                    // A 2xx executed the write; its body is reported as it came.
+                    resolve(permit, Resolution::Succeeded);
+                    let done =
+                        write_done(dispatcher, tool, rung, key, Value::String(body), deadline);
+                    return Sent::Done(done.await);
+                }
+                HttpOutcome::Rejected { status, message } => {
+                    resolve(permit, Resolution::Succeeded);
+                    tracing::debug!(tool = %tool.name, rung = %rung.source, status, "backend rejected the write");
+                    let envelope = envelope::refused(
+                        tool,
+                        Situation::RejectedArgs,
+                        Some(rung),
+                        Some(&message),
+                        Some(key),
+                        elapsed_ms(deadline),
+                    );
+                    store_final(dispatcher, key, &envelope).await;
+                    return Sent::Done(dispatcher.finish(tool, envelope, Some(rung)));
+                }
+                HttpOutcome::Unauthorized { status, message } => {
+                    // rein's credentials, not the write's answer: nothing executed, and nothing
+                    // final is stored, so a retry once they are fixed reaches the backend.
+                    resolve(permit, Resolution::Failed);
+                    tracing::error!(tool = %tool.name, rung = %rung.source, status, %message, "the backend refused rein's credentials (check the rung's headers_env)");
+                }
+                HttpOutcome::Failed { reason, may_have_executed } => {
+                    resolve(permit, Resolution::Failed);
+                    maybe_executed |= may_have_executed;
+                    tracing::warn!(tool = %tool.name, rung = %rung.source, %reason, may_have_executed, "write not confirmed");
+                }
+                HttpOutcome::TimedOut => {
+                    resolve(permit, Resolution::Failed);
+                    maybe_executed = true;
+                    tracing::warn!(tool = %tool.name, rung = %rung.source, "write timed out: outcome unknown");
+                }
+            }
+        }
+        Sent::Unsent { maybe_executed, review: false }
+    }
+}
+
+/// Put the write in the durable outbox: queued for the replay worker, or held for review.
+/// `Err(unknown)` when it could not be queued; `unknown`: the enqueue may still commit.
+async fn defer(
+    sends: &Sends<'_>,
+    ctx: &CallContext,
+    queue: Option<&Rung>,
+    maybe_executed: bool,
+    review: bool,
+) -> Result<ToolOutcome, bool> {
+    let (dispatcher, tool, key, deadline) =
+        (sends.dispatcher, sends.tool, sends.key, sends.deadline);
+    let source = queue.map_or(REVIEW_SOURCE, |rung| rung.source.as_str());
+    let envelope = match queue {
+        Some(rung) if !review => {
+            envelope::queued(tool, rung, key, maybe_executed, elapsed_ms(deadline))
+        }
+        _ => envelope::held_for_review(tool, source, key, elapsed_ms(deadline)),
+    };
+    let item = NewOutboxItem {
+        idempotency_key: key.to_string(),
+        tool: tool.name.clone(),
+        args: sends.write.args.clone(),
+        conversation_id: ctx.conversation_id.clone(),
+        outcome_unknown: maybe_executed,
+        review,
+    };
+    let budget = deadline.cut(sends.reserve);
+    let now = dispatcher.clock.now_unix_ms();
+    let queued_result = envelope.to_json();
+    let enqueue = dispatcher.store.outbox_enqueue(&item, &queued_result, now);
+    match tokio::time::timeout(budget, enqueue).await {
+        Ok(Ok(_item)) => {
+            if review {
+                tracing::warn!(tool = %tool.name, "write outcome unknown: held for review (idempotency = \"none\")");
+            }
+            Ok(dispatcher.finish(tool, envelope, queue))
+        }
+        Ok(Err(error)) => {
+            tracing::error!(tool = %tool.name, %error, "could not queue the write");
+            Err(false)
+        }
+        Err(_) => {
+            // The enqueue may still commit: say the outcome is unknown, keep the key.
+            tracing::error!(tool = %tool.name, "queueing the write timed out");
+            Err(true)
+        }
+    }
 }
 
 /// The write executed: its result becomes the key's final result.
