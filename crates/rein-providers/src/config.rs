@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::secret::Secret;
 
@@ -42,7 +42,7 @@ pub const DEFAULT_MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
 /// How much of a success response a provider may send before the attempt fails with
 /// [`rein_core::Failure::ResponseTooLarge`]. Error bodies are read only up to a small fixed
 /// size regardless (enough for any provider's error JSON).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ResponseLimits {
     /// The whole body: a JSON answer, or all the bytes of a streamed one.
@@ -61,7 +61,7 @@ impl Default for ResponseLimits {
 }
 
 /// One `[[provider]]` entry: which wire format it speaks and how to reach it.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(tag = "format")]
 pub enum ProviderConfig {
     /// OpenAI Chat Completions, any OpenAI-compatible server, or an Azure OpenAI deployment.
@@ -82,7 +82,7 @@ impl ProviderConfig {
 }
 
 /// Which body field carries the output-token ceiling on an OpenAI-format server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MaxTokensField {
     /// `max_tokens`: what OpenAI-compatible servers (vLLM, Ollama, llama.cpp) and older
@@ -94,7 +94,7 @@ pub enum MaxTokensField {
 }
 
 /// How the API key is presented to an OpenAI-format server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OpenAiAuth {
     /// `Authorization: Bearer KEY` (OpenAI and most compatible servers).
@@ -104,7 +104,7 @@ pub enum OpenAiAuth {
 }
 
 /// An Azure OpenAI deployment: the model is chosen by the URL, not the body.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AzureConfig {
     pub deployment: String,
@@ -113,7 +113,7 @@ pub struct AzureConfig {
 }
 
 /// A provider speaking OpenAI Chat Completions.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OpenAiConfig {
     /// The name routes, metrics and the retry budget use for this provider.
@@ -163,7 +163,7 @@ impl OpenAiConfig {
 }
 
 /// A provider speaking Anthropic Messages.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AnthropicConfig {
     pub name: String,
@@ -212,7 +212,7 @@ impl AnthropicConfig {
 
 /// Settings of the one pooled HTTP client every provider shares. No request or read timeout
 /// exists here on purpose: the engine owns every clock but the TCP/TLS connect bound.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpClientConfig {
     /// Bound on establishing TCP + TLS; firing becomes `ClockFired { clock: Connect }`.

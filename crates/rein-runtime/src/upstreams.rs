@@ -15,8 +15,7 @@ use std::sync::Mutex;
 use rein_core::validate::{OutputContract, RuleSet};
 use rein_core::{Engine, FailoverShare, Provider, Route, Tier};
 use rein_providers::{
-    AnthropicConfig, AzureConfig, HttpClient, HttpClientConfig, OpenAiAuth, OpenAiConfig,
-    ProviderConfig as AdapterConfig, ResponseLimits, Secret as ProviderSecret, build_provider,
+    HttpClient, HttpClientConfig, ProviderConfig as AdapterConfig, build_provider,
 };
 #[cfg(feature = "sim")]
 use rein_sim::{Scenario, SimConfig, SimHandle};
@@ -170,75 +169,21 @@ impl Upstreams {
         Ok(sim)
     }
 
+    /// The adapter of provider `name`: its validated config as it is, or, for `kind = "sim"`,
+    /// pointed at the in-process simulator.
     async fn provider(
         &self,
         name: &str,
         config: &ProviderConfig,
     ) -> Result<Arc<dyn Provider>, BuildError> {
-        let headers: BTreeMap<String, ProviderSecret> = config
-            .headers
-            .iter()
-            .map(|(k, v)| (k.clone(), ProviderSecret::new(v.clone())))
-            .collect();
-        let api_key = config.api_key.as_ref().map(|k| ProviderSecret::new(k.expose()));
-        let limits = ResponseLimits {
-            max_response_bytes: config.max_response_bytes,
-            max_event_bytes: config.max_event_bytes,
-        };
-        let openai = |base_url: String| {
-            let mut adapter = OpenAiConfig::new(name, base_url);
-            adapter.api_key = api_key.clone();
-            adapter.headers = headers.clone();
-            adapter.streaming = config.stream;
-            adapter.limits = limits;
-            adapter
-        };
-        let anthropic = |base_url: String| {
-            let mut adapter = AnthropicConfig::new(name, base_url);
-            adapter.api_key = api_key.clone();
-            adapter.headers = headers.clone();
-            adapter.streaming = config.stream;
-            adapter.limits = limits;
-            adapter.json_prefill = config.json_prefill;
-            if let Some(max_tokens) = config.default_max_tokens {
-                adapter.default_max_tokens = max_tokens;
+        let mut adapter = config.adapter.clone();
+        if config.kind == ProviderKind::Sim {
+            let base = Some(self.sim_base_url(name, config).await?);
+            match &mut adapter {
+                AdapterConfig::OpenAi(openai) => openai.base_url = base,
+                AdapterConfig::Anthropic(anthropic) => anthropic.base_url = base,
             }
-            adapter
-        };
-        let adapter = match config.kind {
-            ProviderKind::Openai => AdapterConfig::OpenAi(openai(
-                config
-                    .base_url
-                    .clone()
-                    .unwrap_or_else(|| rein_providers::OPENAI_DEFAULT_BASE_URL.to_string()),
-            )),
-            ProviderKind::OpenaiCompatible => {
-                AdapterConfig::OpenAi(openai(config.base_url.clone().unwrap_or_default()))
-            }
-            ProviderKind::AzureOpenai => {
-                let mut adapter = openai(config.base_url.clone().unwrap_or_default());
-                adapter.auth = Some(OpenAiAuth::ApiKey);
-                adapter.azure = Some(AzureConfig {
-                    deployment: config.deployment.clone().unwrap_or_default(),
-                    api_version: config.api_version.clone().unwrap_or_default(),
-                });
-                AdapterConfig::OpenAi(adapter)
-            }
-            ProviderKind::Anthropic => AdapterConfig::Anthropic(anthropic(
-                config
-                    .base_url
-                    .clone()
-                    .unwrap_or_else(|| rein_providers::ANTHROPIC_DEFAULT_BASE_URL.to_string()),
-            )),
-            ProviderKind::Sim => {
-                let base = self.sim_base_url(name, config).await?;
-                if config.sim_anthropic {
-                    AdapterConfig::Anthropic(anthropic(base))
-                } else {
-                    AdapterConfig::OpenAi(openai(base))
-                }
-            }
-        };
+        }
         build_provider(adapter, &self.client).map_err(|e| BuildError::Provider {
             provider: name.to_string(),
             message: e.to_string(),

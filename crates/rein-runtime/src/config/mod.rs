@@ -144,24 +144,16 @@ pub struct StoreConfig {
     pub postgres_url: Option<Secret>,
 }
 
+/// One provider, validated: the kind the file names and the adapter's own config, built here
+/// once (its key read from the environment, its defaults filled in).
 #[derive(Debug, Clone, Serialize)]
 pub struct ProviderConfig {
     pub kind: ProviderKind,
-    pub base_url: Option<String>,
-    pub api_key: Option<Secret>,
-    pub headers: BTreeMap<String, String>,
-    pub api_version: Option<String>,
-    pub deployment: Option<String>,
-    pub default_max_tokens: Option<u32>,
-    /// For `sim`: whether it speaks Anthropic's format rather than OpenAI's.
-    pub sim_anthropic: bool,
+    /// What the adapter is built from. For `kind = "sim"` its base URL is the in-process
+    /// simulator's, filled in when the simulator starts.
+    pub adapter: rein_providers::ProviderConfig,
+    /// For `sim`: the scenario file it plays.
     pub scenario: Option<String>,
-    /// Whether rein asks the upstream to stream (`stream`).
-    pub stream: bool,
-    pub max_response_bytes: usize,
-    pub max_event_bytes: usize,
-    /// Anthropic: `json_prefill`; `None` decides by the model.
-    pub json_prefill: Option<bool>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -521,21 +513,52 @@ fn validate_provider(
         );
         ok = false;
     }
-    ok.then(|| ProviderConfig {
-        kind: raw.kind,
-        base_url: raw.base_url.clone(),
-        api_key,
-        headers: raw.headers.clone(),
-        api_version: raw.api_version.clone(),
-        deployment: raw.deployment.clone(),
-        default_max_tokens: raw.default_max_tokens,
-        sim_anthropic,
-        scenario: raw.scenario.clone(),
-        stream: raw.stream.unwrap_or(true),
-        max_response_bytes,
-        max_event_bytes,
-        json_prefill: raw.json_prefill,
-    })
+    if !ok {
+        return None;
+    }
+    let limits = rein_providers::ResponseLimits { max_response_bytes, max_event_bytes };
+    let headers: BTreeMap<String, Secret> =
+        raw.headers.iter().map(|(k, v)| (k.clone(), Secret::new(v.clone()))).collect();
+    let openai = |base_url: Option<String>| {
+        let mut adapter = rein_providers::OpenAiConfig::new(name, String::new());
+        adapter.base_url = base_url;
+        adapter.api_key = api_key.clone();
+        adapter.headers = headers.clone();
+        adapter.streaming = raw.stream.unwrap_or(true);
+        adapter.limits = limits;
+        adapter
+    };
+    let anthropic = |base_url: Option<String>| {
+        let mut adapter = rein_providers::AnthropicConfig::new(name, String::new());
+        adapter.base_url = base_url;
+        adapter.api_key = api_key.clone();
+        adapter.headers = headers.clone();
+        adapter.streaming = raw.stream.unwrap_or(true);
+        adapter.limits = limits;
+        adapter.json_prefill = raw.json_prefill;
+        if let Some(max_tokens) = raw.default_max_tokens {
+            adapter.default_max_tokens = max_tokens;
+        }
+        adapter
+    };
+    use rein_providers::ProviderConfig as Adapter;
+    let base_url = raw.base_url.clone();
+    let adapter = match raw.kind {
+        ProviderKind::Openai | ProviderKind::OpenaiCompatible => Adapter::OpenAi(openai(base_url)),
+        ProviderKind::AzureOpenai => {
+            let mut adapter = openai(base_url);
+            adapter.auth = Some(rein_providers::OpenAiAuth::ApiKey);
+            adapter.azure = Some(rein_providers::AzureConfig {
+                deployment: raw.deployment.clone().unwrap_or_default(),
+                api_version: raw.api_version.clone().unwrap_or_default(),
+            });
+            Adapter::OpenAi(adapter)
+        }
+        ProviderKind::Anthropic => Adapter::Anthropic(anthropic(base_url)),
+        ProviderKind::Sim if sim_anthropic => Adapter::Anthropic(anthropic(None)),
+        ProviderKind::Sim => Adapter::OpenAi(openai(None)),
+    };
+    Some(ProviderConfig { kind: raw.kind, adapter, scenario: raw.scenario.clone() })
 }
 
 fn validate_route(
