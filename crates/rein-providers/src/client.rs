@@ -335,7 +335,7 @@ impl tower_service::Service<Uri> for Bounded<HttpsConnector<HttpConnector>> {
 /// An error and its sources as one line ("client error (Connect): tcp connect error:
 /// Connection refused (os error 111)"). URLs are stripped by the callers, so no query
 /// string (and nothing a user put in one) reaches the text.
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

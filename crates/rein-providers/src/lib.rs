@@ -38,7 +38,7 @@ use serde_json::{Map, Value};
 use rein_core::{EventStream, Failure, Provider, WireFormat};
 
 pub use anthropic::{AnthropicProvider, replay_anthropic_response, replay_anthropic_stream};
-pub use client::HttpClient;
+pub use client::{HttpClient, error_chain};
 pub use config::{
     ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_MAX_TOKENS, ANTHROPIC_DEFAULT_VERSION,
     AnthropicConfig, AzureConfig, ClientBuildError, ConfigError, DEFAULT_MAX_EVENT_BYTES,

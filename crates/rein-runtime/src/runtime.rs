@@ -154,6 +154,16 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Read the config from `path` when given, else run `text` (the embedded default); with
+    /// neither, a reload has nothing to read.
+    pub fn source(self, path: Option<PathBuf>, text: Option<String>) -> Self {
+        match (path, text) {
+            (Some(path), _) => self.path(path),
+            (None, Some(text)) => self.text(text),
+            (None, None) => self,
+        }
+    }
+
     /// Run the config `text` (the embedded default), at start and at every reload.
     pub fn text(mut self, text: impl Into<String>) -> Self {
         self.source = Source::Text(text.into());

@@ -13,6 +13,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use rein_core::CallContext;
 use rein_core::validate::{Answer, Evidence, Problem, Rule};
+use rein_providers::error_chain;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -164,21 +165,6 @@ pub fn client(connect_timeout: Duration) -> Result<reqwest::Client, String> {
         .user_agent(concat!("rein/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|error| error_chain(&error))
-}
-
-/// An error and its sources as one line.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

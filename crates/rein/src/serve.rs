@@ -51,11 +51,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<std::process::ExitCod
     let client_key_env = client_key_env(&text);
     // The address the flags chose stays in force across reloads (which re-read the file).
     let overrides = Overrides { listen: listen.map(|_| config.server.listen) };
-    let builder = match (&args.config, default) {
-        (Some(path), _) => Runtime::builder().path(path),
-        (None, Some(text)) => Runtime::builder().text(text),
-        (None, None) => Runtime::builder(),
-    };
+    let builder = Runtime::builder().source(args.config.clone(), default);
     let gateway = match Gateway::start(builder.overrides(overrides), Some(config)).await {
         Ok(gateway) => gateway,
         Err(error) => {

@@ -90,14 +90,6 @@ impl std::fmt::Debug for Gateway {
 }
 
 impl Gateway {
-    /// Build a gateway from a config file, or from `default_config` text when `path` is `None`.
-    pub async fn new(
-        path: Option<PathBuf>,
-        default_config: Option<String>,
-    ) -> Result<Arc<Self>, StartError> {
-        Self::start(source(Runtime::builder(), path, default_config), None).await
-    }
-
     /// Build a gateway from an already validated config; a reload re-reads `config_path` (or
     /// `default_config`).
     pub async fn from_config(
@@ -106,7 +98,7 @@ impl Gateway {
         default_config: Option<String>,
         env: EnvSource,
     ) -> Result<Arc<Self>, StartError> {
-        let builder = source(Runtime::builder(), config_path, default_config).env(env);
+        let builder = Runtime::builder().source(config_path, default_config).env(env);
         Self::start(builder, Some(config)).await
     }
 
@@ -257,19 +249,6 @@ impl Gateway {
                 Ok(())
             }
         }
-    }
-}
-
-/// The runtime builder reading `path`, else `default_config` text, at start and on reload.
-fn source(
-    builder: RuntimeBuilder,
-    path: Option<PathBuf>,
-    default_config: Option<String>,
-) -> RuntimeBuilder {
-    match (path, default_config) {
-        (Some(path), _) => builder.path(path),
-        (None, Some(text)) => builder.text(text),
-        (None, None) => builder,
     }
 }
 
