@@ -242,7 +242,7 @@ impl RuntimeBuilder {
             .build()
             .map_err(|error| BuildError::Client(error.to_string()))?;
         let parts = ToolParts { store: tool_store, http: tool_http, observer: self.tool_observer };
-        let tools = parts.dispatcher(&config, &self.env)?;
+        let tools = parts.dispatcher(&config);
         Ok(Runtime {
             current: ArcSwap::from_pointee(Snapshot { config, version: 1, tools }),
             engine,
@@ -274,13 +274,12 @@ struct ToolParts {
 
 impl ToolParts {
     /// The tool dispatcher for `config`.
-    fn dispatcher(&self, config: &Config, env: &EnvSource) -> Result<Arc<Dispatcher>, BuildError> {
-        let dispatcher =
-            Dispatcher::with_env(&config.tools, self.store.clone(), self.http.clone(), &**env)
-                .map_err(|error| BuildError::Tools(error.to_string()))?
-                .with_observer(self.observer.clone());
+    fn dispatcher(&self, config: &Config) -> Arc<Dispatcher> {
+        let plan = config.tools_plan.clone();
+        let dispatcher = Dispatcher::from_plan(plan, self.store.clone(), self.http.clone())
+            .with_observer(self.observer.clone());
         self.observer.configured(&dispatcher.primaries());
-        Ok(Arc::new(dispatcher))
+        Arc::new(dispatcher)
     }
 }
 
@@ -376,7 +375,7 @@ impl Runtime {
         }
         record_config_settings(&config, &self.store).map_err(BuildError::Store)?;
         let routes = self.upstreams.routes(&config, Some(&self.engine), &self.store).await?;
-        let tools = self.tools.dispatcher(&config, &self.env)?;
+        let tools = self.tools.dispatcher(&config);
         let version = self.current().version + 1;
         self.engine.replace_routes(routes);
         self.current.store(Arc::new(Snapshot { config, version, tools }));

@@ -38,8 +38,6 @@ pub enum BuildError {
     Store(#[from] StoreError),
     #[error("`routes.{route}.output`: {message}")]
     Output { route: String, message: String },
-    #[error("tools: {0}")]
-    Tools(String),
 }
 
 /// A route's prompts and model settings as the config file writes them.

@@ -18,12 +18,11 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::clock::{SystemClock, WallClock};
-use crate::config::{ConfigError, ToolKind, ToolsConfig, compile};
+use crate::config::{ConfigError, ToolKind, ToolsConfig, ToolsPlan};
 use crate::envelope::{self, Envelope, ToolStatus};
 use crate::error::ToolError;
-use crate::ladder::{HttpRung, OutboxSettings, Rung, RungAction, Tool, Tools};
+use crate::ladder::{HttpRung, Rung, RungAction, Tool};
 use crate::observer::{LADDER_EXHAUSTED, NoopObserver, ToolObserver};
-use crate::redact::Redactor;
 use crate::replay::{self, ReplayReport};
 use crate::{evidence, operator, write};
 
@@ -53,15 +52,13 @@ pub struct RungBreaker {
 /// it does.
 #[derive(Debug)]
 pub struct Dispatcher {
-    pub(crate) tools: Tools,
-    pub(crate) outbox: OutboxSettings,
+    /// The ladders, outbox settings and secrets to redact (the validated config).
+    pub(crate) plan: Arc<ToolsPlan>,
     pub(crate) store: Arc<dyn ToolStore>,
     pub(crate) http: reqwest::Client,
     pub(crate) observer: Arc<dyn ToolObserver>,
     pub(crate) jitter: Arc<dyn Jitter>,
     pub(crate) clock: Arc<dyn WallClock>,
-    /// The secrets the tools send, stripped from whatever a backend says back.
-    pub(crate) redactor: Redactor,
 }
 
 impl Dispatcher {
@@ -82,18 +79,25 @@ impl Dispatcher {
         http: reqwest::Client,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Dispatcher, ConfigError> {
-        let compiled = compile(config, Some(env))?;
+        Ok(Self::from_plan(Arc::new(config.compile(env)?), store, http))
+    }
+
+    /// The dispatcher that runs `plan` (made by [`ToolsConfig::compile`]) over `store`, sending
+    /// http rungs through `http`. Dispatchers of one plan share its breakers and bulkheads.
+    pub fn from_plan(
+        plan: Arc<ToolsPlan>,
+        store: Arc<dyn ToolStore>,
+        http: reqwest::Client,
+    ) -> Dispatcher {
         let seed = rein_core::clock::unix_ms();
-        Ok(Dispatcher {
-            tools: compiled.tools,
-            outbox: compiled.outbox,
-            redactor: compiled.redactor,
+        Dispatcher {
+            plan,
             store,
             http,
             observer: Arc::new(NoopObserver),
             jitter: Arc::new(SeededJitter::new(seed)),
             clock: Arc::new(SystemClock),
-        })
+        }
     }
 
     /// Report to `observer` (metrics).
@@ -116,13 +120,14 @@ impl Dispatcher {
 
     /// The configured tools and their kinds.
     pub fn tools(&self) -> Vec<(String, ToolKind)> {
-        self.tools.values().map(|tool| (tool.name.clone(), tool.kind)).collect()
+        self.plan.tools.values().map(|tool| (tool.name.clone(), tool.kind)).collect()
     }
 
     /// Each tool's primary: the source of its first rung (anything else that serves is a
     /// fallback, for `fallback_served`).
     pub fn primaries(&self) -> Vec<(String, String)> {
-        self.tools
+        self.plan
+            .tools
             .values()
             .filter_map(|tool| tool.rungs.first().map(|r| (tool.name.clone(), r.source.clone())))
             .collect()
@@ -130,7 +135,8 @@ impl Dispatcher {
 
     /// Every rung breaker's state.
     pub fn breakers(&self) -> Vec<RungBreaker> {
-        self.tools
+        self.plan
+            .tools
             .values()
             .flat_map(|tool| {
                 tool.rungs.iter().filter_map(|rung| {
@@ -154,7 +160,7 @@ impl Dispatcher {
         args: Value,
     ) -> Result<ToolOutcome, ToolError> {
         let deadline = ctx.deadline();
-        let Some(tool) = self.tools.get(tool) else {
+        let Some(tool) = self.plan.tools.get(tool) else {
             return Err(ToolError::UnknownTool(tool.to_string()));
         };
         if !args.is_object() {

@@ -77,7 +77,7 @@ async fn run_lookup(
         write.args,
         None,
         budget,
-        &dispatcher.redactor,
+        &dispatcher.plan.redactor,
     );
     let found = match sent.await {
         HttpOutcome::Answered(answer) => {

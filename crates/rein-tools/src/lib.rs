@@ -29,7 +29,7 @@ mod wording;
 mod write;
 
 pub use clock::{SystemClock, WallClock};
-pub use config::{ConfigError, ConfigProblem, Idempotency, ToolsConfig};
+pub use config::{ConfigError, ConfigProblem, Idempotency, ToolsConfig, ToolsPlan};
 pub use dispatcher::{Dispatcher, RungBreaker, ToolOutcome};
 pub use envelope::{PROVENANCE_FIELDS, ToolStatus};
 pub use error::ToolError;

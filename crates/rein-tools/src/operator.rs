@@ -128,7 +128,7 @@ pub(crate) async fn holds(
 pub(crate) async fn prune(dispatcher: &Dispatcher) -> Result<rein_store::tools::Pruned, ToolError> {
     let now = dispatcher.clock.now_unix_ms();
     let ago = |d: std::time::Duration| now - i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
-    let keys_before = ago(dispatcher.outbox.keys_retain);
-    let cache_before = ago(dispatcher.outbox.cache_retain);
+    let keys_before = ago(dispatcher.plan.outbox.keys_retain);
+    let cache_before = ago(dispatcher.plan.outbox.cache_retain);
     Ok(dispatcher.store.prune(keys_before, cache_before).await?)
 }

@@ -98,8 +98,15 @@ impl RungRead<'_> {
             resolve(permit, Resolution::Unused);
             return Step::Served(dispatcher.busy(tool, rung, http, None, self.deadline));
         };
-        let sent =
-            http::send(&dispatcher.http, http, url, args, None, self.budget, &dispatcher.redactor);
+        let sent = http::send(
+            &dispatcher.http,
+            http,
+            url,
+            args,
+            None,
+            self.budget,
+            &dispatcher.plan.redactor,
+        );
         match sent.await {
             HttpOutcome::Answered(result) => {
                 resolve(permit, Resolution::Succeeded);

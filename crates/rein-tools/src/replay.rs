@@ -47,7 +47,7 @@ pub struct ReplayReport {
 pub(crate) async fn replay_due(dispatcher: &Dispatcher, owner: &str, limit: i64) -> ReplayReport {
     let mut report = ReplayReport::default();
     let now = dispatcher.clock.now_unix_ms();
-    let lease_ms = i64::try_from(dispatcher.outbox.lease.as_millis()).unwrap_or(i64::MAX);
+    let lease_ms = i64::try_from(dispatcher.plan.outbox.lease.as_millis()).unwrap_or(i64::MAX);
     let items = match dispatcher.store.outbox_claim(owner, now, lease_ms, limit).await {
         Ok(items) => items,
         Err(error) => {
@@ -83,7 +83,7 @@ pub(crate) fn spawn_replay_worker(
     poll: Duration,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let batch = dispatcher.outbox.batch;
+        let batch = dispatcher.plan.outbox.batch;
         loop {
             let report = replay_due(&dispatcher, &owner, i64::from(batch)).await;
             if report.claimed < batch as usize || report.store_errors > 0 {
@@ -100,6 +100,7 @@ async fn replay_one(
     item: OutboxItem,
 ) -> Result<Option<ReplayResult>, StoreError> {
     let Some((tool, rung, http)) = dispatcher
+        .plan
         .tools
         .get(&item.tool)
         .and_then(|tool| tool.primary_http().map(|(rung, http)| (tool, rung, http)))
@@ -168,7 +169,7 @@ async fn replay_one(
         &item.args,
         Some(key),
         rung.timeout,
-        &dispatcher.redactor,
+        &dispatcher.plan.redactor,
     )
     .await;
     let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -291,8 +292,8 @@ async fn fail(
 fn backoff(dispatcher: &Dispatcher, attempts: i64) -> Duration {
     let policy = RetryPolicy {
         attempts: 1,
-        base: dispatcher.outbox.backoff_base,
-        cap: dispatcher.outbox.backoff_cap,
+        base: dispatcher.plan.outbox.backoff_base,
+        cap: dispatcher.plan.outbox.backoff_cap,
         floor: Duration::ZERO,
     };
     let retry = u32::try_from(attempts.saturating_sub(1).max(0)).unwrap_or(u32::MAX);

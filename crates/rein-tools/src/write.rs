@@ -211,7 +211,7 @@ impl Sends<'_> {
                 args,
                 Some(key),
                 budget,
-                &dispatcher.redactor,
+                &dispatcher.plan.redactor,
             );
             match sent.await {
                 HttpOutcome::Answered(result) => {
@@ -392,7 +392,7 @@ pub(crate) async fn decide(
     if hold.state != HoldState::Pending {
         return Ok(None);
     }
-    let tool = dispatcher.tools.get(&hold.tool);
+    let tool = dispatcher.plan.tools.get(&hold.tool);
     let default_wording = Wording::default();
     let wording = tool.map_or(&default_wording, |tool| &tool.wording);
     let reason = match (approve, note.trim()) {

@@ -10,6 +10,7 @@ mod tls;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rein_core::{
@@ -42,8 +43,11 @@ pub struct Config {
     pub upstream: UpstreamConfig,
     pub providers: BTreeMap<String, ProviderConfig>,
     pub routes: BTreeMap<String, RouteConfig>,
-    /// `[bulkheads.*]`, `[tools.*]` and `[outbox]`, checked by `rein_tools`.
+    /// `[bulkheads.*]`, `[tools.*]` and `[outbox]` as written.
     pub tools: rein_tools::ToolsConfig,
+    /// The same sections validated and compiled by `rein_tools`, once: what the dispatcher runs.
+    #[serde(skip)]
+    pub tools_plan: Arc<rein_tools::ToolsPlan>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -249,9 +253,10 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
         tools: raw.tools.clone(),
         outbox: raw.outbox,
     };
-    if let Err(error) = tools.check(env) {
-        for problem in error.problems {
-            problems.add(problem.key, problem.message);
+    let tools_plan = tools.compile(env);
+    if let Err(error) = &tools_plan {
+        for problem in &error.problems {
+            problems.add(problem.key.clone(), problem.message.clone());
         }
     }
     let admin_key = match &raw.server.admin_key_env {
@@ -373,6 +378,7 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
         problems.extend(server.auth_problems(listen));
     }
     problems.into_result()?;
+    let tools_plan = Arc::new(tools_plan?);
     Ok(Config {
         server,
         store: StoreConfig { sqlite_path: raw.store.sqlite_path, postgres_url },
@@ -388,6 +394,7 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
         providers,
         routes,
         tools,
+        tools_plan,
     })
 }
 

@@ -35,13 +35,15 @@ pub(crate) const DEFAULT_MAX_RESPONSE_BYTES: u64 = 1024 * 1024;
 /// Added to a write ladder's budgets for its key's lease, so a live request is never taken over.
 const KEY_LEASE_MARGIN: Duration = Duration::from_secs(5);
 
-/// The compiled config.
+/// The validated tools section, compiled: what a [`Dispatcher`](crate::Dispatcher) runs. Made
+/// once, by [`ToolsConfig::compile`], when the config is validated; its breakers and bulkheads
+/// start with it, so a reload (a new plan) starts them afresh.
 #[derive(Debug)]
-pub(crate) struct Compiled {
-    pub tools: Tools,
-    pub outbox: OutboxSettings,
+pub struct ToolsPlan {
+    pub(crate) tools: Tools,
+    pub(crate) outbox: OutboxSettings,
     /// Every secret header value the tools send, to redact from what backends say.
-    pub redactor: Redactor,
+    pub(crate) redactor: Redactor,
 }
 
 /// Validate `config` and build its ladders. `env` resolves `headers_env`; `None` checks
@@ -49,7 +51,7 @@ pub(crate) struct Compiled {
 pub(crate) fn compile(
     config: &ToolsConfig,
     env: Option<EnvLookup<'_>>,
-) -> Result<Compiled, ConfigError> {
+) -> Result<ToolsPlan, ConfigError> {
     let mut problems = Problems::new();
 
     let mut bulkheads: BTreeMap<String, Arc<Bulkhead>> = BTreeMap::new();
@@ -114,7 +116,7 @@ pub(crate) fn compile(
     }
 
     problems.into_result()?;
-    Ok(Compiled {
+    Ok(ToolsPlan {
         tools,
         redactor,
         outbox: OutboxSettings {

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use compile::ToolsPlan;
 pub(crate) use compile::compile;
 
 /// Every tool, its ladder and the concurrency partitions they share.
@@ -424,8 +425,10 @@ impl ToolsConfig {
         compile(self, None).map(drop)
     }
 
-    /// Validate everything, including that every `headers_env` variable is set in `env`.
-    pub fn check(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
-        compile(self, Some(env)).map(drop)
+    /// Validate everything, including that every `headers_env` variable is set in `env`, and
+    /// compile the ladders a [`Dispatcher`](crate::Dispatcher) runs
+    /// ([`Dispatcher::from_plan`](crate::Dispatcher::from_plan)).
+    pub fn compile(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<ToolsPlan, ConfigError> {
+        compile(self, Some(env))
     }
 }

@@ -17,9 +17,8 @@ fn env(name: &str) -> Option<String> {
 #[test]
 fn the_documented_example_parses_and_builds_a_dispatcher() {
     let config = parse_tools(EXAMPLE).unwrap_or_else(|e| panic!("{e}"));
-    config.check(&env).unwrap();
-    let dispatcher =
-        Dispatcher::with_env(&config, Arc::new(TestStore::new()), http_client(), &env).unwrap();
+    let plan = Arc::new(config.compile(&env).unwrap());
+    let dispatcher = Dispatcher::from_plan(plan, Arc::new(TestStore::new()), http_client());
     assert_eq!(
         dispatcher.tools(),
         [
@@ -35,7 +34,7 @@ fn the_documented_example_parses_and_builds_a_dispatcher() {
 #[test]
 fn an_unset_secret_is_named_by_key_without_its_value() {
     let config = parse_tools(EXAMPLE).unwrap();
-    let error = config.check(&|name| (name == "SEARCH_TOKEN").then(|| "x".into())).unwrap_err();
+    let error = config.compile(&|name| (name == "SEARCH_TOKEN").then(|| "x".into())).unwrap_err();
     assert!(error.names("tools.create_refund.rungs[0].headers_env.authorization"), "{error}");
     assert_eq!(error.problems.len(), 1, "{error}");
     assert!(error.to_string().contains("environment variable `PAYMENTS_TOKEN` is not set"));
