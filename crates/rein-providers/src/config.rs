@@ -79,6 +79,17 @@ impl ProviderConfig {
             ProviderConfig::Anthropic(config) => &config.name,
         }
     }
+
+    /// Whether [`build_provider`](crate::build_provider) can build an adapter from this config:
+    /// the same checks, without a client (for validating a config file before anything starts).
+    pub fn check(&self) -> Result<(), ConfigError> {
+        match self {
+            ProviderConfig::OpenAi(config) => crate::OpenAiProvider::prepare(config).map(drop),
+            ProviderConfig::Anthropic(config) => {
+                crate::AnthropicProvider::prepare(config).map(drop)
+            }
+        }
+    }
 }
 
 /// Which body field carries the output-token ceiling on an OpenAI-format server.
@@ -263,6 +274,42 @@ pub enum ConfigError {
         "provider `{provider}`: `max_response_bytes` ({max_response_bytes}) and `max_event_bytes` ({max_event_bytes}) must be above 0, and an event cannot be larger than the response"
     )]
     InvalidLimits { provider: String, max_response_bytes: usize, max_event_bytes: usize },
+}
+
+impl ConfigError {
+    /// The config key the error is about, relative to the provider's entry (`base_url`,
+    /// `headers.<name>`, `azure.deployment`, ...).
+    pub fn key(&self) -> String {
+        match self {
+            ConfigError::Empty { key, .. } => (*key).to_string(),
+            ConfigError::InvalidBaseUrl { .. }
+            | ConfigError::UnsupportedScheme { .. }
+            | ConfigError::AzureNeedsBaseUrl { .. } => "base_url".into(),
+            ConfigError::InvalidHeader { header, .. } if header == "anthropic_version" => {
+                header.clone()
+            }
+            ConfigError::InvalidHeader { header, .. } => format!("headers.{header}"),
+            ConfigError::InvalidApiKey { .. } => "api_key".into(),
+            ConfigError::InvalidLimits { .. } => "max_event_bytes".into(),
+        }
+    }
+
+    /// What is wrong, without the provider's name (which the key already places).
+    pub fn reason(&self) -> String {
+        let shown = self.to_string();
+        let prefix = match self {
+            ConfigError::Empty { provider, .. }
+            | ConfigError::InvalidBaseUrl { provider, .. }
+            | ConfigError::UnsupportedScheme { provider, .. }
+            | ConfigError::AzureNeedsBaseUrl { provider }
+            | ConfigError::InvalidHeader { provider, .. }
+            | ConfigError::InvalidApiKey { provider }
+            | ConfigError::InvalidLimits { provider, .. } => format!("provider `{provider}`: "),
+        };
+        let reason = shown.strip_prefix(&prefix).unwrap_or(&shown);
+        let key = format!("`{}` ", self.key());
+        reason.strip_prefix(&key).unwrap_or(reason).to_string()
+    }
 }
 
 /// Why the shared HTTP client could not be built (a TLS backend failure, in practice).

@@ -114,6 +114,40 @@ model = "gpt-4o-mini"
 }
 
 #[test]
+fn a_provider_its_adapter_could_not_build_is_refused_at_validation() {
+    let config = |provider: &str| {
+        format!(
+            "{provider}\n[routes.chat]\n[[routes.chat.tiers]]\nname = \"p\"\nprovider = \"local\"\nmodel = \"m\"\n"
+        )
+    };
+    insta::assert_snapshot!(problems(&config(r#"
+[providers.local]
+kind = "openai_compatible"
+base_url = "http://exa mple:8000/v1"
+"#)), @r"
+    the config has 1 problem:
+      - `providers.local.base_url`: (http://exa mple:8000/v1) is not a valid URL: invalid international domain name
+    ");
+    insta::assert_snapshot!(problems(&config(r#"
+[providers.local]
+kind = "openai_compatible"
+base_url = "ftp://example.com/v1"
+"#)), @r"
+    the config has 1 problem:
+      - `providers.local.base_url`: (ftp://example.com/v1) must start with http:// or https://
+    ");
+    insta::assert_snapshot!(problems(&config(r#"
+[providers.local]
+kind = "openai_compatible"
+base_url = "http://127.0.0.1:8000/v1"
+headers = { "bad header" = "v" }
+"#)), @r"
+    the config has 1 problem:
+      - `providers.local.headers.bad header`: header `bad header` is not a valid HTTP header: invalid HTTP header name
+    ");
+}
+
+#[test]
 fn malformed_toml_is_reported_with_its_position() {
     let message = problems("[routes.chat\nx = 1");
     assert!(message.contains("(file)"), "{message}");

@@ -37,6 +37,22 @@ pub struct AnthropicProvider {
 
 impl AnthropicProvider {
     pub fn new(config: AnthropicConfig, client: HttpClient) -> Result<Self, ConfigError> {
+        let (endpoint, headers, options) = Self::prepare(&config)?;
+        let name = config.name.clone();
+        let redactor = Redactor::new(config.api_key.iter().chain(config.headers.values()));
+        let endpoint = client.endpoint(endpoint).map_err(|error| ConfigError::InvalidBaseUrl {
+            provider: name.clone(),
+            url: config.base_url.clone().unwrap_or_else(|| ANTHROPIC_DEFAULT_BASE_URL.to_owned()),
+            reason: error.to_string(),
+        })?;
+        Ok(Self { name, endpoint, headers, options, limits: config.limits, client, redactor })
+    }
+
+    /// Everything [`AnthropicProvider::new`] derives from `config` alone: the endpoint, the
+    /// fixed headers and the body options, or what is wrong with the config.
+    pub(crate) fn prepare(
+        config: &AnthropicConfig,
+    ) -> Result<(Url, HeaderMap, BodyOptions), ConfigError> {
         let name = config.name.clone();
         if name.trim().is_empty() {
             return Err(ConfigError::Empty { provider: name, key: "name" });
@@ -77,13 +93,7 @@ impl AnthropicProvider {
             default_max_tokens: config.default_max_tokens,
             json_prefill: config.json_prefill,
         };
-        let redactor = Redactor::new(config.api_key.iter().chain(config.headers.values()));
-        let endpoint = client.endpoint(endpoint).map_err(|error| ConfigError::InvalidBaseUrl {
-            provider: name.clone(),
-            url: base_url.clone(),
-            reason: error.to_string(),
-        })?;
-        Ok(Self { name, endpoint, headers, options, limits: config.limits, client, redactor })
+        Ok((endpoint, headers, options))
     }
 
     pub fn endpoint(&self) -> &Url {

@@ -42,6 +42,22 @@ pub struct OpenAiProvider {
 
 impl OpenAiProvider {
     pub fn new(config: OpenAiConfig, client: HttpClient) -> Result<Self, ConfigError> {
+        let (endpoint, headers, options) = Self::prepare(&config)?;
+        let name = config.name.clone();
+        let redactor = Redactor::new(config.api_key.iter().chain(config.headers.values()));
+        let endpoint = client.endpoint(endpoint).map_err(|error| ConfigError::InvalidBaseUrl {
+            provider: name.clone(),
+            url: config.base_url.clone().unwrap_or_else(|| OPENAI_DEFAULT_BASE_URL.to_owned()),
+            reason: error.to_string(),
+        })?;
+        Ok(Self { name, endpoint, headers, options, limits: config.limits, client, redactor })
+    }
+
+    /// Everything [`OpenAiProvider::new`] derives from `config` alone: the endpoint, the fixed
+    /// headers and the body options, or what is wrong with the config.
+    pub(crate) fn prepare(
+        config: &OpenAiConfig,
+    ) -> Result<(Url, HeaderMap, BodyOptions), ConfigError> {
         let name = config.name.clone();
         if name.trim().is_empty() {
             return Err(ConfigError::Empty { provider: name, key: "name" });
@@ -98,13 +114,7 @@ impl OpenAiProvider {
                 MaxTokensField::MaxTokens
             });
         let options = BodyOptions { streaming: config.streaming, max_tokens_field };
-        let redactor = Redactor::new(config.api_key.iter().chain(config.headers.values()));
-        let endpoint = client.endpoint(endpoint).map_err(|error| ConfigError::InvalidBaseUrl {
-            provider: name.clone(),
-            url: base_url.clone(),
-            reason: error.to_string(),
-        })?;
-        Ok(Self { name, endpoint, headers, options, limits: config.limits, client, redactor })
+        Ok((endpoint, headers, options))
     }
 
     /// The URL requests are posted to.

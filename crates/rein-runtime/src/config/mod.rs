@@ -430,12 +430,6 @@ fn validate_provider(
         }
         None => None,
     };
-    if let Some(url) = &raw.base_url
-        && !(url.starts_with("http://") || url.starts_with("https://"))
-    {
-        problems.add(key("base_url"), format!("`{url}` must start with http:// or https://"));
-        ok = false;
-    }
     match raw.kind {
         ProviderKind::OpenaiCompatible if raw.base_url.is_none() => {
             problems.add(
@@ -565,6 +559,12 @@ fn validate_provider(
         ProviderKind::Sim if sim_anthropic => Adapter::Anthropic(anthropic(None)),
         ProviderKind::Sim => Adapter::OpenAi(openai(None)),
     };
+    // The adapter's own checks (a URL that parses, header names and values it can send), so a
+    // config that validates also builds.
+    if let Err(error) = adapter.check() {
+        problems.add(key(&error.key()), error.reason());
+        return None;
+    }
     Some(ProviderConfig { kind: raw.kind, adapter, scenario: raw.scenario.clone() })
 }
 
