@@ -37,6 +37,6 @@ pub use model::*;
 pub use provider::{EventStream, Provider};
 pub use release::{ReleaseStream, Released};
 pub use report::{Alert, AttemptRecord, CallReport, Outcome, ServedBy, SkipReason, Step};
-pub use retry::{FixedJitter, Jitter, RetryPolicy, SeededJitter};
+pub use retry::{FixedJitter, Jitter, RetryPolicy, SeededJitter, TimeoutMove, TimeoutMoves};
 pub use route::{FailoverShare, ReleaseMode, Route, Tier, TierParams};
 pub use secret::Secret;

@@ -63,6 +63,11 @@ pub enum SkipReason {
     NotRetryable,
     /// The tier answered, but the answer failed its checks (after the one repair).
     ChecksFailed,
+    /// A retry here, failing as the last attempt did (`retry_ms`, its wait included), would
+    /// leave the next tier less than a full attempt (`reserve_ms`): the call moves down now.
+    SavedForNextTier { remaining_ms: u64, retry_ms: u64, reserve_ms: u64 },
+    /// The route sends this timeout to the next tier rather than retrying it (`on_timeout`).
+    SentOn { clock: &'static str },
 }
 
 /// Who served the answer.

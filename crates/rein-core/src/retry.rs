@@ -5,8 +5,11 @@
 //! floor so two attempts never land back to back), with the random source injected so tests are
 //! deterministic. When the provider pushes back with `retry-after`, its wait replaces ours.
 //! `next` decides the move before a retry: wait, when the wait and a minimum attempt after it
-//! fit the deadline, or leave the tier at once. (The provider's retry budget is asked after that,
-//! by the chain.)
+//! fit the deadline, or leave the tier at once. The deadline is planned across the chain: when a
+//! later tier could still answer, a retry is taken only if the same failure again would leave
+//! that tier a full attempt; otherwise the call moves down now, while the fallback can still run.
+//! (The provider's retry budget is asked after that, by the chain.) Which timeouts are retried
+//! on the same tier at all is the route's [`TimeoutMoves`].
 
 use std::fmt;
 use std::sync::Mutex;
@@ -16,8 +19,9 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use crate::classify::Classified;
+use crate::classify::{Classified, FailureKind};
 use crate::clock::Deadline;
+use crate::failure::Clock;
 use crate::report::{SkipReason, millis};
 
 /// Retry settings of a route. Defaults are the spec's numbers.
@@ -57,6 +61,55 @@ impl RetryPolicy {
     }
 }
 
+/// Where a timeout (one of the attempt's clocks firing) or a stream cut short sends the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeoutMove {
+    /// Retry on the same tier, when the attempts and the deadline's plan allow.
+    #[default]
+    Retry,
+    /// Move to the next tier at once.
+    NextTier,
+}
+
+/// A route's move for each kind of timeout (`[routes.<name>.on_timeout]`). The default retries
+/// every one, within the tier's attempts and the deadline's plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TimeoutMoves {
+    /// No first token within `first_token_ms` (a silent or queued provider).
+    pub first_token: TimeoutMove,
+    /// The stream went quiet for `stream_idle_ms` (a stall).
+    pub stream_idle: TimeoutMove,
+    /// The attempt ran to `attempt_ms` (a slow stream).
+    pub attempt: TimeoutMove,
+    /// The stream broke off before its end (an error event, a closed connection).
+    pub stream_cut: TimeoutMove,
+}
+
+impl TimeoutMoves {
+    /// The move for a failure of `kind` and its name, when `kind` is one of these timeouts.
+    pub fn of(&self, kind: FailureKind) -> Option<(TimeoutMove, &'static str)> {
+        match kind {
+            FailureKind::ClockFired(Clock::FirstToken) => Some((self.first_token, "first_token")),
+            FailureKind::ClockFired(Clock::StreamIdle) => Some((self.stream_idle, "stream_idle")),
+            FailureKind::ClockFired(Clock::Attempt) => Some((self.attempt, "attempt")),
+            FailureKind::StreamInterrupted => Some((self.stream_cut, "stream_cut")),
+            _ => None,
+        }
+    }
+}
+
+/// The time a retry has to fit in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Room<'a> {
+    pub deadline: &'a Deadline,
+    /// The least any later attempt needs after its wait.
+    pub min_attempt: Duration,
+    /// What a later tier needs left to run a full attempt; zero when no later tier can run.
+    pub reserve: Duration,
+}
+
 /// The move before a retry on the same tier.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum RetryMove {
@@ -68,21 +121,23 @@ pub(crate) enum RetryMove {
 }
 
 /// The move before attempt number `attempt` of a tier (counted from 1, so 2 is the first retry),
-/// whose previous attempt failed as `previous`.
+/// whose previous attempt failed as `previous` after `took`.
 ///
 /// The wait is the provider's `retry-after` when it sent one, else the `policy`'s backoff (the
 /// jitter is drawn only then). It is taken only when the wait and `min_attempt` after it (the
-/// least a later attempt needs) fit what `deadline` leaves; otherwise the tier is left at once,
+/// least a later attempt needs) fit what the deadline leaves; otherwise the tier is left at once,
 /// with [`SkipReason::RetryAfterBeyondDeadline`] for a pushback and [`SkipReason::NoTimeLeft`]
-/// for a backoff.
+/// for a backoff. With a `reserve` (a later tier can still run), the wait, the same failure
+/// again (`took`) and the reserve must all fit: otherwise [`SkipReason::SavedForNextTier`].
 pub(crate) fn next(
     previous: &Classified,
+    took: Duration,
     attempt: u32,
     policy: &RetryPolicy,
     jitter: &dyn Jitter,
-    deadline: &Deadline,
-    min_attempt: Duration,
+    room: &Room<'_>,
 ) -> RetryMove {
+    let Room { deadline, min_attempt, reserve } = *room;
     let pushback = previous.retry_after;
     let wait = pushback.unwrap_or_else(|| policy.backoff(attempt.saturating_sub(2), jitter));
     let remaining = deadline.remaining();
@@ -95,6 +150,14 @@ pub(crate) fn next(
                 remaining_ms,
             },
             None => SkipReason::NoTimeLeft { remaining_ms },
+        });
+    }
+    let retry = wait.saturating_add(took);
+    if !reserve.is_zero() && !deadline.fits(retry.saturating_add(reserve)) {
+        return RetryMove::Skip(SkipReason::SavedForNextTier {
+            remaining_ms: millis(remaining),
+            retry_ms: millis(retry),
+            reserve_ms: millis(reserve),
         });
     }
     RetryMove::Wait { wait, pushback: pushback.is_some() }
@@ -176,6 +239,71 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    /// The move with no later tier to plan for, after a failure that took no time.
+    fn next(
+        previous: &Classified,
+        attempt: u32,
+        policy: &RetryPolicy,
+        jitter: &dyn Jitter,
+        deadline: &Deadline,
+        min_attempt: Duration,
+    ) -> RetryMove {
+        let room = Room { deadline, min_attempt, reserve: Duration::ZERO };
+        super::next(previous, Duration::ZERO, attempt, policy, jitter, &room)
+    }
+
+    fn clock_fired(clock: Clock) -> Classified {
+        let kind = FailureKind::ClockFired(clock);
+        let (disposition, fault, reason) = crate::classify::decide(kind);
+        Classified { kind, disposition, fault, retry_after: None, reason }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_that_would_leave_the_next_tier_no_full_attempt_moves_down_now() {
+        // 100 s deadline; the first attempt stalled for 30 s; the fallback needs 30 s.
+        let deadline = Deadline::after(ms(100_000));
+        tokio::time::sleep(ms(30_000)).await;
+        let policy = RetryPolicy::default();
+        let stalled = clock_fired(Clock::StreamIdle);
+        let room = Room { deadline: &deadline, min_attempt: ms(30_000), reserve: ms(30_000) };
+        let jitter = FixedJitter(0.0);
+        // 70 s left: a 30.1 s retry leaves 39.9 s, a full attempt for the fallback.
+        let step = super::next(&stalled, ms(30_000), 2, &policy, &jitter, &room);
+        assert_eq!(step, RetryMove::Wait { wait: ms(100), pushback: false });
+        tokio::time::sleep(ms(30_100)).await;
+        // 39.9 s left: another 30.1 s retry would leave the fallback 9.8 s.
+        let step = super::next(&stalled, ms(30_000), 3, &policy, &jitter, &room);
+        assert_eq!(
+            step,
+            RetryMove::Skip(SkipReason::SavedForNextTier {
+                remaining_ms: 39_900,
+                retry_ms: 30_100,
+                reserve_ms: 30_000
+            })
+        );
+        // With no later tier to save time for, the same retry is taken.
+        let alone = Room { reserve: Duration::ZERO, ..room };
+        let step = super::next(&stalled, ms(30_000), 3, &policy, &jitter, &alone);
+        assert_eq!(step, RetryMove::Wait { wait: ms(100), pushback: false });
+    }
+
+    #[test]
+    fn every_timeout_kind_has_a_move_and_nothing_else_does() {
+        let moves = TimeoutMoves { stream_idle: TimeoutMove::NextTier, ..TimeoutMoves::default() };
+        assert_eq!(
+            moves.of(FailureKind::ClockFired(Clock::StreamIdle)),
+            Some((TimeoutMove::NextTier, "stream_idle"))
+        );
+        assert_eq!(
+            moves.of(FailureKind::ClockFired(Clock::FirstToken)),
+            Some((TimeoutMove::Retry, "first_token"))
+        );
+        assert_eq!(moves.of(FailureKind::StreamInterrupted).map(|m| m.1), Some("stream_cut"));
+        assert_eq!(moves.of(FailureKind::ClockFired(Clock::Attempt)).map(|m| m.1), Some("attempt"));
+        assert_eq!(moves.of(FailureKind::Overloaded), None);
+        assert_eq!(moves.of(FailureKind::ClockFired(Clock::Connect)), None);
     }
 
     #[tokio::test(start_paused = true)]

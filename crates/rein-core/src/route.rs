@@ -13,7 +13,7 @@ use crate::clock::ClockPolicy;
 use crate::degraded::DegradedReply;
 use crate::model::ChatRequest;
 use crate::provider::Provider;
-use crate::retry::RetryPolicy;
+use crate::retry::{RetryPolicy, TimeoutMoves};
 use crate::validate::OutputContract;
 
 /// Parameters a tier sets on every request it sends, replacing the caller's.
@@ -130,6 +130,8 @@ pub struct Route {
     pub tiers: Vec<Tier>,
     pub clocks: ClockPolicy,
     pub retry: RetryPolicy,
+    /// Which timeouts are retried on the same tier and which go to the next one.
+    pub on_timeout: TimeoutMoves,
     pub release: ReleaseMode,
     pub failover: Option<FailoverShare>,
     pub degraded: DegradedReply,
@@ -150,6 +152,7 @@ impl Route {
             tiers,
             clocks: ClockPolicy::default(),
             retry: RetryPolicy::default(),
+            on_timeout: TimeoutMoves::default(),
             release: ReleaseMode::default(),
             failover: None,
             degraded: DegradedReply::default(),

@@ -240,6 +240,7 @@ impl Upstreams {
             let mut built = Route::new(name, tiers);
             built.clocks = route.clocks;
             built.retry = route.retry;
+            built.on_timeout = route.on_timeout;
             built.release = route.release;
             built.degraded = route.degraded.clone();
             built.failover = route.failover.map(|(tier, share)| FailoverShare { tier, share });

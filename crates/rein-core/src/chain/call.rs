@@ -139,11 +139,12 @@ impl CallState {
         }
     }
 
-    /// The clocks of an attempt starting now: the route's, cut to what the deadline leaves, so
-    /// a short deadline shrinks the attempt instead of skipping it (the first-token clock too,
-    /// so a silent provider is reported as silent, not as a slow attempt).
-    pub(super) fn attempt_clocks(&self, clocks: &ClockPolicy) -> AttemptClocks {
-        let cap = clocks.attempt.min(self.deadline.remaining());
+    /// The clocks of an attempt starting now: the route's, cut to what the deadline leaves
+    /// beyond `reserve` (a later tier's full attempt, for a retry), so a short deadline shrinks
+    /// the attempt instead of skipping it (the first-token clock too, so a silent provider is
+    /// reported as silent, not as a slow attempt).
+    pub(super) fn attempt_clocks(&self, clocks: &ClockPolicy, reserve: Duration) -> AttemptClocks {
+        let cap = self.deadline.cut_leaving(clocks.attempt, reserve);
         AttemptClocks {
             first_token: clocks.first_token.min(cap),
             stream_idle: clocks.stream_idle,

@@ -2,12 +2,15 @@
 //! on it, or it gives up and the chain steps down.
 //!
 //! Before a retry, the move from [`retry::next`] (the server's pushback or the backoff, when the
-//! wait fits the deadline) and then the provider's retry budget; before any other attempt, the
-//! deadline's floor ([`CallState::attempt_fits`]). Each attempt runs on the clocks cut to what
-//! the deadline leaves. An answer goes through the ladder ([`check`]), which may ask the tier
+//! wait fits the deadline and, while a later tier can run, leaves it a full attempt) and then
+//! the provider's retry budget; before any other attempt, the deadline's floor
+//! ([`CallState::attempt_fits`]). Each attempt runs on the clocks cut to what the deadline
+//! leaves, a retry's to what it leaves beyond the later tier's reserve. An answer goes through the ladder ([`check`]), which may ask the tier
 //! again; a failure is classified and its disposition decides: retry, step down (to a larger
 //! context window, or with an alert), or stop the call. The breaker is not touched here: the
 //! chain settles it from the [`TierEnd`].
+
+use std::time::Duration;
 
 use crate::attempt::{Forwarder, run_attempt};
 use crate::budget::RetryBudget;
@@ -16,7 +19,7 @@ use crate::context::CallContext;
 use crate::failure::Failure;
 use crate::model::{ChatRequest, ChatResponse};
 use crate::report::{Alert, AttemptRecord, Outcome, ServedBy, SkipReason, Step, millis};
-use crate::retry::{self, Jitter, RetryMove};
+use crate::retry::{self, Jitter, RetryMove, Room, TimeoutMove};
 use crate::route::{Route, Tier};
 
 use super::call::{CallError, CallState, Completion, Ended, Observer};
@@ -55,6 +58,9 @@ pub(super) struct TierRun<'a> {
     pub(super) position: usize,
     /// The breaker let the call through as its half-open probe.
     pub(super) probe: bool,
+    /// What a later tier needs left for a full attempt (zero when none can run): retries on
+    /// this tier never eat into it.
+    pub(super) reserve: Duration,
     /// The retry budget of the tier's provider.
     pub(super) budget: &'a RetryBudget,
     pub(super) jitter: &'a dyn Jitter,
@@ -89,6 +95,8 @@ impl TierRun<'_> {
         let mut attempts =
             if self.probe { 1 } else { tier.attempts.unwrap_or(route.retry.attempts).max(1) };
         let mut last: Option<Classified> = None;
+        // How long the last failed attempt took: what the same failure would cost again.
+        let mut took = Duration::ZERO;
         let mut tried = false;
         let mut context_length = None;
         // The request as this tier sends it; a re-ask extends it.
@@ -99,7 +107,7 @@ impl TierRun<'_> {
             number += 1;
             // The decisions are plain functions and the waits are awaited here, so a call's
             // future nests no deeper than the tier loop's (every level is copied when built).
-            match self.before_attempt(call, last.as_ref(), number) {
+            match self.before_attempt(call, last.as_ref(), took, number) {
                 Ok(None) => {}
                 Ok(Some(wait)) => tokio::time::sleep(wait).await,
                 Err(reason) => {
@@ -107,7 +115,8 @@ impl TierRun<'_> {
                     break;
                 }
             }
-            let clocks = call.attempt_clocks(&route.clocks);
+            let reserve = if number > 1 { self.reserve } else { Duration::ZERO };
+            let clocks = call.attempt_clocks(&route.clocks, reserve);
             let started = call.deadline.elapsed();
             tried = true;
             call.attempted = true;
@@ -137,6 +146,7 @@ impl TierRun<'_> {
                     self.answered(call, response, checked)
                 }
                 Err(failure) => {
+                    took = call.deadline.elapsed().saturating_sub(started);
                     self.failed(call, record, failure, number == attempts, forward.as_deref())
                 }
             };
@@ -165,8 +175,9 @@ impl TierRun<'_> {
         &self,
         call: &mut CallState,
         last: Option<&Classified>,
+        took: Duration,
         number: u32,
-    ) -> Result<Option<std::time::Duration>, SkipReason> {
+    ) -> Result<Option<Duration>, SkipReason> {
         let Some(previous) = last else {
             if !call.attempt_fits() {
                 return Err(SkipReason::NoTimeLeft {
@@ -176,14 +187,9 @@ impl TierRun<'_> {
             self.budget.record_request();
             return Ok(None);
         };
-        let move_ = retry::next(
-            previous,
-            number,
-            &self.route.retry,
-            self.jitter,
-            &call.deadline,
-            call.min_attempt,
-        );
+        let room =
+            Room { deadline: &call.deadline, min_attempt: call.min_attempt, reserve: self.reserve };
+        let move_ = retry::next(previous, took, number, &self.route.retry, self.jitter, &room);
         let (wait, pushback) = match move_ {
             RetryMove::Wait { wait, pushback } => (wait, pushback),
             RetryMove::Skip(reason) => return Err(reason),
@@ -275,6 +281,10 @@ impl TierRun<'_> {
         }
         let (reason, context_length) = match classified.disposition {
             Disposition::RetryTier => {
+                if let Some((TimeoutMove::NextTier, clock)) = route.on_timeout.of(classified.kind) {
+                    call.skip(index, &tier.name, SkipReason::SentOn { clock });
+                    return Next::StepDown { last: classified, context_length: None };
+                }
                 if last_attempt {
                     call.skip(index, &tier.name, SkipReason::AttemptsExhausted);
                 }

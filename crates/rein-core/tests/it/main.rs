@@ -7,6 +7,7 @@ mod chain;
 mod deadline;
 mod ladder;
 mod matrix;
+mod planning;
 mod props;
 mod release;
 mod rules_fp;

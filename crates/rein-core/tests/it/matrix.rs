@@ -153,9 +153,12 @@ fn rows() -> Vec<Row> {
         ),
         row("slow first token within the clock is fine", Answered, (1, 0), 3000)
             .scripts(vec![Act::Ok { first_token: ms(3000), token_delay: Duration::ZERO }], vec![ok()]),
-        // Tokens every 1.9 s: each attempt runs to its 8 s cap; the second ends at 16.3 s, too late
-        // for a full fallback attempt, so the degraded reply goes out inside the deadline.
-        row("slow stream runs to the attempt cap, then the safe reply", Degraded, (2, 0), 16_300)
+        // Tokens every 1.9 s: the attempt runs to its 8 s cap. A second one like it would end at
+        // 16.3 s, too late for a full fallback attempt (the spec's loop sent the safe reply
+        // then); the deadline is planned across the chain, so the fallback runs at once with
+        // 12 s left. (With no fallback to run, the two attempts and the safe reply: see
+        // `planning`.)
+        row("slow stream runs to the attempt cap, then the fallback at once", Fallback, (1, 1), 8000)
             .scripts(vec![slow_stream(1900)], vec![ok()]),
         row("stream cut mid-answer is retried invisibly", Answered, (2, 0), 300)
             .scripts(vec![Act::CutAfter(3), ok()], vec![ok()]),

@@ -148,6 +148,23 @@ headers = { "bad header" = "v" }
 }
 
 #[test]
+fn a_routes_timeout_moves_parse_and_a_wrong_one_is_named() {
+    let config = |moves: &str| {
+        format!(
+            "[providers.sim]\nkind = \"sim\"\n[routes.chat.on_timeout]\n{moves}\n[[routes.chat.tiers]]\nname = \"p\"\nprovider = \"sim\"\nmodel = \"m\"\n"
+        )
+    };
+    let parsed = Config::from_toml(&config("stream_idle = \"next_tier\""), &env).unwrap();
+    let moves = parsed.routes["chat"].on_timeout;
+    assert_eq!(moves.stream_idle, rein_core::TimeoutMove::NextTier);
+    assert_eq!(moves.first_token, rein_core::TimeoutMove::Retry, "the default retries");
+    let message = problems(&config("stall = \"next_tier\""));
+    assert!(message.contains("routes.chat.on_timeout") && message.contains("stall"), "{message}");
+    let message = problems(&config("first_token = \"later\""));
+    assert!(message.contains("routes.chat.on_timeout.first_token"), "{message}");
+}
+
+#[test]
 fn malformed_toml_is_reported_with_its_position() {
     let message = problems("[routes.chat\nx = 1");
     assert!(message.contains("(file)"), "{message}");

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use rein_core::{
     ClockPolicy, CooldownPolicy, DegradedReply, ReleaseMode, RetryBudgetPolicy, RetryPolicy,
-    TierParams,
+    TierParams, TimeoutMoves,
 };
 use serde::Serialize;
 
@@ -164,6 +164,8 @@ pub struct ProviderConfig {
 pub struct RouteConfig {
     pub clocks: ClockPolicy,
     pub retry: RetryPolicy,
+    /// `[routes.<name>.on_timeout]`: which timeouts are retried on the tier, which go on.
+    pub on_timeout: TimeoutMoves,
     pub release: ReleaseMode,
     /// (index of the tier, share).
     pub failover: Option<(usize, f64)>,
@@ -767,6 +769,7 @@ fn validate_route(
     (problems.len() == before).then_some(RouteConfig {
         clocks,
         retry,
+        on_timeout: raw.on_timeout.unwrap_or_default(),
         release,
         failover,
         degraded,

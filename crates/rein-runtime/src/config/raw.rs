@@ -311,6 +311,11 @@ pub struct RawRoute {
     pub backoff_cap_ms: Option<u64>,
     #[serde(default)]
     pub backoff_floor_ms: Option<u64>,
+    /// Per kind of timeout (`first_token`, `stream_idle`, `attempt`, `stream_cut`): `retry`
+    /// on the same tier (the default, within the attempts and the deadline's plan) or
+    /// `next_tier` at once.
+    #[serde(default)]
+    pub on_timeout: Option<rein_core::TimeoutMoves>,
     /// `checked` or `passthrough`.
     #[serde(default)]
     pub release: Option<String>,
