@@ -1,4 +1,5 @@
-//! Cooldown of a tier: a circuit breaker counted in consecutive failed calls.
+//! What keeps calls off a tier or a route: a tier's cooldown, a circuit breaker counted in
+//! consecutive failed calls, and the operators' kill switch for a route or every route.
 //!
 //! `Closed` (traffic flows) → after `allowed_fails` failed calls in a row → `Open` (skipped) for
 //! `cooldown` → `HalfOpen`: exactly one probe call goes through; its success closes the breaker,
@@ -8,14 +9,19 @@
 //! Besides the breaker itself this holds the rule that settles a call's [`Permit`] when a tier
 //! gives up without answering ([`Permit::settle`]): the tier's health counts only when it was
 //! actually tried and its last failure says something about the tier rather than the request.
+//!
+//! The kill switch sends a route, or every route, straight to its degraded reply; it is flipped
+//! at runtime and every flip is recorded with its time and reason.
 
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::classify::Fault;
+use crate::clock::unix_ms;
 
 /// Cooldown settings of a tier. Defaults are the spec's numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -212,6 +218,100 @@ impl Cooldown {
     }
 }
 
+/// Where the kill switch applies.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "scope", content = "route")]
+pub enum KillScope {
+    Global,
+    Route(String),
+}
+
+/// One recorded flip of the switch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KillFlip {
+    pub scope: KillScope,
+    pub engaged: bool,
+    pub reason: String,
+    /// Wall-clock time of the flip, as milliseconds since the Unix epoch.
+    pub at_unix_ms: u64,
+}
+
+impl KillFlip {
+    /// A flip made now.
+    pub fn now(scope: KillScope, engaged: bool, reason: impl Into<String>) -> Self {
+        Self { scope, engaged, reason: reason.into(), at_unix_ms: unix_ms() }
+    }
+}
+
+#[derive(Debug, Default)]
+struct KillState {
+    engaged: HashMap<KillScope, String>,
+    audit: Vec<KillFlip>,
+}
+
+/// The kill switch. Cheap to clone; clones share state.
+#[derive(Debug, Clone, Default)]
+pub struct KillSwitch {
+    state: Arc<RwLock<KillState>>,
+}
+
+impl KillSwitch {
+    /// Engage or release the switch for a scope; takes effect on the next call.
+    pub fn set(&self, scope: KillScope, engaged: bool, reason: impl Into<String>) -> KillFlip {
+        let flip = KillFlip::now(scope, engaged, reason);
+        self.apply(flip.clone());
+        flip
+    }
+
+    /// Apply a flip made elsewhere (recorded first by the caller, which keeps the audit durable).
+    pub fn apply(&self, flip: KillFlip) {
+        tracing::warn!(scope = ?flip.scope, engaged = flip.engaged, reason = %flip.reason, "kill switch flipped");
+        self.replay(flip);
+    }
+
+    /// Bring back recorded flips, oldest first: the switch ends as the last flip per scope left
+    /// it, and the audit holds them all with their original times.
+    pub fn restore(&self, flips: impl IntoIterator<Item = KillFlip>) {
+        for flip in flips {
+            self.replay(flip);
+        }
+    }
+
+    fn replay(&self, flip: KillFlip) {
+        let mut state = match self.state.write() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if flip.engaged {
+            state.engaged.insert(flip.scope.clone(), flip.reason.clone());
+        } else {
+            state.engaged.remove(&flip.scope);
+        }
+        state.audit.push(flip);
+    }
+
+    /// The reason the route is switched off, if it is (global first).
+    pub fn engaged_for(&self, route: &str) -> Option<String> {
+        let state = match self.state.read() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        state
+            .engaged
+            .get(&KillScope::Global)
+            .or_else(|| state.engaged.get(&KillScope::Route(route.to_string())))
+            .cloned()
+    }
+
+    /// Every flip so far, oldest first.
+    pub fn audit(&self) -> Vec<KillFlip> {
+        match self.state.read() {
+            Ok(guard) => guard.audit.clone(),
+            Err(poisoned) => poisoned.into_inner().audit.clone(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,5 +409,26 @@ mod tests {
         allowed(&breaker).failed();
         allowed(&breaker).failed();
         assert_eq!(breaker.state(), BreakerState::Closed);
+    }
+
+    #[test]
+    fn kill_switch_scopes_and_audit() {
+        let switch = KillSwitch::default();
+        assert_eq!(switch.engaged_for("support"), None);
+        switch.set(KillScope::Route("support".into()), true, "bad prompt edit");
+        assert_eq!(switch.engaged_for("support").as_deref(), Some("bad prompt edit"));
+        assert_eq!(switch.engaged_for("other"), None);
+        switch.set(KillScope::Global, true, "provider incident");
+        assert!(switch.engaged_for("other").is_some());
+        switch.set(KillScope::Global, false, "resolved");
+        switch.set(KillScope::Route("support".into()), false, "reverted");
+        assert_eq!(switch.engaged_for("support"), None);
+        assert_eq!(switch.audit().len(), 4);
+
+        // Restoring the record into a fresh switch gives the same state and audit.
+        let restored = KillSwitch::default();
+        restored.restore(switch.audit().into_iter().take(2));
+        assert_eq!(restored.engaged_for("other").as_deref(), Some("provider incident"));
+        assert_eq!(restored.audit(), switch.audit()[..2]);
     }
 }

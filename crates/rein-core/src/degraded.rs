@@ -1,16 +1,12 @@
-//! Degraded replies and the kill switch.
+//! Degraded replies.
 //!
 //! A degraded reply is decided in advance per route and needs no model: static text, or a
 //! template filled from values the caller supplied with the call (a tool result, a link). The
-//! kill switch sends a route, or every route, straight to its degraded reply; it is flipped at
-//! runtime and every flip is recorded with its time and reason.
+//! kill switch (in [`crate::breaker`]) sends a route, or every route, straight to it.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, RwLock};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-
-use crate::clock::unix_ms;
 
 /// The reply a route gives when no model can.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,100 +52,6 @@ impl DegradedReply {
     }
 }
 
-/// Where the kill switch applies.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "scope", content = "route")]
-pub enum KillScope {
-    Global,
-    Route(String),
-}
-
-/// One recorded flip of the switch.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct KillFlip {
-    pub scope: KillScope,
-    pub engaged: bool,
-    pub reason: String,
-    /// Wall-clock time of the flip, as milliseconds since the Unix epoch.
-    pub at_unix_ms: u64,
-}
-
-impl KillFlip {
-    /// A flip made now.
-    pub fn now(scope: KillScope, engaged: bool, reason: impl Into<String>) -> Self {
-        Self { scope, engaged, reason: reason.into(), at_unix_ms: unix_ms() }
-    }
-}
-
-#[derive(Debug, Default)]
-struct KillState {
-    engaged: HashMap<KillScope, String>,
-    audit: Vec<KillFlip>,
-}
-
-/// The kill switch. Cheap to clone; clones share state.
-#[derive(Debug, Clone, Default)]
-pub struct KillSwitch {
-    state: Arc<RwLock<KillState>>,
-}
-
-impl KillSwitch {
-    /// Engage or release the switch for a scope; takes effect on the next call.
-    pub fn set(&self, scope: KillScope, engaged: bool, reason: impl Into<String>) -> KillFlip {
-        let flip = KillFlip::now(scope, engaged, reason);
-        self.apply(flip.clone());
-        flip
-    }
-
-    /// Apply a flip made elsewhere (recorded first by the caller, which keeps the audit durable).
-    pub fn apply(&self, flip: KillFlip) {
-        tracing::warn!(scope = ?flip.scope, engaged = flip.engaged, reason = %flip.reason, "kill switch flipped");
-        self.replay(flip);
-    }
-
-    /// Bring back recorded flips, oldest first: the switch ends as the last flip per scope left
-    /// it, and the audit holds them all with their original times.
-    pub fn restore(&self, flips: impl IntoIterator<Item = KillFlip>) {
-        for flip in flips {
-            self.replay(flip);
-        }
-    }
-
-    fn replay(&self, flip: KillFlip) {
-        let mut state = match self.state.write() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        if flip.engaged {
-            state.engaged.insert(flip.scope.clone(), flip.reason.clone());
-        } else {
-            state.engaged.remove(&flip.scope);
-        }
-        state.audit.push(flip);
-    }
-
-    /// The reason the route is switched off, if it is (global first).
-    pub fn engaged_for(&self, route: &str) -> Option<String> {
-        let state = match self.state.read() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        state
-            .engaged
-            .get(&KillScope::Global)
-            .or_else(|| state.engaged.get(&KillScope::Route(route.to_string())))
-            .cloned()
-    }
-
-    /// Every flip so far, oldest first.
-    pub fn audit(&self) -> Vec<KillFlip> {
-        match self.state.read() {
-            Ok(guard) => guard.audit.clone(),
-            Err(poisoned) => poisoned.into_inner().audit.clone(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,26 +67,5 @@ mod tests {
         assert_eq!(reply.render(&vars), "A person will reply within 2 hours.");
         vars.insert("status".to_string(), "out for delivery".to_string());
         assert_eq!(reply.render(&vars), "Order 4417 is out for delivery.");
-    }
-
-    #[test]
-    fn kill_switch_scopes_and_audit() {
-        let switch = KillSwitch::default();
-        assert_eq!(switch.engaged_for("support"), None);
-        switch.set(KillScope::Route("support".into()), true, "bad prompt edit");
-        assert_eq!(switch.engaged_for("support").as_deref(), Some("bad prompt edit"));
-        assert_eq!(switch.engaged_for("other"), None);
-        switch.set(KillScope::Global, true, "provider incident");
-        assert!(switch.engaged_for("other").is_some());
-        switch.set(KillScope::Global, false, "resolved");
-        switch.set(KillScope::Route("support".into()), false, "reverted");
-        assert_eq!(switch.engaged_for("support"), None);
-        assert_eq!(switch.audit().len(), 4);
-
-        // Restoring the record into a fresh switch gives the same state and audit.
-        let restored = KillSwitch::default();
-        restored.restore(switch.audit().into_iter().take(2));
-        assert_eq!(restored.engaged_for("other").as_deref(), Some("provider incident"));
-        assert_eq!(restored.audit(), switch.audit()[..2]);
     }
 }

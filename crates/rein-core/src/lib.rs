@@ -22,7 +22,7 @@ pub mod route;
 pub mod secret;
 pub mod validate;
 
-pub use breaker::{BreakerState, Cooldown, CooldownPolicy};
+pub use breaker::{BreakerState, Cooldown, CooldownPolicy, KillFlip, KillScope, KillSwitch};
 pub use budget::{RetryBudget, RetryBudgetPolicy};
 pub use chain::{
     CallError, Completion, Engine, EngineBuilder, JUDGE_RULE, JudgeRule, Observer, TierCooldown,
@@ -31,7 +31,7 @@ pub use chain::{
 pub use classify::{Classified, Disposition, FailureKind, Fault, classify};
 pub use clock::{ClockPolicy, Deadline};
 pub use context::{CallContext, TraceParent};
-pub use degraded::{DegradedReply, KillFlip, KillScope, KillSwitch};
+pub use degraded::DegradedReply;
 pub use failure::{Clock, Failure, HttpError, WireFormat};
 pub use model::*;
 pub use provider::{EventStream, Provider};

@@ -35,7 +35,7 @@ use reqwest::Url;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 
-use rein_core::{EventStream, Failure, Provider, WireFormat};
+use rein_core::{Failure, Provider, WireFormat};
 
 pub use anthropic::{AnthropicProvider, replay_anthropic_response, replay_anthropic_stream};
 pub use client::{HttpClient, error_chain};
@@ -84,54 +84,6 @@ pub fn replay(format: WireFormat, body: &[u8]) -> Vec<Result<StreamEvent, Failur
         (WireFormat::Anthropic, false) => replay_anthropic_stream(body),
         (WireFormat::Anthropic, true) => replay_anthropic_response(body),
     }
-}
-
-/// Turns response headers into the attempt's outcome: an error status becomes
-/// [`Failure::Http`]; a success becomes the event stream, SSE or JSON by `content-type`
-/// (falling back to what was asked for), so a compatible server that ignores `stream: true`
-/// still works. A success whose `content-length` already exceeds `max_response_bytes` fails
-/// at once, unread.
-pub(crate) async fn response_events<D: stream::Decoder>(
-    provider: &str,
-    response: client::Upstream,
-    format: WireFormat,
-    streaming: bool,
-    decoder: D,
-    parse: stream::JsonParser,
-    reading: stream::Reading,
-) -> Result<EventStream, Failure> {
-    let client::Upstream { status, headers, body } = response;
-    if !status.is_success() {
-        let body = client::read_error_body(body).await;
-        let http = parse_http_error(format, status.as_u16(), &headers, &body);
-        tracing::debug!(provider, status = http.status, error_type = ?http.error_type, code = ?http.code, "provider error response");
-        return Err(Failure::Http { format, http });
-    }
-    let declared = headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|length| length > reading.limits.max_response_bytes as u64) {
-        tracing::debug!(provider, length = ?declared, "provider response larger than max_response_bytes");
-        return Err(reading.too_large());
-    }
-    let content_type = headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_ascii_lowercase)
-        .unwrap_or_default();
-    let sse = if content_type.starts_with("text/event-stream") {
-        true
-    } else if content_type.starts_with("application/json") {
-        false
-    } else {
-        streaming
-    };
-    Ok(if sse {
-        stream::sse_events(body, decoder, reading)
-    } else {
-        stream::json_events(body, parse, reading)
-    })
 }
 
 /// A request body as bytes (serializing a JSON value cannot fail).

@@ -51,19 +51,7 @@ impl Redactor {
     }
 }
 
-impl Redactor {
-    /// Scrubs the failure of `send`, or every failure its stream yields.
-    pub(crate) fn outcome(
-        self,
-        outcome: Result<rein_core::EventStream, rein_core::Failure>,
-    ) -> Result<rein_core::EventStream, rein_core::Failure> {
-        use futures_util::StreamExt;
-        match outcome {
-            Ok(events) => Ok(events.map(move |item| item.map_err(|f| self.failure(f))).boxed()),
-            Err(failure) => Err(self.failure(failure)),
-        }
-    }
-}
+impl Redactor {}
 
 impl fmt::Debug for Redactor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

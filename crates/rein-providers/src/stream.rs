@@ -20,9 +20,10 @@ use bytes::Bytes;
 use futures_util::stream::{self, BoxStream, StreamExt};
 
 use rein_core::failure::ResponseLimit;
-use rein_core::{ChatResponse, EventStream, Failure, StreamEvent};
+use rein_core::{ChatResponse, EventStream, Failure, StreamEvent, WireFormat};
 
 use crate::config::ResponseLimits;
+use crate::secret::Redactor;
 use crate::sse::{SseError, SseEvent, SseParser};
 
 /// A body as the adapters see it: chunks, or the failure that ended it.
@@ -34,12 +35,14 @@ pub(crate) trait Decoder: Send + 'static {
 }
 
 /// How an adapter wants one response read.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Reading {
     pub limits: ResponseLimits,
     /// Text the request put at the start of the answer (an assistant prefill): the provider
     /// answers with what follows it, so it goes back in front of the answer's text.
     pub prefill: Option<&'static str>,
+    /// The provider's secrets, scrubbed from every failure read.
+    pub redactor: Redactor,
 }
 
 impl Reading {
@@ -50,6 +53,55 @@ impl Reading {
             limit_bytes: self.limits.max_response_bytes as u64,
         }
     }
+}
+
+/// Turns response headers into the attempt's outcome: an error status becomes
+/// [`Failure::Http`]; a success becomes the event stream, SSE or JSON by `content-type`
+/// (falling back to what was asked for), so a compatible server that ignores `stream: true`
+/// still works. A success whose `content-length` already exceeds `max_response_bytes` fails
+/// at once, unread. Every failure, then or later in the stream, has the provider's secrets
+/// scrubbed from it.
+pub(crate) async fn response_events<D: Decoder>(
+    provider: &str,
+    response: crate::client::Upstream,
+    format: WireFormat,
+    streaming: bool,
+    decoder: D,
+    parse: JsonParser,
+    reading: Reading,
+) -> Result<EventStream, Failure> {
+    let crate::client::Upstream { status, headers, body } = response;
+    if !status.is_success() {
+        let body = crate::client::read_error_body(body).await;
+        let http = crate::parse_http_error(format, status.as_u16(), &headers, &body);
+        tracing::debug!(provider, status = http.status, error_type = ?http.error_type, code = ?http.code, "provider error response");
+        return Err(reading.redactor.failure(Failure::Http { format, http }));
+    }
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > reading.limits.max_response_bytes as u64) {
+        tracing::debug!(provider, length = ?declared, "provider response larger than max_response_bytes");
+        return Err(reading.too_large());
+    }
+    let content_type = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_ascii_lowercase)
+        .unwrap_or_default();
+    let sse = if content_type.starts_with("text/event-stream") {
+        true
+    } else if content_type.starts_with("application/json") {
+        false
+    } else {
+        streaming
+    };
+    let redactor = reading.redactor.clone();
+    let events =
+        if sse { sse_events(body, decoder, reading) } else { json_events(body, parse, reading) };
+    // Only a failure is scrubbed: the closure runs for nothing else.
+    Ok(events.map(move |item| item.map_err(|failure| redactor.failure(failure))).boxed())
 }
 
 /// The synchronous core shared by live streams and recorded replays.

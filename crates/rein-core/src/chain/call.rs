@@ -5,7 +5,6 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::attempt::AttemptClocks;
 use crate::clock::{ClockPolicy, Deadline};
 use crate::context::CallContext;
 use crate::model::{ChatResponse, StopReason, Usage};
@@ -82,7 +81,7 @@ pub(super) enum Ended {
 /// `min_attempt` is of the route's. So a 5 s call on a route of 20 s with 8 s attempts needs
 /// 2 s left for a retry or a later tier, and a 20 s call needs 8 s as before. The floor never
 /// exceeds `total`, and shrinks steadily with it, so a longer deadline never plans fewer
-/// attempts. The call's first attempt is not held to it ([`CallState::attempt_fits`]).
+/// attempts. The call's first attempt is not held to it (`tier::attempt_fits`).
 pub(crate) fn attempt_floor(clocks: &ClockPolicy, total: Duration) -> Duration {
     let route = clocks.deadline;
     if total >= route || route.is_zero() {
@@ -126,29 +125,6 @@ impl CallState {
             served_by: None,
             reasked: false,
             ceiling_raised: false,
-        }
-    }
-
-    /// Whether an attempt with no wait before it may start now: the call's first attempt while
-    /// any time is left, a later one only with [`CallState::min_attempt`] left.
-    pub(super) fn attempt_fits(&self) -> bool {
-        if self.attempted {
-            self.deadline.fits(self.min_attempt)
-        } else {
-            !self.deadline.remaining().is_zero()
-        }
-    }
-
-    /// The clocks of an attempt starting now: the route's, cut to what the deadline leaves
-    /// beyond `reserve` (a later tier's full attempt, for a retry), so a short deadline shrinks
-    /// the attempt instead of skipping it (the first-token clock too, so a silent provider is
-    /// reported as silent, not as a slow attempt).
-    pub(super) fn attempt_clocks(&self, clocks: &ClockPolicy, reserve: Duration) -> AttemptClocks {
-        let cap = self.deadline.cut_leaving(clocks.attempt, reserve);
-        AttemptClocks {
-            first_token: clocks.first_token.min(cap),
-            stream_idle: clocks.stream_idle,
-            cap,
         }
     }
 

@@ -27,11 +27,10 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use crate::attempt::Forwarder;
-use crate::breaker::{Admission, BreakerState};
+use crate::breaker::{Admission, BreakerState, KillSwitch};
 use crate::budget::{RetryBudget, RetryBudgetPolicy};
 use crate::classify::Disposition;
 use crate::context::CallContext;
-use crate::degraded::KillSwitch;
 use crate::model::ChatRequest;
 use crate::release::{self, ReleaseStream};
 use crate::report::{Outcome, SkipReason, Step};

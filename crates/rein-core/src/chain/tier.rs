@@ -4,7 +4,7 @@
 //! Before a retry, the move from [`retry::next`] (the server's pushback or the backoff, when the
 //! wait fits the deadline and, while a later tier can run, leaves it a full attempt) and then
 //! the provider's retry budget; before any other attempt, the deadline's floor
-//! ([`CallState::attempt_fits`]). Each attempt runs on the clocks cut to what the deadline
+//! ([`attempt_fits`]). Each attempt runs on the clocks cut to what the deadline
 //! leaves, a retry's to what it leaves beyond the later tier's reserve. An answer goes through the ladder ([`check`]), which may ask the tier
 //! again; a failure is classified and its disposition decides: retry, step down (to a larger
 //! context window, or with an alert), or stop the call. The breaker is not touched here: the
@@ -12,9 +12,10 @@
 
 use std::time::Duration;
 
-use crate::attempt::{Forwarder, run_attempt};
+use crate::attempt::{AttemptClocks, Forwarder, run_attempt};
 use crate::budget::RetryBudget;
 use crate::classify::{Classified, Disposition, classify};
+use crate::clock::ClockPolicy;
 use crate::context::CallContext;
 use crate::failure::Failure;
 use crate::model::{ChatRequest, ChatResponse};
@@ -116,7 +117,7 @@ impl TierRun<'_> {
                 }
             }
             let reserve = if number > 1 { self.reserve } else { Duration::ZERO };
-            let clocks = call.attempt_clocks(&route.clocks, reserve);
+            let clocks = attempt_clocks(call, &route.clocks, reserve);
             let started = call.deadline.elapsed();
             tried = true;
             call.attempted = true;
@@ -179,7 +180,7 @@ impl TierRun<'_> {
         number: u32,
     ) -> Result<Option<Duration>, SkipReason> {
         let Some(previous) = last else {
-            if !call.attempt_fits() {
+            if !attempt_fits(call) {
                 return Err(SkipReason::NoTimeLeft {
                     remaining_ms: millis(call.deadline.remaining()),
                 });
@@ -334,6 +335,25 @@ impl TierRun<'_> {
             observer.on_attempt(&self.route.name, record);
         }
     }
+}
+
+/// Whether an attempt with no wait before it may start now: the call's first attempt while any
+/// time is left, a later one only with [`CallState::min_attempt`] left.
+fn attempt_fits(call: &CallState) -> bool {
+    if call.attempted {
+        call.deadline.fits(call.min_attempt)
+    } else {
+        !call.deadline.remaining().is_zero()
+    }
+}
+
+/// The clocks of an attempt starting now: the route's, cut to what the deadline leaves beyond
+/// `reserve` (a later tier's full attempt, for a retry), so a short deadline shrinks the attempt
+/// instead of skipping it (the first-token clock too, so a silent provider is reported as
+/// silent, not as a slow attempt).
+fn attempt_clocks(call: &CallState, clocks: &ClockPolicy, reserve: Duration) -> AttemptClocks {
+    let cap = call.deadline.cut_leaving(clocks.attempt, reserve);
+    AttemptClocks { first_token: clocks.first_token.min(cap), stream_idle: clocks.stream_idle, cap }
 }
 
 /// The provider's own words for a failure, for the caller.

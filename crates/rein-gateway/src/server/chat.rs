@@ -16,9 +16,10 @@ use rein_core::validate::Evidence;
 use rein_core::{CallContext, CallReport, ChatRequest, ReleaseMode, ReleaseStream, Released};
 
 use super::Gateway;
-use super::context::call_context;
 use super::error::{Api, ApiError};
+use super::intake::{self, Admitted, BodyError, Refusal};
 use crate::wire::{self, ErrorKind, ResponseMeta};
+use rein_runtime::config::ServerConfig;
 
 // The whole request is taken (not a `HeaderMap` extractor, which clones the headers).
 pub(super) async fn openai_chat(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
@@ -43,8 +44,12 @@ struct Parsed {
 }
 
 async fn handle(gateway: Arc<Gateway>, api: Api, headers: HeaderMap, body: Body) -> Response {
-    let request_id = super::new_id("req_");
-    match prepare(&gateway, api, &headers, body, &request_id).await {
+    let runtime = gateway.current();
+    let (request_id, admitted) = intake::admit(&runtime, &headers, body).await;
+    let prepared = admitted
+        .map_err(|refusal| refused(api, refusal, &runtime.config.server, &request_id))
+        .and_then(|call| prepare(&gateway, api, call, &request_id));
+    match prepared {
         Ok((parsed, ctx)) => {
             let mut abandoned = Abandoned::new(&gateway, &parsed.route, &request_id);
             if parsed.stream {
@@ -62,49 +67,23 @@ async fn handle(gateway: Arc<Gateway>, api: Api, headers: HeaderMap, body: Body)
     }
 }
 
-async fn prepare(
+/// The admitted call's body parsed in the caller's format, and its evidence in the context.
+fn prepare(
     gateway: &Gateway,
     api: Api,
-    headers: &HeaderMap,
-    body: Body,
+    call: Admitted,
     request_id: &str,
 ) -> Result<(Parsed, CallContext), ApiError> {
-    let runtime = gateway.current();
-    if !super::client_allowed(&runtime, headers) {
-        let message = match api {
-            Api::OpenAi => {
-                "Incorrect API key provided. Send a rein client key as `Authorization: Bearer <key>`."
-            }
-            Api::Anthropic => {
-                "invalid x-api-key: send a rein client key as `x-api-key` or `Authorization: Bearer`."
-            }
-        };
-        return Err(ApiError::new(api, ErrorKind::Authentication, message, request_id));
-    }
-    let mut ctx = call_context(headers).map_err(|problem| {
-        ApiError::new(api, ErrorKind::InvalidRequest, &problem.message, request_id)
-    })?;
-    let content_type =
-        headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    if !content_type.to_ascii_lowercase().starts_with("application/json") {
-        let shown = if content_type.is_empty() { "none" } else { content_type };
-        let message = format!("Content-Type must be application/json (got {shown})");
-        return Err(ApiError::new(api, ErrorKind::UnsupportedMediaType, &message, request_id));
-    }
-    let server = &runtime.config.server;
-    let bytes = super::body::read_request(body, headers, server)
-        .await
-        .map_err(|error| body_error(api, &error, server, request_id))?;
-
+    let Admitted { mut ctx, body } = call;
     let mut parsed = match api {
-        Api::OpenAi => wire::openai::parse_request(&bytes).map(|p| Parsed {
+        Api::OpenAi => wire::openai::parse_request(&body).map(|p| Parsed {
             route: p.route,
             request: p.request,
             stream: p.stream,
             include_usage: p.include_usage,
             evidence: p.evidence,
         }),
-        Api::Anthropic => wire::anthropic::parse_request(&bytes).map(|p| Parsed {
+        Api::Anthropic => wire::anthropic::parse_request(&body).map(|p| Parsed {
             route: p.route,
             request: p.request,
             stream: p.stream,
@@ -127,20 +106,33 @@ async fn prepare(
     Ok((parsed, ctx))
 }
 
-/// A body that could not be read, in the caller's format; the connection then closes.
-fn body_error(
-    api: Api,
-    error: &super::body::BodyError,
-    server: &rein_runtime::config::ServerConfig,
-    request_id: &str,
-) -> ApiError {
-    use super::body::BodyError;
-    let kind = match error {
-        BodyError::TooLarge => ErrorKind::RequestTooLarge,
-        BodyError::Timeout => ErrorKind::RequestTimeout,
-        BodyError::Broken(_) => ErrorKind::InvalidRequest,
+/// A call the edge turned away, in the caller's format (a body that could not be read also
+/// closes the connection).
+fn refused(api: Api, refusal: Refusal, server: &ServerConfig, request_id: &str) -> ApiError {
+    let (kind, message) = match refusal {
+        Refusal::Unauthorized => {
+            let message = match api {
+                Api::OpenAi => {
+                    "Incorrect API key provided. Send a rein client key as `Authorization: Bearer <key>`."
+                }
+                Api::Anthropic => {
+                    "invalid x-api-key: send a rein client key as `x-api-key` or `Authorization: Bearer`."
+                }
+            };
+            (ErrorKind::Authentication, message.to_string())
+        }
+        Refusal::Header(problem) => (ErrorKind::InvalidRequest, problem.message),
+        Refusal::MediaType(message) => (ErrorKind::UnsupportedMediaType, message),
+        Refusal::Body(error) => {
+            let kind = match error {
+                BodyError::TooLarge => ErrorKind::RequestTooLarge,
+                BodyError::Timeout => ErrorKind::RequestTimeout,
+                BodyError::Broken(_) => ErrorKind::InvalidRequest,
+            };
+            return ApiError::new(api, kind, &error.message(server), request_id).closing();
+        }
     };
-    ApiError::new(api, kind, &error.message(server), request_id).closing()
+    ApiError::new(api, kind, &message, request_id)
 }
 
 /// Counts and logs a call whose client went away before its answer was complete (hyper drops
@@ -183,8 +175,8 @@ impl Drop for Abandoned {
 fn meta(api: Api) -> ResponseMeta {
     let created = rein_core::clock::unix_ms() / 1000;
     match api {
-        Api::OpenAi => ResponseMeta::new(super::new_id("chatcmpl-"), created),
-        Api::Anthropic => ResponseMeta::new(super::new_id("msg_"), created),
+        Api::OpenAi => ResponseMeta::new(intake::new_id("chatcmpl-"), created),
+        Api::Anthropic => ResponseMeta::new(intake::new_id("msg_"), created),
     }
 }
 

@@ -4,11 +4,10 @@
 
 mod admin;
 mod admin_tools;
-mod body;
 mod chat;
-mod context;
 mod edge;
 mod error;
+mod intake;
 pub(crate) mod tls;
 mod tools;
 
@@ -22,54 +21,19 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use rand::RngExt;
-use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
-use rein_runtime::config::{Config, Secret};
+use rein_runtime::config::Config;
 use rein_runtime::{BuildError, EnvSource, Runtime, RuntimeBuilder, Snapshot, StartError};
 
 use crate::metrics::{Metrics, MetricsObserver, ToolMetricsObserver};
 use crate::wire::ErrorKind;
 
-pub use context::{
-    CONVERSATION_HEADER, DEADLINE_HEADER, IDEMPOTENCY_HEADER, RUN_HEADER, TRACEPARENT_HEADER,
-};
 pub use error::{Api, ApiError, status};
-
-/// Whether the request carries a valid client key (always, when none are configured: rein
-/// then only listens on loopback, which config validation enforces).
-pub fn client_allowed(snapshot: &Snapshot, headers: &HeaderMap) -> bool {
-    let keys = &snapshot.config.server.client_keys;
-    keys.is_empty()
-        || presented(headers).iter().any(|given| keys.iter().any(|key| same(key, given)))
-}
-
-/// Whether the request carries the admin key. No admin key configured: the admin API is off.
-pub fn admin_allowed(snapshot: &Snapshot, headers: &HeaderMap) -> bool {
-    match &snapshot.config.server.admin_key {
-        Some(key) => presented(headers).iter().any(|given| same(key, given)),
-        None => false,
-    }
-}
-
-/// Keys presented as `Authorization: Bearer <key>` or `x-api-key: <key>`.
-fn presented(headers: &HeaderMap) -> Vec<&str> {
-    let mut keys = Vec::new();
-    if let Some(value) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())
-        && let Some(token) = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer "))
-    {
-        keys.push(token.trim());
-    }
-    if let Some(value) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) {
-        keys.push(value.trim());
-    }
-    keys
-}
-
-fn same(key: &Secret, given: &str) -> bool {
-    key.expose().as_bytes().ct_eq(given.as_bytes()).into()
-}
+pub use intake::{
+    CONVERSATION_HEADER, DEADLINE_HEADER, IDEMPOTENCY_HEADER, RUN_HEADER, TRACEPARENT_HEADER,
+    admin_allowed, client_allowed, new_id,
+};
 
 /// Everything a running gateway shares between requests: the runtime it serves, and what only
 /// HTTP needs (metrics, TLS, the connections, the draining flag).
@@ -258,18 +222,6 @@ pub async fn bind(gateway: &Gateway) -> Result<TcpListener, StartError> {
     TcpListener::bind(addr)
         .await
         .map_err(|source| StartError::Bind { addr: addr.to_string(), source })
-}
-
-/// A fresh random id with a prefix (`req_`, `chatcmpl-`, `msg_`).
-pub fn new_id(prefix: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let value: u128 = rand::rng().random();
-    let mut id = String::with_capacity(prefix.len() + 32);
-    id.push_str(prefix);
-    for nibble in (0..32).rev() {
-        id.push(char::from(HEX[((value >> (nibble * 4)) & 0xf) as usize]));
-    }
-    id
 }
 
 /// The whole HTTP surface.

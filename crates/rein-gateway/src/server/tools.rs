@@ -14,12 +14,14 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use rein_runtime::Snapshot;
+use rein_runtime::config::ServerConfig;
 use rein_tools::{ToolError, ToolOutcome, ToolStatus};
 use serde_json::Value;
 
-use super::context::{CONVERSATION_HEADER, IDEMPOTENCY_HEADER, call_context};
+use super::intake::{self, Admitted, CONVERSATION_HEADER, IDEMPOTENCY_HEADER, Refusal};
 use super::{ApiError, Gateway};
 
 pub(super) async fn call(
@@ -28,8 +30,13 @@ pub(super) async fn call(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let request_id = super::new_id("req_");
-    match dispatch(&gateway, &tool, &headers, body, &request_id).await {
+    let runtime = gateway.current();
+    let (request_id, admitted) = intake::admit(&runtime, &headers, body).await;
+    let answered = match admitted {
+        Ok(call) => dispatch(&gateway, &runtime, &tool, call, &request_id).await,
+        Err(refusal) => Err(refused(refusal, &runtime.config.server, &request_id)),
+    };
+    match answered {
         Ok(response) => response,
         Err(error) => {
             gateway.metrics.http_error("tools", error.status.as_u16());
@@ -38,46 +45,46 @@ pub(super) async fn call(
     }
 }
 
-/// Auth, context, body and arguments, then the dispatcher; every refusal is an [`ApiError`].
-async fn dispatch(
-    gateway: &Gateway,
-    tool: &str,
-    headers: &HeaderMap,
-    body: Body,
-    request_id: &str,
-) -> Result<Response, ApiError> {
-    let runtime = gateway.current();
-    let invalid = |param: Option<&str>, message: &str| {
-        ApiError::tool(StatusCode::BAD_REQUEST, "invalid_request_error", param, message, request_id)
-    };
-    if !super::client_allowed(&runtime, headers) {
-        return Err(ApiError::tool(
+/// A call the edge turned away, in the OpenAI error shape the tool endpoint speaks.
+fn refused(refusal: Refusal, server: &ServerConfig, request_id: &str) -> ApiError {
+    let invalid = "invalid_request_error";
+    match refusal {
+        Refusal::Unauthorized => ApiError::tool(
             StatusCode::UNAUTHORIZED,
             "authentication_error",
             None,
             "Incorrect API key provided. Send a rein client key as `Authorization: Bearer <key>`.",
             request_id,
-        ));
-    }
-    let ctx = call_context(headers).map_err(|p| invalid(Some(p.header), &p.message))?;
-    let content_type =
-        headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    if !content_type.to_ascii_lowercase().starts_with("application/json") {
-        let shown = if content_type.is_empty() { "none" } else { content_type };
-        return Err(ApiError::tool(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "invalid_request_error",
-            None,
-            &format!("Content-Type must be application/json (got {shown})"),
+        ),
+        Refusal::Header(problem) => ApiError::tool(
+            StatusCode::BAD_REQUEST,
+            invalid,
+            Some(problem.header),
+            &problem.message,
             request_id,
-        ));
+        ),
+        Refusal::MediaType(message) => {
+            ApiError::tool(StatusCode::UNSUPPORTED_MEDIA_TYPE, invalid, None, &message, request_id)
+        }
+        Refusal::Body(error) => {
+            let message = error.message(server);
+            ApiError::tool(error.status(), invalid, None, &message, request_id).closing()
+        }
     }
-    let server = &runtime.config.server;
-    let bytes = super::body::read_request(body, headers, server).await.map_err(|failure| {
-        let message = failure.message(server);
-        ApiError::tool(failure.status(), "invalid_request_error", None, &message, request_id)
-            .closing()
-    })?;
+}
+
+/// The arguments, then the dispatcher; every refusal is an [`ApiError`].
+async fn dispatch(
+    gateway: &Gateway,
+    runtime: &Snapshot,
+    tool: &str,
+    call: Admitted,
+    request_id: &str,
+) -> Result<Response, ApiError> {
+    let invalid = |param: Option<&str>, message: &str| {
+        ApiError::tool(StatusCode::BAD_REQUEST, "invalid_request_error", param, message, request_id)
+    };
+    let Admitted { ctx, body: bytes } = call;
     let args: Value = match serde_json::from_slice(&bytes) {
         Ok(value @ Value::Object(_)) => value,
         Ok(_) => {

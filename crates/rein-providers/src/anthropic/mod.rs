@@ -19,6 +19,7 @@ use rein_core::{ChatRequest, EventStream, Failure, Provider, StreamEvent, WireFo
 use crate::client::HttpClient;
 use crate::config::{ANTHROPIC_DEFAULT_BASE_URL, AnthropicConfig, ConfigError};
 use crate::secret::Redactor;
+use crate::stream::{Reading, response_events};
 
 use request::BodyOptions;
 pub(crate) use stream::AnthropicDecoder;
@@ -133,15 +134,17 @@ impl Provider for AnthropicProvider {
             .request_body(request)
             .map(|body| self.client.post(&self.endpoint, &self.headers, crate::to_bytes(&body)));
         let streaming = self.options.streaming;
-        let reading = crate::stream::Reading {
+        let redactor = self.redactor.clone();
+        let reading = Reading {
             limits: self.limits,
             prefill: request::prefill(request, self.options),
+            redactor: redactor.clone(),
         };
         let name = self.name.clone();
-        let redactor = self.redactor.clone();
-        let attempt = async move {
-            let response = sending?.await?;
-            crate::response_events(
+        Box::pin(async move {
+            let scrub = |failure| redactor.failure(failure);
+            let response = sending.map_err(scrub)?.await.map_err(scrub)?;
+            response_events(
                 &name,
                 response,
                 WireFormat::Anthropic,
@@ -151,8 +154,7 @@ impl Provider for AnthropicProvider {
                 reading,
             )
             .await
-        };
-        Box::pin(async move { redactor.outcome(attempt.await) })
+        })
     }
 }
 

@@ -22,6 +22,7 @@ use crate::config::{
     ConfigError, MaxTokensField, OPENAI_DEFAULT_BASE_URL, OpenAiAuth, OpenAiConfig,
 };
 use crate::secret::Redactor;
+use crate::stream::{Reading, response_events};
 
 pub(crate) use request::BodyOptions;
 #[cfg(test)]
@@ -154,12 +155,12 @@ impl Provider for OpenAiProvider {
         let body = request::body_bytes(request, self.options);
         let sending = self.client.post(&self.endpoint, &self.headers, body);
         let streaming = self.options.streaming;
-        let reading = crate::stream::Reading { limits: self.limits, prefill: None };
-        let name = self.name.clone();
         let redactor = self.redactor.clone();
-        let attempt = async move {
-            let response = sending.await?;
-            crate::response_events(
+        let reading = Reading { limits: self.limits, prefill: None, redactor: redactor.clone() };
+        let name = self.name.clone();
+        Box::pin(async move {
+            let response = sending.await.map_err(|failure| redactor.failure(failure))?;
+            response_events(
                 &name,
                 response,
                 WireFormat::OpenAi,
@@ -169,8 +170,7 @@ impl Provider for OpenAiProvider {
                 reading,
             )
             .await
-        };
-        Box::pin(async move { redactor.outcome(attempt.await) })
+        })
     }
 }
 

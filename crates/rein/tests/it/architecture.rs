@@ -161,7 +161,7 @@ fn nothing_below_the_edge_builds_a_deadline() {
     let allowed = [
         "crates/rein-core/src/clock.rs",
         "crates/rein-core/src/context.rs",
-        "crates/rein-gateway/src/server/context.rs",
+        "crates/rein-gateway/src/server/intake.rs",
     ];
     let makers = [
         "Deadline::after(",
@@ -185,7 +185,7 @@ fn nothing_below_the_edge_builds_a_deadline() {
         }
     }
     assert!(
-        seen.iter().any(|file| file == "crates/rein-gateway/src/server/context.rs"),
+        seen.iter().any(|file| file == "crates/rein-gateway/src/server/intake.rs"),
         "the edge makes the context: {seen:?}"
     );
 }

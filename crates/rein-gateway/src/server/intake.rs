@@ -1,0 +1,383 @@
+//! What the edge reads of every call before a handler sees it, for model calls and tool calls
+//! alike ([`admit`]): the request id, the client key, the call's context from its headers, a
+//! JSON content type and the whole body within its bounds.
+//!
+//! The context is the one place the gateway reads `x-rein-deadline-ms`, `x-rein-run-id`,
+//! `x-rein-conversation-id`, `Idempotency-Key` and `traceparent`. It is made as soon as the
+//! caller is let in, so the caller's deadline counts from the request's arrival (the body's upload
+//! included), and nothing below the edge makes a deadline of its own.
+//!
+//! The body is read within `server.max_body_bytes` and `server.body_read_timeout_ms`. A body over
+//! the limit is drained (up to [`DRAIN_BYTES`], within [`DRAIN_TIME`]) before the 413 goes out, so
+//! a client still sending sees the status instead of a broken pipe; the 413 closes the connection.
+
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, StatusCode, header};
+use http_body_util::BodyExt;
+use rand::RngExt;
+use rein_core::{CallContext, TraceParent};
+use rein_runtime::Snapshot;
+use rein_runtime::config::{Secret, ServerConfig};
+use subtle::ConstantTimeEq;
+
+/// Why the edge turned a call away before its handler; each handler answers in its caller's
+/// format.
+#[derive(Debug)]
+pub(super) enum Refusal {
+    /// No valid client key.
+    Unauthorized,
+    /// A context header the caller got wrong.
+    Header(HeaderProblem),
+    /// The body is not declared as JSON: what the caller is told.
+    MediaType(String),
+    /// The body could not be read within its bounds.
+    Body(BodyError),
+}
+
+/// A call the edge let in: its context and its whole body.
+#[derive(Debug)]
+pub(super) struct Admitted {
+    pub ctx: CallContext,
+    pub body: Bytes,
+}
+
+/// Let a call in, or say why not: the client key, the context headers, a JSON content type and
+/// the body read within `runtime`'s bounds, in that order. The request id comes back either way,
+/// for the answer or the error.
+pub(super) async fn admit(
+    runtime: &Snapshot,
+    headers: &HeaderMap,
+    body: Body,
+) -> (String, Result<Admitted, Refusal>) {
+    let request_id = new_id("req_");
+    (request_id, admitted(runtime, headers, body).await)
+}
+
+async fn admitted(
+    runtime: &Snapshot,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Admitted, Refusal> {
+    if !client_allowed(runtime, headers) {
+        return Err(Refusal::Unauthorized);
+    }
+    let ctx = call_context(headers).map_err(Refusal::Header)?;
+    let content_type =
+        headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !content_type.to_ascii_lowercase().starts_with("application/json") {
+        let shown = if content_type.is_empty() { "none" } else { content_type };
+        return Err(Refusal::MediaType(format!(
+            "Content-Type must be application/json (got {shown})"
+        )));
+    }
+    let body = read_request(body, headers, &runtime.config.server).await.map_err(Refusal::Body)?;
+    Ok(Admitted { ctx, body })
+}
+
+/// Whether the request carries a valid client key (always, when none are configured: rein
+/// then only listens on loopback, which config validation enforces).
+pub fn client_allowed(snapshot: &Snapshot, headers: &HeaderMap) -> bool {
+    let keys = &snapshot.config.server.client_keys;
+    keys.is_empty()
+        || presented(headers).iter().any(|given| keys.iter().any(|key| same(key, given)))
+}
+
+/// Whether the request carries the admin key. No admin key configured: the admin API is off.
+pub fn admin_allowed(snapshot: &Snapshot, headers: &HeaderMap) -> bool {
+    match &snapshot.config.server.admin_key {
+        Some(key) => presented(headers).iter().any(|given| same(key, given)),
+        None => false,
+    }
+}
+
+/// Keys presented as `Authorization: Bearer <key>` or `x-api-key: <key>`.
+fn presented(headers: &HeaderMap) -> Vec<&str> {
+    let mut keys = Vec::new();
+    if let Some(value) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())
+        && let Some(token) = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer "))
+    {
+        keys.push(token.trim());
+    }
+    if let Some(value) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) {
+        keys.push(value.trim());
+    }
+    keys
+}
+
+fn same(key: &Secret, given: &str) -> bool {
+    key.expose().as_bytes().ct_eq(given.as_bytes()).into()
+}
+
+/// A fresh random id with a prefix (`req_`, `chatcmpl-`, `msg_`).
+pub fn new_id(prefix: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let value: u128 = rand::rng().random();
+    let mut id = String::with_capacity(prefix.len() + 32);
+    id.push_str(prefix);
+    for nibble in (0..32).rev() {
+        id.push(char::from(HEX[((value >> (nibble * 4)) & 0xf) as usize]));
+    }
+    id
+}
+
+/// The caller's deadline for the whole call, in milliseconds.
+pub const DEADLINE_HEADER: &str = "x-rein-deadline-ms";
+/// The agent run the call belongs to.
+pub const RUN_HEADER: &str = "x-rein-run-id";
+/// The conversation the call belongs to.
+pub const CONVERSATION_HEADER: &str = "x-rein-conversation-id";
+/// The caller's idempotency key.
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+/// The W3C trace the call is part of.
+pub const TRACEPARENT_HEADER: &str = "traceparent";
+
+/// A context header the caller got wrong: which one, and what it must be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct HeaderProblem {
+    pub header: &'static str,
+    pub message: String,
+}
+
+/// The context of a call from its headers. A header that is present but not text is an error,
+/// never skipped: skipping an idempotency key would mint a fresh one, so each retry of a write
+/// would execute again. The run, conversation and key are also the degraded reply's variables
+/// (`run_id`, `conversation_id`, `idempotency_key`). A `traceparent` that breaks the W3C format
+/// is ignored, as that format says.
+pub(super) fn call_context(headers: &HeaderMap) -> Result<CallContext, HeaderProblem> {
+    let mut ctx = match text(headers, DEADLINE_HEADER)? {
+        None => CallContext::new(),
+        Some(value) => match value.trim().parse::<u64>().ok().filter(|ms| *ms > 0) {
+            Some(ms) => CallContext::with_deadline(Duration::from_millis(ms)),
+            None => {
+                return Err(HeaderProblem {
+                    header: DEADLINE_HEADER,
+                    message: format!(
+                        "Header `{DEADLINE_HEADER}` must be a positive whole number of milliseconds."
+                    ),
+                });
+            }
+        },
+    };
+    ctx.run_id = text(headers, RUN_HEADER)?.map(str::to_string);
+    ctx.conversation_id = text(headers, CONVERSATION_HEADER)?.map(str::to_string);
+    ctx.idempotency_key = text(headers, IDEMPOTENCY_HEADER)?.map(str::to_string);
+    for (var, value) in [
+        ("run_id", &ctx.run_id),
+        ("conversation_id", &ctx.conversation_id),
+        ("idempotency_key", &ctx.idempotency_key),
+    ] {
+        if let Some(value) = value {
+            ctx.vars.insert(var.to_string(), value.clone());
+        }
+    }
+    ctx.trace = headers
+        .get(TRACEPARENT_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .and_then(TraceParent::parse);
+    Ok(ctx)
+}
+
+fn text<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<Option<&'a str>, HeaderProblem> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(value) => value.to_str().map(Some).map_err(|_| HeaderProblem {
+            header: name,
+            message: format!("Header `{name}` must be printable ASCII text."),
+        }),
+    }
+}
+
+/// How much of an oversize body is read and dropped so that the client sees the 413.
+pub(super) const DRAIN_BYTES: usize = 64 * 1024 * 1024;
+/// How long draining may take at most.
+pub(super) const DRAIN_TIME: Duration = Duration::from_secs(5);
+
+/// Why a body could not be read.
+#[derive(Debug)]
+pub(super) enum BodyError {
+    /// Longer than the limit (declared or sent).
+    TooLarge,
+    /// Not all sent within the read timeout.
+    Timeout,
+    /// The client's stream broke (reset, malformed chunking).
+    Broken(String),
+}
+
+impl BodyError {
+    /// 413 over the limit, 408 past the clock, 400 for a broken stream.
+    pub(super) fn status(&self) -> StatusCode {
+        match self {
+            BodyError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            BodyError::Timeout => StatusCode::REQUEST_TIMEOUT,
+            BodyError::Broken(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// What the caller is told, naming the setting that bounds it.
+    pub(super) fn message(&self, server: &ServerConfig) -> String {
+        match self {
+            BodyError::TooLarge => format!(
+                "The request body is larger than this gateway accepts ({} bytes, `server.max_body_bytes`).",
+                server.max_body_bytes
+            ),
+            BodyError::Timeout => format!(
+                "The request body did not arrive within {} ms (`server.body_read_timeout_ms`).",
+                server.edge.body_read_timeout.as_millis()
+            ),
+            BodyError::Broken(why) => format!("The request body could not be read: {why}."),
+        }
+    }
+}
+
+/// The whole body of a request with these `headers`, within `server`'s limit and clock.
+pub(super) async fn read_request(
+    body: Body,
+    headers: &HeaderMap,
+    server: &ServerConfig,
+) -> Result<Bytes, BodyError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    read(body, declared, server.max_body_bytes, server.edge.body_read_timeout).await
+}
+
+/// The whole body, or why not. `declared` is the request's `Content-Length`, if any.
+async fn read(
+    body: Body,
+    declared: Option<usize>,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, BodyError> {
+    if declared.is_some_and(|length| length > limit) {
+        drain(body).await;
+        return Err(BodyError::TooLarge);
+    }
+    let mut body = body;
+    let collected = tokio::time::timeout(timeout, async {
+        // A body that comes in one frame (the common case) is kept as it is, not copied.
+        let mut first: Option<Bytes> = None;
+        let mut joined = bytes::BytesMut::new();
+        loop {
+            match body.frame().await {
+                None => {
+                    return Ok(match first {
+                        Some(only) if joined.is_empty() => only,
+                        _ => joined.freeze(),
+                    });
+                }
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        let held = first.as_ref().map_or(0, Bytes::len) + joined.len();
+                        if held + data.len() > limit {
+                            return Err(BodyError::TooLarge);
+                        }
+                        match first.take() {
+                            None if joined.is_empty() => first = Some(data),
+                            earlier => {
+                                if let Some(earlier) = earlier {
+                                    joined.extend_from_slice(&earlier);
+                                }
+                                joined.extend_from_slice(&data);
+                            }
+                        }
+                    }
+                }
+                Some(Err(error)) => {
+                    let error = error.into_inner();
+                    let timed_out = error
+                        .downcast_ref::<std::io::Error>()
+                        .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut);
+                    return Err(if timed_out {
+                        BodyError::Timeout
+                    } else {
+                        BodyError::Broken(error.to_string())
+                    });
+                }
+            }
+        }
+    })
+    .await;
+    match collected {
+        Ok(Err(BodyError::TooLarge)) => {
+            drain(body).await;
+            Err(BodyError::TooLarge)
+        }
+        Ok(result) => result,
+        Err(_) => Err(BodyError::Timeout),
+    }
+}
+
+/// Read and drop what the client still sends, within [`DRAIN_BYTES`] and [`DRAIN_TIME`].
+async fn drain(mut body: Body) {
+    let _ = tokio::time::timeout(DRAIN_TIME, async {
+        let mut drained = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Ok(data) = frame.into_data() {
+                drained += data.len();
+                if drained >= DRAIN_BYTES {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+}
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &[u8])]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_bytes(value).unwrap());
+        }
+        map
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_context_header_lands_in_the_context() {
+        let ctx = call_context(&headers(&[
+            (DEADLINE_HEADER, b"2500"),
+            (RUN_HEADER, b"run-1"),
+            (CONVERSATION_HEADER, b"c-1"),
+            (IDEMPOTENCY_HEADER, b"k-1"),
+            (TRACEPARENT_HEADER, b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        ]))
+        .unwrap();
+        assert_eq!(ctx.deadline().remaining(), Duration::from_millis(2500));
+        assert_eq!(
+            (ctx.run_id.as_deref(), ctx.conversation_id.as_deref(), ctx.idempotency_key.as_deref()),
+            (Some("run-1"), Some("c-1"), Some("k-1"))
+        );
+        assert_eq!(ctx.vars.get("conversation_id").map(String::as_str), Some("c-1"));
+        assert_eq!(ctx.trace.unwrap().parent_id, "00f067aa0ba902b7");
+
+        let none = call_context(&HeaderMap::new()).unwrap();
+        assert!(!none.deadline().is_bounded());
+        assert!(none.vars.is_empty() && none.trace.is_none());
+        // A broken traceparent is ignored, not an error.
+        let broken = call_context(&headers(&[(TRACEPARENT_HEADER, b"00-zz")])).unwrap();
+        assert!(broken.trace.is_none());
+    }
+
+    #[test]
+    fn a_bad_header_is_named() {
+        for value in [&b"0"[..], b"-5", b"soon", b"1.5"] {
+            let problem = call_context(&headers(&[(DEADLINE_HEADER, value)])).unwrap_err();
+            assert_eq!(problem.header, DEADLINE_HEADER);
+            assert!(problem.message.contains("positive whole number"), "{}", problem.message);
+        }
+        for name in [IDEMPOTENCY_HEADER, CONVERSATION_HEADER, RUN_HEADER] {
+            let problem = call_context(&headers(&[(name, b"caf\xc3\xa9")])).unwrap_err();
+            assert_eq!(problem.header, name);
+            assert!(problem.message.contains("printable ASCII"), "{}", problem.message);
+        }
+    }
+}
