@@ -24,7 +24,6 @@ mod tier;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
 
 use crate::attempt::Forwarder;
 use crate::breaker::{Admission, BreakerState, KillSwitch};
@@ -35,7 +34,7 @@ use crate::model::ChatRequest;
 use crate::release::{self, ReleaseStream};
 use crate::report::{Outcome, SkipReason, Step};
 use crate::retry::{Jitter, SeededJitter};
-use crate::route::{Route, Tier};
+use crate::route::Route;
 
 pub use call::{CallError, Completion, Observer};
 use call::{CallState, Ended};
@@ -311,12 +310,6 @@ impl Engine {
                 continue;
             };
             let budget = self.retry_budget(tier.provider.name());
-            let later = &order[position + 1..];
-            let reserve = if later.iter().any(|&i| can_run(&route.tiers[i], context_floor)) {
-                call.min_attempt
-            } else {
-                Duration::ZERO
-            };
             let run = TierRun {
                 ctx,
                 route,
@@ -324,7 +317,8 @@ impl Engine {
                 tier,
                 position,
                 probe: permit.is_probe(),
-                reserve,
+                later: &order[position + 1..],
+                context_floor,
                 budget: &budget,
                 jitter: self.inner.jitter.as_ref(),
                 observer: self.inner.observer.as_deref(),
@@ -395,13 +389,6 @@ impl Engine {
         }
         order
     }
-}
-
-/// Whether `tier` could still take the call: its breaker is not open and, after a context-length
-/// failure, its window is larger than the `context_floor`.
-fn can_run(tier: &Tier, context_floor: Option<u32>) -> bool {
-    let fits = context_floor.is_none_or(|floor| tier.context_window.unwrap_or(0) > floor);
-    fits && tier.cooldown.state() != BreakerState::Open
 }
 
 /// A handle on a route's state, kept for the whole call so a reload cannot change it mid-way.

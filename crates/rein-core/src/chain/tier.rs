@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use crate::attempt::{AttemptClocks, Forwarder, run_attempt};
+use crate::breaker::BreakerState;
 use crate::budget::RetryBudget;
 use crate::classify::{Classified, Disposition, classify};
 use crate::clock::ClockPolicy;
@@ -59,9 +60,11 @@ pub(super) struct TierRun<'a> {
     pub(super) position: usize,
     /// The breaker let the call through as its half-open probe.
     pub(super) probe: bool,
-    /// What a later tier needs left for a full attempt (zero when none can run): retries on
-    /// this tier never eat into it.
-    pub(super) reserve: Duration,
+    /// The tiers after this one in the call's order: while one of them can run, retries here
+    /// never eat into its full attempt.
+    pub(super) later: &'a [usize],
+    /// Set by a context-length failure: later tiers need a larger window than this.
+    pub(super) context_floor: Option<u32>,
     /// The retry budget of the tier's provider.
     pub(super) budget: &'a RetryBudget,
     pub(super) jitter: &'a dyn Jitter,
@@ -116,7 +119,7 @@ impl TierRun<'_> {
                     break;
                 }
             }
-            let reserve = if number > 1 { self.reserve } else { Duration::ZERO };
+            let reserve = if number > 1 { self.reserve(call) } else { Duration::ZERO };
             let clocks = attempt_clocks(call, &route.clocks, reserve);
             let started = call.deadline.elapsed();
             tried = true;
@@ -188,8 +191,8 @@ impl TierRun<'_> {
             self.budget.record_request();
             return Ok(None);
         };
-        let room =
-            Room { deadline: &call.deadline, min_attempt: call.min_attempt, reserve: self.reserve };
+        let reserve = self.reserve(call);
+        let room = Room { deadline: &call.deadline, min_attempt: call.min_attempt, reserve };
         let move_ = retry::next(previous, took, number, &self.route.retry, self.jitter, &room);
         let (wait, pushback) = match move_ {
             RetryMove::Wait { wait, pushback } => (wait, pushback),
@@ -328,6 +331,22 @@ impl TierRun<'_> {
             observer.on_alert(&alert);
         }
         call.alerts.push(alert);
+    }
+
+    /// What a later tier needs left for a full attempt: the call's `min_attempt` while one of
+    /// them can still run (its breaker is not open, its window fits), zero otherwise. Asked
+    /// only when a retry is weighed, so a call that answers at once never looks.
+    fn reserve(&self, call: &CallState) -> Duration {
+        let can_run = |tier: &Tier| {
+            let fits =
+                self.context_floor.is_none_or(|floor| tier.context_window.unwrap_or(0) > floor);
+            fits && tier.cooldown.state() != BreakerState::Open
+        };
+        if self.later.iter().any(|&i| can_run(&self.route.tiers[i])) {
+            call.min_attempt
+        } else {
+            Duration::ZERO
+        }
     }
 
     fn observe(&self, record: &AttemptRecord) {
