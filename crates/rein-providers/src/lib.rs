@@ -124,6 +124,21 @@ pub(crate) fn parse_base_url(provider: &str, base_url: &str) -> Result<Url, Conf
     Ok(url)
 }
 
+/// The endpoint requests go to, on `client` (`shown` is the base URL as configured, for the
+/// error).
+pub(crate) fn live_endpoint(
+    client: &HttpClient,
+    provider: &str,
+    url: Url,
+    shown: &str,
+) -> Result<client::Endpoint, ConfigError> {
+    client.endpoint(url).map_err(|error| ConfigError::InvalidBaseUrl {
+        provider: provider.to_owned(),
+        url: shown.to_owned(),
+        reason: error.to_string(),
+    })
+}
+
 /// Checks a provider's response limits.
 pub(crate) fn check_limits(provider: &str, limits: ResponseLimits) -> Result<(), ConfigError> {
     let ResponseLimits { max_response_bytes, max_event_bytes } = limits;

@@ -251,18 +251,22 @@ fn api_of(headers: &HeaderMap) -> Api {
     if headers.contains_key("anthropic-version") { Api::Anthropic } else { Api::OpenAi }
 }
 
-async fn models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    let api = api_of(&headers);
+/// The caller's API and a request id for a model listing, or the refusal without a client key.
+fn listing_call(gateway: &Gateway, headers: &HeaderMap) -> Result<(Api, String), ApiError> {
+    let api = api_of(headers);
     let request_id = new_id("req_");
-    if !client_allowed(&gateway.current(), &headers) {
-        return ApiError::new(
-            api,
-            ErrorKind::Authentication,
-            "Incorrect API key provided.",
-            &request_id,
-        )
-        .into_response();
+    if !client_allowed(&gateway.current(), headers) {
+        let message = "Incorrect API key provided.";
+        return Err(ApiError::new(api, ErrorKind::Authentication, message, &request_id));
     }
+    Ok((api, request_id))
+}
+
+async fn models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    let (api, request_id) = match listing_call(&gateway, &headers) {
+        Ok(call) => call,
+        Err(refused) => return refused.into_response(),
+    };
     let created = rein_core::clock::unix_ms() / 1000;
     let routes = gateway.runtime.engine.route_names();
     let body = match api {
@@ -280,17 +284,10 @@ async fn model(
     axum::extract::Path(id): axum::extract::Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let api = api_of(&headers);
-    let request_id = new_id("req_");
-    if !client_allowed(&gateway.current(), &headers) {
-        return ApiError::new(
-            api,
-            ErrorKind::Authentication,
-            "Incorrect API key provided.",
-            &request_id,
-        )
-        .into_response();
-    }
+    let (api, request_id) = match listing_call(&gateway, &headers) {
+        Ok(call) => call,
+        Err(refused) => return refused.into_response(),
+    };
     if !gateway.runtime.engine.route_names().contains(&id) {
         let message = format!("no route named `{id}`");
         return ApiError::new(api, ErrorKind::NotFound, &message, &request_id).into_response();

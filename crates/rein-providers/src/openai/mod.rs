@@ -44,14 +44,11 @@ pub struct OpenAiProvider {
 impl OpenAiProvider {
     pub fn new(config: OpenAiConfig, client: HttpClient) -> Result<Self, ConfigError> {
         let (endpoint, headers, options) = Self::prepare(&config)?;
-        let name = config.name.clone();
+        let shown = config.base_url.as_deref().unwrap_or(OPENAI_DEFAULT_BASE_URL);
+        let endpoint = crate::live_endpoint(&client, &config.name, endpoint, shown)?;
         let redactor = Redactor::new(config.api_key.iter().chain(config.headers.values()));
-        let endpoint = client.endpoint(endpoint).map_err(|error| ConfigError::InvalidBaseUrl {
-            provider: name.clone(),
-            url: config.base_url.clone().unwrap_or_else(|| OPENAI_DEFAULT_BASE_URL.to_owned()),
-            reason: error.to_string(),
-        })?;
-        Ok(Self { name, endpoint, headers, options, limits: config.limits, client, redactor })
+        let (name, limits) = (config.name, config.limits);
+        Ok(Self { name, endpoint, headers, options, limits, client, redactor })
     }
 
     /// Everything [`OpenAiProvider::new`] derives from `config` alone: the endpoint, the fixed
