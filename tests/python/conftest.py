@@ -13,6 +13,9 @@ The routes (see CONFIG):
 - `down`: every tier overloaded; the degraded reply is the answer.
 - `passthrough`: `release = "passthrough"`, tokens trickle in (OpenAI-format tier).
 - `checked`: `release = "checked"`, tokens trickle in (Anthropic-format tier).
+- `held`: checked, a silent primary (1 s first-token clock, two attempts) and a healthy
+  fallback, with a 200 ms `stream_keepalive_ms`: the answer is held about 2 s.
+- `held-quiet`: the same with the keep-alive off.
 - `interrupted`: passthrough, the stream breaks after 3 tokens.
 - `agent`: one OpenAI-format sim tier with its own output schema (a reply and a reason), for
   agents that use tools and a structured final answer on one route.
@@ -144,6 +147,36 @@ name = "primary"
 provider = "sim-anthropic"
 model = "sim:ok+token_delay:ms=5"
 
+[routes.held]
+release = "checked"
+first_token_ms = 1000
+attempt_ms = 3000
+min_attempt_ms = 1000
+stream_keepalive_ms = 200
+[[routes.held.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "sim:hang"
+[[routes.held.tiers]]
+name = "fallback"
+provider = "sim-anthropic"
+model = "sim-fallback"
+
+[routes.held-quiet]
+release = "checked"
+first_token_ms = 1000
+attempt_ms = 3000
+min_attempt_ms = 1000
+stream_keepalive_ms = 0
+[[routes.held-quiet.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "sim:hang"
+[[routes.held-quiet.tiers]]
+name = "fallback"
+provider = "sim-anthropic"
+model = "sim-fallback"
+
 [routes.ladder-repair]
 [[routes.ladder-repair.tiers]]
 name = "primary"
@@ -186,6 +219,8 @@ ROUTES = [
     "down",
     "fb-anthropic",
     "fb-openai",
+    "held",
+    "held-quiet",
     "interrupted",
     "ladder-reask",
     "ladder-repair",

@@ -10,7 +10,11 @@ import anthropic
 import openai
 import pytest
 
-from support import QUESTION, assert_sim_answer, openai_finish_reasons
+import time
+
+import httpx2 as httpx
+
+from support import CLIENT_KEY, QUESTION, assert_sim_answer, openai_finish_reasons
 
 ROUTES = ["passthrough", "checked"]
 
@@ -78,3 +82,46 @@ def test_anthropic_sdk_stream_true_delivers_the_whole_answer(
     assert_sim_answer("".join(deltas))
     if route == "passthrough":
         assert len(deltas) > 5, "passthrough forwards the provider's tokens one by one"
+
+
+def test_a_held_stream_sends_its_first_byte_while_rein_retries(rein):
+    started = time.monotonic()
+    with httpx.stream(
+        "POST",
+        rein.openai_base_url + "/chat/completions",
+        headers={"Authorization": f"Bearer {CLIENT_KEY}"},
+        json={"model": "held", "messages": QUESTION, "stream": True},
+        timeout=30,
+    ) as response:
+        chunks = response.iter_raw()
+        first = next(chunks)
+        first_at = time.monotonic() - started
+        rest = b"".join(chunks)
+    assert response.status_code == 200
+    assert first.startswith(b": keep-alive"), first
+    # The primary's first attempt alone needs 1 s to fail.
+    assert first_at < 1.0, first_at
+    assert rest.rstrip().endswith(b"data: [DONE]")
+
+
+@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
+def test_an_sdk_with_a_read_timeout_shorter_than_the_hold_gets_the_answer(rein, sdk: str):
+    # Held about 2 s; the client gives up after 0.8 s without a byte. The keep-alive comments
+    # keep it reading, and the SDK's stream parser skips them.
+    timeout = httpx.Timeout(10.0, read=0.8)
+    if sdk == "openai":
+        client = rein.openai_client().with_options(timeout=timeout)
+        stream = client.chat.completions.create(model="held", messages=QUESTION, stream=True)
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    else:
+        client = rein.anthropic_client().with_options(timeout=timeout)
+        with client.messages.stream(model="held", max_tokens=200, messages=QUESTION) as stream:
+            text = "".join(stream.text_stream)
+    assert_sim_answer(text)
+
+
+def test_without_the_keepalive_that_sdk_times_out(rein):
+    client = rein.openai_client().with_options(timeout=httpx.Timeout(10.0, read=0.8))
+    with pytest.raises(openai.APITimeoutError):
+        stream = client.chat.completions.create(model="held-quiet", messages=QUESTION, stream=True)
+        list(stream)

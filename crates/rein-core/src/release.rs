@@ -1,7 +1,9 @@
 //! Streaming release modes: how a streamed answer reaches the caller.
 //!
 //! *Checked*: the engine streams from the provider but holds the answer until it is complete, so
-//! a stream that is cut, stalls or errors mid-way is retried or fallen back invisibly.
+//! a stream that is cut, stalls or errors mid-way is retried or fallen back invisibly. The
+//! released text goes out as a few deltas of about [`PIECE_BYTES`] each, at once, so streaming
+//! clients and UIs see what a provider's stream looks like.
 //! *Passthrough*: events are forwarded as they arrive; retry and fallback stay possible until
 //! the first token is forwarded, and a failure after that ends the stream with an in-band
 //! [`Released::Failed`], never with a truncated answer dressed as complete.
@@ -42,6 +44,46 @@ impl Stream for ReleaseStream {
     }
 }
 
+/// About how long one released delta is: each piece ends at the first space after this many
+/// bytes (or at twice as many, on a character boundary, in text without spaces).
+pub const PIECE_BYTES: usize = 24;
+
+/// `text` cut into pieces of about [`PIECE_BYTES`], each ending after a space where one is near;
+/// joined, they are `text` exactly.
+pub fn pieces(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut end = rest.len();
+        if rest.len() > 2 * PIECE_BYTES {
+            let hard = floor_char_boundary(rest, 2 * PIECE_BYTES);
+            let mut start = PIECE_BYTES.min(hard);
+            while !rest.is_char_boundary(start) {
+                start += 1;
+            }
+            // The piece keeps its space: the next one starts with a word.
+            end = match rest[start..hard].char_indices().find(|(_, c)| c.is_whitespace()) {
+                Some((at, space)) => start + at + space.len_utf8(),
+                None => hard,
+            };
+        }
+        let (piece, tail) = rest.split_at(end);
+        rest = tail;
+        Some(piece)
+    })
+}
+
+/// The largest character boundary of `text` at or below `at`.
+fn floor_char_boundary(text: &str, at: usize) -> usize {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
 /// Run a streamed call on its own task, in the route's release mode; the task stops when the
 /// returned stream is dropped. [`Engine::stream`] is the way in.
 pub(crate) fn spawn(
@@ -62,11 +104,17 @@ pub(crate) fn spawn(
                 Ok(completion) => {
                     if !forwarder.forwarded() {
                         for event in completion.response.to_events() {
-                            if matches!(event, StreamEvent::Done) {
-                                continue;
-                            }
-                            if tx.send(Released::Event(event)).await.is_err() {
-                                return;
+                            let events = match event {
+                                StreamEvent::Done => continue,
+                                StreamEvent::TextDelta { text } => pieces(&text)
+                                    .map(|piece| StreamEvent::TextDelta { text: piece.into() })
+                                    .collect(),
+                                other => vec![other],
+                            };
+                            for event in events {
+                                if tx.send(Released::Event(event)).await.is_err() {
+                                    return;
+                                }
                             }
                         }
                     }
@@ -83,4 +131,36 @@ pub(crate) fn spawn(
         }
     });
     ReleaseStream { rx }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn a_held_answer_goes_out_in_a_few_word_sized_pieces() {
+        let text = "The order 4417 left the warehouse this morning and should arrive by Friday.";
+        let cut: Vec<&str> = pieces(text).collect();
+        assert!(cut.len() >= 2 && cut.len() <= 4, "{cut:?}");
+        assert_eq!(cut.concat(), text);
+        for piece in &cut[..cut.len() - 1] {
+            assert!(piece.ends_with(' '), "a piece ends after a space: {piece:?}");
+        }
+        assert_eq!(pieces("short").collect::<Vec<_>>(), ["short"]);
+        assert_eq!(pieces("").count(), 0);
+    }
+
+    proptest! {
+        #[test]
+        fn pieces_join_to_the_text_and_never_split_a_character(text in "\\PC{0,300}") {
+            let cut: Vec<&str> = pieces(&text).collect();
+            prop_assert_eq!(cut.concat(), text.clone());
+            for piece in &cut {
+                prop_assert!(!piece.is_empty());
+                prop_assert!(piece.len() <= 2 * PIECE_BYTES + 4, "{:?}", piece);
+            }
+        }
+    }
 }

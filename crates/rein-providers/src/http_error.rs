@@ -7,7 +7,9 @@
 //! `{"error":"text"}`, OpenRouter's `code` is a number), so every field is optional and a
 //! body that is not JSON becomes the message, truncated. Pushback headers: `retry-after-ms`
 //! wins over `retry-after`, which is seconds (possibly fractional) or an HTTP date measured
-//! against the response's own `date` header when it has one.
+//! against the response's own `date` header when it has one. Without either, a 429 or 503 whose
+//! message names the wait ("Please try again in 20s", OpenAI; "Please retry after 20 seconds",
+//! Azure) is the server's wait too.
 
 use std::time::Duration;
 
@@ -44,7 +46,10 @@ pub fn parse_http_error(
             .unwrap_or("")
             .to_owned();
     }
-    http.retry_after = retry_after(headers);
+    http.retry_after = retry_after(headers).or_else(|| match status {
+        429 | 503 => wait_in_message(&http.message),
+        _ => None,
+    });
     http.should_retry = header_str(headers, "x-should-retry").and_then(|value| {
         match value.trim().to_ascii_lowercase().as_str() {
             "true" => Some(true),
@@ -138,6 +143,58 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     wall_clock::until_http_date(value, header_str(headers, "date"))
 }
 
+/// The wait a message names: "try again in" followed by a duration as OpenAI writes it (`20s`,
+/// `1.054s`, `6ms`, `7m12s`, `1h2m`), or "retry after N second(s)" as Azure does.
+pub fn wait_in_message(message: &str) -> Option<Duration> {
+    let lower = message.to_ascii_lowercase();
+    if let Some(at) = lower.find("try again in ") {
+        return go_duration(&lower[at + "try again in ".len()..]);
+    }
+    let at = lower.find("retry after ")?;
+    let rest = &lower[at + "retry after ".len()..];
+    let digits = rest.split(|c: char| !(c.is_ascii_digit() || c == '.')).next()?;
+    let unit = rest[digits.len()..].trim_start();
+    if !unit.starts_with("second") && !unit.starts_with("sec") {
+        return None;
+    }
+    Duration::try_from_secs_f64(parse_non_negative(digits)?).ok()
+}
+
+/// A Go-style duration at the start of `text` (`1h2m3.5s`, `250ms`), up to what is not one.
+fn go_duration(text: &str) -> Option<Duration> {
+    let mut total = 0.0f64;
+    let mut rest = text;
+    let mut parts = 0;
+    loop {
+        let digits = rest.split(|c: char| !(c.is_ascii_digit() || c == '.')).next().unwrap_or("");
+        if digits.is_empty() {
+            break;
+        }
+        let Some(value) = parse_non_negative(digits) else { break };
+        let after = &rest[digits.len()..];
+        let (scale, unit_len) = if after.starts_with("ms") {
+            (0.001, 2)
+        } else if after.starts_with("us") || after.starts_with("µs") {
+            (0.000_001, if after.starts_with("us") { 2 } else { "µs".len() })
+        } else if after.starts_with('h') {
+            (3600.0, 1)
+        } else if after.starts_with('m') {
+            (60.0, 1)
+        } else if after.starts_with('s') {
+            (1.0, 1)
+        } else {
+            break;
+        };
+        total += value * scale;
+        parts += 1;
+        rest = &after[unit_len..];
+    }
+    if parts == 0 {
+        return None;
+    }
+    Duration::try_from_secs_f64(total).ok()
+}
+
 fn parse_non_negative(text: &str) -> Option<f64> {
     let value: f64 = text.parse().ok()?;
     (value.is_finite() && value >= 0.0).then_some(value)
@@ -201,6 +258,44 @@ mod tests {
             ("retry-after", "Wed, 21 Oct 2015 07:00:00 GMT"),
         ]);
         assert_eq!(retry_after(&past), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn a_wait_named_in_the_message_is_read() {
+        let cases = [
+            ("Rate limit reached for gpt-4o ... Please try again in 20s. Visit https://x", 20_000),
+            ("... on tokens per min (TPM): Limit 30000. Please try again in 1.054s.", 1_054),
+            ("Please try again in 6ms.", 6),
+            ("Please try again in 7m12s.", 432_000),
+            ("Please try again in 1h2m.", 3_720_000),
+            ("Requests ... have exceeded token rate limit. Please retry after 20 seconds.", 20_000),
+            ("Please retry after 1 second.", 1_000),
+        ];
+        for (message, ms) in cases {
+            assert_eq!(wait_in_message(message), Some(Duration::from_millis(ms)), "{message}");
+        }
+        for message in [
+            "Please try again later.",
+            "try again in a bit",
+            "Rate limit reached.",
+            "retry after lunch",
+            "",
+        ] {
+            assert_eq!(wait_in_message(message), None, "{message}");
+        }
+    }
+
+    #[test]
+    fn a_429_body_names_the_wait_only_without_a_pushback_header() {
+        let body = br#"{"error":{"message":"Rate limit reached. Please try again in 20s.","type":"requests","code":"rate_limit_exceeded"}}"#;
+        let none = HeaderMap::new();
+        let http = parse_http_error(WireFormat::OpenAi, 429, &none, body);
+        assert_eq!(http.retry_after, Some(Duration::from_secs(20)));
+        let header = headers(&[("retry-after", "3")]);
+        let http = parse_http_error(WireFormat::OpenAi, 429, &header, body);
+        assert_eq!(http.retry_after, Some(Duration::from_secs(3)), "the header wins");
+        let http = parse_http_error(WireFormat::OpenAi, 400, &none, body);
+        assert_eq!(http.retry_after, None, "only a 429 or 503 names a wait");
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub use config::{
     DEFAULT_MAX_RESPONSE_BYTES, HttpClientConfig, MaxTokensField, OPENAI_DEFAULT_BASE_URL,
     OpenAiAuth, OpenAiConfig, ProviderConfig, ResponseLimits,
 };
-pub use http_error::{parse_http_error, retry_after};
+pub use http_error::{parse_http_error, retry_after, wait_in_message};
 pub use openai::{OpenAiProvider, replay_openai_response, replay_openai_stream};
 pub use secret::Secret;
 

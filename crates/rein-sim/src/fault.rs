@@ -228,6 +228,9 @@ pub struct ErrorFault {
     /// Context-length numbers for `context_length`.
     pub max_tokens: Option<u64>,
     pub tokens: Option<u64>,
+    /// The wait a rate-limit message names ("Please try again in 20s"), as OpenAI writes it
+    /// (`429:try_again=20s`); `1s` when not given.
+    pub try_again: Option<String>,
 }
 
 impl ErrorFault {
@@ -242,6 +245,7 @@ impl ErrorFault {
             reason: None,
             max_tokens: None,
             tokens: None,
+            try_again: None,
         }
     }
 }
@@ -488,10 +492,23 @@ fn parse_error_fault(kind: ErrorKind, params: &Params<'_>) -> Result<ErrorFault,
     match kind {
         ErrorKind::ContextLength => allowed.extend(["max", "tokens"]),
         ErrorKind::ContentPolicy => allowed.push("reason"),
+        ErrorKind::RateLimit => allowed.push("try_again"),
         _ => {}
     }
     params.only(&allowed)?;
     let mut fault = ErrorFault::of(kind);
+    if let Some(value) = params.get("try_again") {
+        let shaped = !value.is_empty()
+            && value.chars().all(|c| c.is_ascii_digit() || ".hms".contains(c))
+            && value.ends_with(['s', 'm', 'h']);
+        if !shaped {
+            return Err(format!(
+                "`{}`: try_again is a wait as OpenAI writes it (`20s`, `1.5s`, `6ms`, `1m30s`), not `{value}`",
+                params.fault
+            ));
+        }
+        fault.try_again = Some(value.to_owned());
+    }
     if let Some(value) = params.get("retry_after") {
         match value.parse::<f64>() {
             Ok(secs) if secs.is_finite() && secs >= 0.0 => {

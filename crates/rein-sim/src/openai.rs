@@ -218,12 +218,13 @@ pub(crate) fn error(fault: &ErrorFault, model: &str) -> WireError {
                 ("x-ratelimit-remaining-requests", "0".to_owned()),
                 ("x-ratelimit-reset-requests", "1s".to_owned()),
             ]);
+            let wait = fault.try_again.as_deref().unwrap_or("1s");
             (
                 "requests",
                 Some("rate_limit_exceeded"),
                 format!(
                     "Rate limit reached for {model} in organization org-sim on requests per min \
-                     (RPM): Limit 60, Used 60, Requested 1. Please try again in 1s. Visit \
+                     (RPM): Limit 60, Used 60, Requested 1. Please try again in {wait}. Visit \
                      https://platform.openai.com/account/rate-limits to learn more."
                 ),
             )

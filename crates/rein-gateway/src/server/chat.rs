@@ -4,6 +4,7 @@
 //! evidence for the route's business rules) → the engine → the answer in the caller's format,
 //! with response headers that say what happened (outcome, tier, attempts, re-asks, repairs).
 
+use std::future::Future;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
@@ -251,6 +252,14 @@ async fn stream(
 ) -> Response {
     let engine = gateway.runtime.engine.clone();
     let mode = engine.release_mode(&parsed.route);
+    let keepalive = gateway
+        .current()
+        .config
+        .routes
+        .get(&parsed.route)
+        .map(|route| route.stream_keepalive)
+        .filter(|every| !every.is_zero());
+    let quiet_until = keepalive.map(|every| tokio::time::Instant::now() + every);
     let mut released = match engine.stream(ctx, &parsed.route, parsed.request) {
         Ok(stream) => stream,
         Err(error) => {
@@ -259,11 +268,24 @@ async fn stream(
         }
     };
     // Hold items until the outcome is known (checked mode: the whole answer is held anyway) or,
-    // in passthrough mode, until the first piece of content, which must not wait.
+    // in passthrough mode, until the first piece of content, which must not wait; but never
+    // longer than the keep-alive interval: then the head goes out with a comment, and whatever
+    // follows (a failure included) is delivered in the stream.
     let mut held = Vec::new();
     let mut report: Option<CallReport> = None;
+    let mut quiet = false;
     loop {
-        match released.next().await {
+        let next = match quiet_until {
+            Some(at) => match tokio::time::timeout_at(at, released.next()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    quiet = true;
+                    break;
+                }
+            },
+            None => released.next().await,
+        };
+        match next {
             None => break,
             Some(Released::Failed(error)) if held.is_empty() => {
                 if let Some(report) = error.report() {
@@ -308,6 +330,9 @@ async fn stream(
             first.extend_from_slice(&frame);
         }
     }
+    if quiet {
+        first.extend_from_slice(KEEPALIVE);
+    }
     // The encoder finishes itself on `Completed`/`Failed`; the rest of the stream is needed
     // only when neither has arrived yet.
     let finished = report.is_some();
@@ -317,6 +342,7 @@ async fn stream(
     let rest = Rest {
         first: (!first.is_empty()).then(|| first.freeze()),
         released: if finished { None } else { Some(released) },
+        keepalive: keepalive.map(|every| (every, Box::pin(tokio::time::sleep(every)))),
         encoder,
         request_id: request_id.clone(),
         abandoned,
@@ -333,6 +359,9 @@ async fn stream(
     response
 }
 
+/// An SSE comment: every SSE client skips it, and it resets a client's read timeout.
+const KEEPALIVE: &[u8] = b": keep-alive\n\n";
+
 /// The body of a streamed answer: the held items, then the rest of the released stream as it
 /// comes. Each poll sends, as one frame, everything that is ready at that moment (never
 /// waiting for more), so an answer that arrives in one piece leaves in one write while a
@@ -340,6 +369,9 @@ async fn stream(
 struct Rest {
     first: Option<Bytes>,
     released: Option<ReleaseStream>,
+    /// The keep-alive interval and the quiet gap's timer: an SSE comment goes out when it
+    /// fires before anything else does.
+    keepalive: Option<(std::time::Duration, std::pin::Pin<Box<tokio::time::Sleep>>)>,
     encoder: Encoder,
     request_id: String,
     /// Disarmed when the stream ends; dropped armed when the client goes away first.
@@ -383,6 +415,16 @@ impl futures_util::Stream for Rest {
                     this.abandoned.finished();
                 }
                 Poll::Pending => break,
+            }
+        }
+        if let Some((every, quiet)) = this.keepalive.as_mut()
+            && this.released.is_some()
+        {
+            if batch.is_empty() && quiet.as_mut().poll(cx).is_ready() {
+                batch.extend_from_slice(KEEPALIVE);
+            }
+            if !batch.is_empty() {
+                quiet.as_mut().reset(tokio::time::Instant::now() + *every);
             }
         }
         if !batch.is_empty() {

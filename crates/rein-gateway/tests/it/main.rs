@@ -4,6 +4,7 @@
 
 mod config;
 mod gateway;
+mod keepalive;
 mod ladder;
 mod tools;
 mod wire_edges;

@@ -167,6 +167,11 @@ pub struct RouteConfig {
     /// `[routes.<name>.on_timeout]`: which timeouts are retried on the tier, which go on.
     pub on_timeout: TimeoutMoves,
     pub release: ReleaseMode,
+    /// While a streamed answer is held (checked mode, or passthrough before its first token),
+    /// the response head and an SSE comment go out after this long, and a comment after every
+    /// such quiet gap, so a client's read timeout never fires while rein retries. Zero: off.
+    #[serde(rename = "stream_keepalive_ms", with = "rein_core::clock::millis")]
+    pub stream_keepalive: Duration,
     /// (index of the tier, share).
     pub failover: Option<(usize, f64)>,
     pub degraded: DegradedReply,
@@ -174,6 +179,10 @@ pub struct RouteConfig {
     pub output: Option<OutputConfig>,
     pub tiers: Vec<TierConfig>,
 }
+
+/// The default `stream_keepalive_ms`: well inside the read timeouts clients and proxies use
+/// (30–60 s), and longer than most answers take, so most errors still arrive as a status.
+pub const DEFAULT_STREAM_KEEPALIVE_MS: u64 = 10_000;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct TierConfig {
@@ -656,6 +665,7 @@ fn validate_route(
         );
     }
 
+    let stream_keepalive = ms(raw.stream_keepalive_ms.unwrap_or(DEFAULT_STREAM_KEEPALIVE_MS));
     let release = match raw.release.as_deref() {
         None | Some("checked") => ReleaseMode::Checked,
         Some("passthrough") => ReleaseMode::Passthrough,
@@ -770,6 +780,7 @@ fn validate_route(
         clocks,
         retry,
         on_timeout: raw.on_timeout.unwrap_or_default(),
+        stream_keepalive,
         release,
         failover,
         degraded,

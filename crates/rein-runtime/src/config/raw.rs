@@ -316,6 +316,10 @@ pub struct RawRoute {
     /// `next_tier` at once.
     #[serde(default)]
     pub on_timeout: Option<rein_core::TimeoutMoves>,
+    /// How long a held stream may stay silent before rein sends the head and an SSE comment
+    /// (0: never).
+    #[serde(default)]
+    pub stream_keepalive_ms: Option<u64>,
     /// `checked` or `passthrough`.
     #[serde(default)]
     pub release: Option<String>,

@@ -289,7 +289,10 @@ fn openai_rows() -> Vec<Row> {
         openai("persistent 500", "500", Fallback, (2, 1)).kind(K::ServerError),
         openai("408 then ok", "408,ok", Answered, (2, 0)).kind(K::RequestTimeout),
         openai("409 then ok", "409,ok", Answered, (2, 0)).kind(K::Conflict),
-        openai("429 without retry-after: our backoff, then ok", "429,ok", Answered, (2, 0)).kind(K::RateLimited),
+        openai("429 whose body says try again in 1s: the body's wait, then ok", "429,ok", Answered, (2, 0))
+            .kind(K::RateLimited).pushback(1000),
+        openai("429 whose body says try again in 20s, 5 s left: the fallback at once", "429:try_again=20s", Fallback, (1, 1))
+            .kind(K::RateLimited),
         openai("429 retry-after 1 s: the retry waits the server's second", "429:retry_after=1", Fallback, (2, 1))
             .kind(K::RateLimited).pushback(1000),
         openai("429 retry-after-ms 400 then ok", "429:retry_after_ms=400,ok", Answered, (2, 0))
