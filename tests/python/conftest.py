@@ -11,6 +11,9 @@ The routes (see CONFIG):
 - `fb-anthropic`: primary `sim:500`, backup an Anthropic-format sim tier.
 - `policy`: primary `sim:content_policy` with a healthy fallback that must not be used.
 - `down`: every tier overloaded; the degraded reply is the answer.
+- `down-error`: the same, with the degraded reply delivered as an error (`deliver = "error"`).
+- `down-json`: the same, with a schema-shaped degraded object for callers that ask for JSON.
+- `unconfigured`: every tier rejects rein's key (401) and no degraded reply is configured.
 - `passthrough`: `release = "passthrough"`, tokens trickle in (OpenAI-format tier).
 - `checked`: `release = "checked"`, tokens trickle in (Anthropic-format tier).
 - `held`: checked, a silent primary (1 s first-token clock, two attempts) and a healthy
@@ -133,6 +136,32 @@ name = "fallback"
 provider = "sim-anthropic"
 model = "sim:529"
 
+[routes.down-error]
+attempts = 1
+degraded = {{ template = "{DEGRADED_TEXT}", deliver = "error" }}
+[[routes.down-error.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "sim:529"
+
+[routes.down-json]
+attempts = 1
+degraded = {{ template = "{DEGRADED_TEXT}", json = {{ reply = "{DEGRADED_TEXT}", reason = "outage" }} }}
+[[routes.down-json.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "sim:529"
+
+[routes.unconfigured]
+[[routes.unconfigured.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "sim:401"
+[[routes.unconfigured.tiers]]
+name = "fallback"
+provider = "sim-anthropic"
+model = "sim:401"
+
 [routes.passthrough]
 release = "passthrough"
 [[routes.passthrough.tiers]]
@@ -217,6 +246,8 @@ ROUTES = [
     "checked",
     "claude",
     "down",
+    "down-error",
+    "down-json",
     "fb-anthropic",
     "fb-openai",
     "held",
@@ -226,6 +257,7 @@ ROUTES = [
     "ladder-repair",
     "passthrough",
     "policy",
+    "unconfigured",
 ]
 
 STARTUP_TIMEOUT_S = 60

@@ -7,6 +7,8 @@ answers with its degraded reply, which both SDKs parse as an ordinary answer, wh
 
 from __future__ import annotations
 
+import json
+
 import anthropic
 import openai
 import pytest
@@ -114,3 +116,69 @@ def test_anthropic_sdk_streams_the_degraded_reply(claude: anthropic.Anthropic):
         assert stream.response.headers["x-rein-outcome"] == "degraded"
         text = "".join(stream.text_stream)
     assert text == DEGRADED_TEXT
+
+
+# A degraded reply delivered as an error: each SDK raises its exception for a 503, carrying the
+# decided text, so framework fallbacks that trigger only on an error (LangChain's
+# `with_fallbacks`) can act.
+
+
+def test_openai_sdk_raises_the_degraded_reply_delivered_as_an_error(oai: openai.OpenAI):
+    with pytest.raises(openai.InternalServerError) as raised:
+        oai.chat.completions.create(model="down-error", messages=QUESTION)
+    assert raised.value.status_code == 503
+    assert DEGRADED_TEXT in raised.value.message
+    summary = raised.value.response.json()["rein"]
+    assert summary["outcome"] == "degraded"
+    assert summary["attempts"] >= 1, "the attempts behind the decision"
+
+
+def test_anthropic_sdk_raises_the_degraded_reply_delivered_as_an_error(claude: anthropic.Anthropic):
+    with pytest.raises(anthropic.InternalServerError) as raised:
+        claude.messages.create(model="down-error", max_tokens=100, messages=QUESTION)
+    assert raised.value.status_code == 503
+    assert DEGRADED_TEXT in raised.value.message
+
+
+def test_openai_sdk_stream_raises_the_degraded_reply_delivered_as_an_error(oai: openai.OpenAI):
+    with pytest.raises(openai.InternalServerError) as raised:
+        list(oai.chat.completions.create(model="down-error", messages=QUESTION, stream=True))
+    assert DEGRADED_TEXT in raised.value.message
+
+
+def test_a_caller_asking_for_json_never_gets_prose(oai: openai.OpenAI):
+    # `down` has only a prose reply: a structured caller gets the error, not unparseable text.
+    with pytest.raises(openai.InternalServerError) as raised:
+        oai.chat.completions.create(
+            model="down", messages=QUESTION, response_format={"type": "json_object"}
+        )
+    assert DEGRADED_TEXT in raised.value.message
+    # `down-json` configures a schema-shaped object: the structured caller gets that.
+    completion = oai.chat.completions.create(
+        model="down-json", messages=QUESTION, response_format={"type": "json_object"}
+    )
+    assert json.loads(completion.choices[0].message.content) == {
+        "reply": DEGRADED_TEXT,
+        "reason": "outage",
+    }
+    # A prose caller on the same route still gets the text.
+    prose = oai.chat.completions.create(model="down-json", messages=QUESTION)
+    assert prose.choices[0].message.content == DEGRADED_TEXT
+
+
+@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
+def test_a_route_without_a_degraded_reply_names_the_misconfiguration(rein, sdk: str):
+    # Every tier rejects rein's key and nothing promises a person: the caller is told what is
+    # wrong, as a 502 from the gateway, never a made-up apology.
+    if sdk == "openai":
+        client = rein.openai_client()
+        with pytest.raises(openai.APIStatusError) as raised:
+            client.chat.completions.create(model="unconfigured", messages=QUESTION)
+    else:
+        client = rein.anthropic_client()
+        with pytest.raises(anthropic.APIStatusError) as raised:
+            client.messages.create(model="unconfigured", max_tokens=100, messages=QUESTION)
+    assert raised.value.status_code == 502
+    message = raised.value.message
+    assert "misconfigured" in message and "401" in message, message
+    assert "follow up" not in message and "A person" not in message

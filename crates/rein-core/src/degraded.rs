@@ -1,12 +1,29 @@
 //! Degraded replies.
 //!
 //! A degraded reply is decided in advance per route and needs no model: static text, or a
-//! template filled from values the caller supplied with the call (a tool result, a link). The
-//! kill switch (in [`crate::breaker`]) sends a route, or every route, straight to it.
+//! template filled from values the caller supplied with the call (a tool result, a link), and
+//! optionally a JSON object of the shape a structured caller expects. The kill switch (in
+//! [`crate::breaker`]) sends a route, or every route, straight to it. A route may deliver it as
+//! an error instead of an answer ([`Delivery::Error`]), so an SDK caller can tell an outage from
+//! an answer; a route with no degraded reply at all never makes one up: its call fails, saying
+//! why.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// How a degraded reply reaches the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// As the answer (customer-facing routes: the person reads the decided text).
+    #[default]
+    Reply,
+    /// As an error in the caller's wire format carrying the decided text (SDK and agent callers,
+    /// whose fallbacks trigger on errors).
+    Error,
+}
 
 /// The reply a route gives when no model can.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -16,19 +33,22 @@ pub struct DegradedReply {
     pub template: String,
     /// Used when the template cannot be filled.
     pub fallback_text: String,
+    /// What a caller that asked for JSON gets instead of the text; without it, such a caller
+    /// gets the error (prose is the wrong shape for a parser).
+    pub json: Option<Value>,
+    pub deliver: Delivery,
 }
 
 impl Default for DegradedReply {
     fn default() -> Self {
-        let text = "Sorry, we can't answer right now. A person will follow up shortly.".to_string();
-        Self { template: text.clone(), fallback_text: text }
+        Self::text("Sorry, this can't be answered right now.")
     }
 }
 
 impl DegradedReply {
     pub fn text(text: impl Into<String>) -> Self {
         let text = text.into();
-        Self { template: text.clone(), fallback_text: text }
+        Self { template: text.clone(), fallback_text: text, json: None, deliver: Delivery::Reply }
     }
 
     /// Fill the template, or return the fallback text when a placeholder has no value.
@@ -61,6 +81,7 @@ mod tests {
         let reply = DegradedReply {
             template: "Order {{order_id}} is {{ status }}.".into(),
             fallback_text: "A person will reply within 2 hours.".into(),
+            ..DegradedReply::default()
         };
         let mut vars = BTreeMap::new();
         vars.insert("order_id".to_string(), "4417".to_string());

@@ -31,7 +31,7 @@ pub use chain::{
 pub use classify::{Classified, Disposition, FailureKind, Fault, classify};
 pub use clock::{ClockPolicy, Deadline};
 pub use context::{CallContext, TraceParent};
-pub use degraded::DegradedReply;
+pub use degraded::{DegradedReply, Delivery};
 pub use failure::{Clock, Failure, HttpError, WireFormat};
 pub use model::*;
 pub use provider::{EventStream, Provider};

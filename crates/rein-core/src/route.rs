@@ -134,7 +134,9 @@ pub struct Route {
     pub on_timeout: TimeoutMoves,
     pub release: ReleaseMode,
     pub failover: Option<FailoverShare>,
-    pub degraded: DegradedReply,
+    /// The reply when no model can; `None`: the call fails with [`crate::CallError::Unserved`],
+    /// saying why, rather than promise anything.
+    pub degraded: Option<DegradedReply>,
     /// The version of the route's prompts and model settings this route runs (from the store),
     /// named in every report so an answer can be traced to the settings that produced it.
     pub settings_version: Option<i64>,
@@ -155,7 +157,7 @@ impl Route {
             on_timeout: TimeoutMoves::default(),
             release: ReleaseMode::default(),
             failover: None,
-            degraded: DegradedReply::default(),
+            degraded: None,
             settings_version: None,
             contract: None,
             max_tokens_cap: 8192,

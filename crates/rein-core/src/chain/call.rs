@@ -5,8 +5,11 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::classify::FailureKind;
 use crate::clock::{ClockPolicy, Deadline};
 use crate::context::CallContext;
+use crate::degraded::Delivery;
+use crate::failure::Failure;
 use crate::model::{ChatResponse, StopReason, Usage};
 use crate::report::{
     Alert, AttemptRecord, CallReport, Outcome, ServedBy, SkipReason, Step, millis,
@@ -43,6 +46,15 @@ pub enum CallError {
     /// A passthrough stream failed after tokens had reached the caller.
     #[error("the stream failed after it started: {reason}")]
     Interrupted { reason: String, report: Box<CallReport> },
+    /// No tier answered, and the route's degraded reply goes out as an error: the route says so
+    /// (`deliver = "error"`), or the caller asked for JSON and the reply has no JSON shape.
+    /// `text` is the decided reply.
+    #[error("{text}")]
+    Degraded { text: String, report: Box<CallReport> },
+    /// No tier answered and the route has no degraded reply. `misconfigured`: every attempt was
+    /// refused for rein's own setup (a key, a permission, a model name), not for an outage.
+    #[error("{reason}")]
+    Unserved { reason: String, misconfigured: bool, report: Box<CallReport> },
 }
 
 impl CallError {
@@ -52,7 +64,9 @@ impl CallError {
             CallError::ContentPolicy { report, .. }
             | CallError::ContentFilter { report, .. }
             | CallError::ContextLength { report, .. }
-            | CallError::Interrupted { report, .. } => Some(report),
+            | CallError::Interrupted { report, .. }
+            | CallError::Degraded { report, .. }
+            | CallError::Unserved { report, .. } => Some(report),
         }
     }
 }
@@ -153,27 +167,128 @@ impl CallState {
         Completion { response, report: self.report(route) }
     }
 
-    pub(super) fn degraded(&mut self, route: &Route, ctx: &CallContext) -> Completion {
-        self.safe_reply(route, ctx, Outcome::Degraded)
+    /// No tier answered: the route's degraded reply, as the answer or as the error it delivers.
+    /// `structured`: the caller asked for JSON.
+    pub(super) fn degraded(
+        &mut self,
+        route: &Route,
+        ctx: &CallContext,
+        structured: bool,
+    ) -> Result<Completion, CallError> {
+        self.safe_reply(route, ctx, Outcome::Degraded, structured)
     }
 
-    pub(super) fn declined(&mut self, route: &Route, ctx: &CallContext) -> Completion {
-        self.safe_reply(route, ctx, Outcome::Declined)
+    /// The model refused: the route's safe reply, like [`CallState::degraded`].
+    pub(super) fn declined(
+        &mut self,
+        route: &Route,
+        ctx: &CallContext,
+        structured: bool,
+    ) -> Result<Completion, CallError> {
+        self.safe_reply(route, ctx, Outcome::Declined, structured)
     }
 
-    fn safe_reply(&mut self, route: &Route, ctx: &CallContext, outcome: Outcome) -> Completion {
+    fn safe_reply(
+        &mut self,
+        route: &Route,
+        ctx: &CallContext,
+        outcome: Outcome,
+        structured: bool,
+    ) -> Result<Completion, CallError> {
         self.outcome = outcome;
         self.served_by = None;
+        let Some(reply) = &route.degraded else {
+            return Err(self.unserved(route, outcome));
+        };
         self.steps.push(Step::Degraded { at_ms: millis(self.deadline.elapsed()) });
+        let rendered = reply.render(&ctx.vars);
+        let text = match (&reply.json, structured) {
+            (Some(json), true) => json.to_string(),
+            (None, true) => {
+                return Err(CallError::Degraded {
+                    text: rendered,
+                    report: Box::new(self.report(route)),
+                });
+            }
+            (_, false) => rendered,
+        };
+        if reply.deliver == Delivery::Error {
+            return Err(CallError::Degraded { text, report: Box::new(self.report(route)) });
+        }
         let response = ChatResponse {
             id: format!("degraded-{}", route.name),
             model: "rein-degraded".to_string(),
-            text: route.degraded.render(&ctx.vars),
+            text,
             stop_reason: Some(StopReason::EndTurn),
             usage: Usage::default(),
             ..ChatResponse::default()
         };
-        self.finish(route, response)
+        Ok(self.finish(route, response))
+    }
+
+    /// The error of a call no tier answered on a route without a degraded reply: what each
+    /// tier did, and whether that was rein's own setup being refused.
+    fn unserved(&mut self, route: &Route, outcome: Outcome) -> CallError {
+        let mut tiers: Vec<(String, String, usize, Option<String>)> = Vec::new();
+        let mut refused_setup = true;
+        let mut attempts = 0;
+        for step in &self.steps {
+            let Step::Attempt(attempt) = step else { continue };
+            attempts += 1;
+            let kind = attempt.classified.as_ref().map(|c| c.kind);
+            refused_setup &= matches!(
+                kind,
+                Some(FailureKind::Unauthorized | FailureKind::Forbidden | FailureKind::NotFound)
+            );
+            let status = match &attempt.failure {
+                Some(Failure::Http { http, .. }) => format!("{} ", http.status),
+                _ => String::new(),
+            };
+            let last = kind.map(|kind| format!("{status}{}", kind.as_str()));
+            match tiers.iter_mut().find(|t| t.0 == attempt.tier_name) {
+                Some(tier) => {
+                    tier.2 += 1;
+                    tier.3 = last;
+                }
+                None => tiers.push((attempt.tier_name.clone(), attempt.provider.clone(), 1, last)),
+            }
+        }
+        let misconfigured = attempts > 0 && refused_setup;
+        let tried: Vec<String> = tiers
+            .iter()
+            .map(|(tier, provider, n, last)| {
+                let last = last.as_deref().unwrap_or("no answer");
+                let plural = if *n == 1 { "" } else { "s" };
+                format!("`{tier}` on `{provider}`: {n} attempt{plural}, last {last}")
+            })
+            .collect();
+        let switched_off = self.steps.iter().find_map(|step| match step {
+            Step::KillSwitch { reason } => Some(reason.clone()),
+            _ => None,
+        });
+        let reason = if misconfigured {
+            format!(
+                "rein is misconfigured for route `{}`: every provider refused rein's own setup ({}). Check the providers' API keys, permissions and model names.",
+                route.name,
+                tried.join("; ")
+            )
+        } else if let Some(why) = switched_off {
+            format!("route `{}` is switched off ({why}) and has no degraded reply", route.name)
+        } else if outcome == Outcome::Declined {
+            format!("the model declined and route `{}` has no safe reply", route.name)
+        } else if tried.is_empty() {
+            format!(
+                "no tier of route `{}` could be tried (cooling down, or no time left) and the route has no degraded reply",
+                route.name
+            )
+        } else {
+            format!(
+                "no tier of route `{}` could answer ({}) and the route has no degraded reply",
+                route.name,
+                tried.join("; ")
+            )
+        };
+        CallError::Unserved { reason, misconfigured, report: Box::new(self.report(route)) }
     }
 }
 

@@ -259,12 +259,16 @@ impl Engine {
         let route = &state.0.route;
         ctx.narrow(route.clocks.deadline);
         let mut call = CallState::new(route, &ctx);
+        let structured = request
+            .response_format
+            .as_ref()
+            .is_some_and(|format| !matches!(format, crate::model::ResponseFormat::Text));
         let result = self.run_tiers(&ctx, state, &mut call, request, forward).await;
         let result = match result {
             Ok(done) => Ok(done),
             Err(Ended::Error(error)) => Err(error),
-            Err(Ended::Degraded) => Ok(call.degraded(route, &ctx)),
-            Err(Ended::Declined) => Ok(call.declined(route, &ctx)),
+            Err(Ended::Degraded) => call.degraded(route, &ctx, structured),
+            Err(Ended::Declined) => call.declined(route, &ctx, structured),
         };
         let report = match &result {
             Ok(completion) => Some(&completion.report),

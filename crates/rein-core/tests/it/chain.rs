@@ -135,10 +135,11 @@ async fn without_a_budget_the_same_load_triples() {
 async fn kill_switch_sends_the_route_to_its_degraded_reply_and_back() {
     let primary = Scripted::new("p", WireFormat::OpenAi, vec![ok()]);
     let mut route = route("support", vec![("primary", primary.clone())]);
-    route.degraded = DegradedReply {
+    route.degraded = Some(DegradedReply {
         template: "Order {{order_id}} is on its way. A person will reply within 2 hours.".into(),
         fallback_text: "A person will reply within 2 hours.".into(),
-    };
+        ..DegradedReply::default()
+    });
     let engine = engine(vec![route]);
     engine.kill_switch().set(KillScope::Route("support".into()), true, "answers look wrong");
     let mut ctx = CallContext::new();

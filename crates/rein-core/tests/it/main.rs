@@ -5,6 +5,7 @@
 
 mod chain;
 mod deadline;
+mod degraded;
 mod ladder;
 mod matrix;
 mod planning;

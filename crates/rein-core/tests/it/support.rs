@@ -292,7 +292,9 @@ pub(crate) fn route(name: &str, tiers: Vec<(&str, Arc<Scripted>)>) -> Route {
             Tier::new(tier, provider as Arc<dyn Provider>, format!("{tier}-model"))
         })
         .collect();
-    Route::new(name, tiers)
+    let mut route = Route::new(name, tiers);
+    route.degraded = Some(DegradedReply::default());
+    route
 }
 
 pub(crate) fn engine(routes: Vec<Route>) -> Engine {

@@ -41,6 +41,7 @@ pub fn status(kind: ErrorKind) -> StatusCode {
         ErrorKind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorKind::Misconfigured => StatusCode::BAD_GATEWAY,
         ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
     }

@@ -485,7 +485,7 @@ pub(crate) fn error_type(kind: ErrorKind) -> &'static str {
         ErrorKind::MethodNotAllowed | ErrorKind::RequestTimeout => "invalid_request_error",
         ErrorKind::RequestTooLarge => "request_too_large",
         ErrorKind::RateLimited => "rate_limit_error",
-        ErrorKind::Internal => "api_error",
+        ErrorKind::Internal | ErrorKind::Misconfigured => "api_error",
         ErrorKind::Unavailable => "overloaded_error",
         ErrorKind::Timeout => "timeout_error",
     }

@@ -66,7 +66,9 @@ pub enum ErrorKind {
     RateLimited,
     /// 500: something failed inside rein.
     Internal,
-    /// 503: rein cannot take the call right now (overloaded, shutting down).
+    /// 502: every provider refused rein's own setup (a key, a permission, a model name).
+    Misconfigured,
+    /// 503: rein cannot take the call right now (overloaded, shutting down, no tier answered).
     Unavailable,
     /// 504: the deadline passed before any answer.
     Timeout,
@@ -82,6 +84,9 @@ impl ErrorKind {
             | CallError::ContextLength { .. } => ErrorKind::InvalidRequest,
             // Only a stream can be interrupted; a plain response never sees this.
             CallError::Interrupted { .. } => ErrorKind::Internal,
+            CallError::Degraded { .. } => ErrorKind::Unavailable,
+            CallError::Unserved { misconfigured: true, .. } => ErrorKind::Misconfigured,
+            CallError::Unserved { misconfigured: false, .. } => ErrorKind::Unavailable,
         }
     }
 }
@@ -170,13 +175,14 @@ mod tests {
             ErrorKind::UnsupportedMediaType,
             ErrorKind::RateLimited,
             ErrorKind::Internal,
+            ErrorKind::Misconfigured,
             ErrorKind::Unavailable,
             ErrorKind::Timeout,
         ]
         .iter()
         .map(|kind| crate::server::status(*kind).as_u16())
         .collect();
-        assert_eq!(statuses, [400, 401, 403, 404, 413, 415, 429, 500, 503, 504]);
+        assert_eq!(statuses, [400, 401, 403, 404, 413, 415, 429, 500, 502, 503, 504]);
     }
 
     #[test]

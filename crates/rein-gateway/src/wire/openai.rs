@@ -655,6 +655,7 @@ fn type_and_code(kind: ErrorKind) -> (&'static str, Option<&'static str>) {
         }
         ErrorKind::RateLimited => ("requests", Some("rate_limit_exceeded")),
         ErrorKind::Internal => ("server_error", None),
+        ErrorKind::Misconfigured => ("server_error", Some("rein_misconfigured")),
         ErrorKind::Unavailable => ("server_error", Some("service_unavailable")),
         ErrorKind::Timeout => ("server_error", Some("timeout")),
     }
@@ -707,6 +708,13 @@ pub fn call_error_body(error: &CallError) -> (ErrorKind, Value) {
         }
         CallError::Interrupted { .. } => {
             error_body_with_code(kind, &message, None, Some("stream_interrupted"))
+        }
+        CallError::Degraded { .. } => {
+            error_body_with_code(kind, &message, None, Some("rein_degraded"))
+        }
+        CallError::Unserved { misconfigured: true, .. } => error_body(kind, &message, None),
+        CallError::Unserved { .. } => {
+            error_body_with_code(kind, &message, None, Some("rein_unserved"))
         }
     };
     if let (Some(report), Value::Object(map)) = (error.report(), &mut body) {

@@ -174,7 +174,8 @@ pub struct RouteConfig {
     pub stream_keepalive: Duration,
     /// (index of the tier, share).
     pub failover: Option<(usize, f64)>,
-    pub degraded: DegradedReply,
+    /// `[routes.<name>.degraded]`; `None`: a call no tier answers fails, saying why.
+    pub degraded: Option<DegradedReply>,
     /// The output contract (`[routes.<name>.output]`); `None` uses any whole answer as it is.
     pub output: Option<OutputConfig>,
     pub tiers: Vec<TierConfig>,
@@ -764,13 +765,18 @@ fn validate_route(
         }
     };
 
-    let degraded = match &raw.degraded {
-        None => DegradedReply::default(),
-        Some(d) => DegradedReply {
-            template: d.template.clone(),
-            fallback_text: d.fallback_text.clone().unwrap_or_else(|| d.template.clone()),
-        },
-    };
+    let degraded = raw.degraded.as_ref().map(|d| DegradedReply {
+        template: d.template.clone(),
+        fallback_text: d.fallback_text.clone().unwrap_or_else(|| d.template.clone()),
+        json: d.json.clone(),
+        deliver: d.deliver.unwrap_or_default(),
+    });
+    if let Some(json) = raw.degraded.as_ref().and_then(|d| d.json.as_ref())
+        && !json.is_object()
+    {
+        problems
+            .add(key("degraded.json"), "must be a table: the JSON object a structured caller gets");
+    }
 
     let output = raw.output.as_ref().and_then(|output| {
         output::validate_output(name, output, &raw.tiers, clocks.deadline, problems)

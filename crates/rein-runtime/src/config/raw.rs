@@ -408,6 +408,14 @@ pub struct RawDegraded {
     /// Sent when a placeholder has no value; defaults to the template itself.
     #[serde(default)]
     pub fallback_text: Option<String>,
+    /// `reply` (the default: the text is the answer) or `error` (a 503 in the caller's format
+    /// carrying the text and the attempts).
+    #[serde(default)]
+    pub deliver: Option<rein_core::Delivery>,
+    /// What a caller that asked for JSON gets (a TOML table, sent as a JSON object); without
+    /// it such a caller gets the error, never prose.
+    #[serde(default)]
+    pub json: Option<Value>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -672,6 +672,9 @@ async fn check(row: Row) {
     route.clocks = clocks;
     route.retry = retry_policy();
     route.contract = row.contract.clone();
+    // The table's route has a degraded reply (a route without one fails instead: `degraded`
+    // in rein-core's tests).
+    route.degraded = Some(DegradedReply::default());
     route.release = match row.mode {
         Mode::Passthrough => ReleaseMode::Passthrough,
         _ => ReleaseMode::Checked,
