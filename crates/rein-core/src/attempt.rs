@@ -33,11 +33,64 @@ pub(crate) struct Forwarder {
     held: Vec<StreamEvent>,
     forwarded: bool,
     caller_gone: bool,
+    /// The text that reached the caller: what a continuation carries on from.
+    sent: String,
+    /// Only text reached the caller (no tool call, thinking or refusal), so a later tier can
+    /// continue it.
+    only_text: bool,
+    /// A later tier continues the answer: its opening event is not sent again.
+    continuing: bool,
 }
 
 impl Forwarder {
     pub(crate) fn new(tx: mpsc::Sender<Released>) -> Self {
-        Self { tx, held: Vec::new(), forwarded: false, caller_gone: false }
+        Self {
+            tx,
+            held: Vec::new(),
+            forwarded: false,
+            caller_gone: false,
+            sent: String::new(),
+            only_text: true,
+            continuing: false,
+        }
+    }
+
+    /// The text the caller has, when a later tier could continue from it: something reached
+    /// the caller, all of it text, and the caller is still there.
+    pub(crate) fn continuable(&self) -> Option<&str> {
+        (self.forwarded && self.only_text && !self.caller_gone && !self.sent.is_empty())
+            .then_some(self.sent.as_str())
+    }
+
+    /// From now on the events come from a tier that continues the answer.
+    pub(crate) fn continue_answer(&mut self) {
+        self.continuing = true;
+    }
+
+    /// A later tier is continuing the answer.
+    pub(crate) fn continuing(&self) -> bool {
+        self.continuing
+    }
+
+    /// Everything the caller was sent as text, the continued part included.
+    pub(crate) fn sent_text(&self) -> &str {
+        &self.sent
+    }
+
+    async fn send(&mut self, event: StreamEvent) -> bool {
+        match &event {
+            StreamEvent::TextDelta { text } => self.sent.push_str(text),
+            StreamEvent::ThinkingDelta { .. }
+            | StreamEvent::RefusalDelta { .. }
+            | StreamEvent::ToolCallStart { .. }
+            | StreamEvent::ToolCallDelta { .. } => self.only_text = false,
+            _ => {}
+        }
+        if self.tx.send(Released::Event(event)).await.is_err() {
+            self.caller_gone = true;
+            return false;
+        }
+        true
     }
 
     /// Whether any event has reached the caller (after which a failure cannot be hidden).
@@ -58,22 +111,21 @@ impl Forwarder {
         if matches!(event, StreamEvent::Done) {
             return true;
         }
+        // The caller's stream has begun already: a continuing tier's start is not news.
+        if self.continuing && matches!(event, StreamEvent::Start { .. }) {
+            return true;
+        }
         if !self.forwarded && !event.is_content() {
             self.held.push(event.clone());
             return true;
         }
         self.forwarded = true;
         for held in std::mem::take(&mut self.held) {
-            if self.tx.send(Released::Event(held)).await.is_err() {
-                self.caller_gone = true;
+            if !self.send(held).await {
                 return false;
             }
         }
-        if self.tx.send(Released::Event(event.clone())).await.is_err() {
-            self.caller_gone = true;
-            return false;
-        }
-        true
+        self.send(event.clone()).await
     }
 }
 

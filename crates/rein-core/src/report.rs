@@ -68,6 +68,12 @@ pub enum SkipReason {
     SavedForNextTier { remaining_ms: u64, retry_ms: u64, reserve_ms: u64 },
     /// The route sends this timeout to the next tier rather than retrying it (`on_timeout`).
     SentOn { clock: &'static str },
+    /// A passthrough stream broke after text reached the caller; a later tier continues it.
+    StreamBroke,
+    /// The tier takes no assistant prefill, so it cannot continue a broken stream.
+    NoPrefill,
+    /// The tier refused the assistant prefill a continuation needs.
+    PrefillRejected,
 }
 
 /// Who served the answer.

@@ -42,6 +42,9 @@ pub struct Tier {
     /// Attempts on this tier; `None` takes the route's retry policy.
     pub attempts: Option<u32>,
     pub cooldown: Cooldown,
+    /// The tier continues an answer from an assistant prefill (the text so far as the last,
+    /// assistant, message): what a passthrough continuation asks of it.
+    pub prefill: bool,
 }
 
 impl Tier {
@@ -58,6 +61,7 @@ impl Tier {
             params: TierParams::default(),
             attempts: None,
             cooldown: Cooldown::new(CooldownPolicy::default()),
+            prefill: false,
         }
     }
 
@@ -78,6 +82,12 @@ impl Tier {
 
     pub fn with_attempts(mut self, attempts: u32) -> Self {
         self.attempts = Some(attempts);
+        self
+    }
+
+    /// Whether the tier continues an answer from an assistant prefill.
+    pub fn with_prefill(mut self, prefill: bool) -> Self {
+        self.prefill = prefill;
         self
     }
 
@@ -145,6 +155,9 @@ pub struct Route {
     pub contract: Option<OutputContract>,
     /// The highest token ceiling a cut-off answer may be asked again with.
     pub max_tokens_cap: u32,
+    /// Passthrough only: when the stream breaks after text reached the caller, a later tier that
+    /// takes a prefill continues from that text, and the caller sees one stream.
+    pub continuation: bool,
 }
 
 impl Route {
@@ -161,6 +174,7 @@ impl Route {
             settings_version: None,
             contract: None,
             max_tokens_cap: 8192,
+            continuation: false,
         }
     }
 }

@@ -228,6 +228,8 @@ impl Upstreams {
                     .with_params(tier.params.clone());
                 built.context_window = tier.context_window;
                 built.attempts = tier.attempts;
+                built.prefill =
+                    tier.prefill.unwrap_or(provider.format() == rein_core::WireFormat::Anthropic);
                 if let Some(existing) = engine.and_then(|e| e.cooldown_of(name, &tier.name))
                     && existing.provider == tier.provider
                     && existing.model == tier.model
@@ -242,6 +244,7 @@ impl Upstreams {
             built.retry = route.retry;
             built.on_timeout = route.on_timeout;
             built.release = route.release;
+            built.continuation = route.continuation;
             built.degraded = route.degraded.clone();
             built.failover = route.failover.map(|(tier, share)| FailoverShare { tier, share });
             built.settings_version = active.map(|v| v.version);

@@ -162,6 +162,17 @@ impl Plan {
         Plan { hash, kind, tokens, stop, input_tokens }
     }
 
+    /// The plan as a model continues it from `prefill`, the start of its answer given as an
+    /// assistant message: what follows the prefill, when the answer starts with it (a model
+    /// continues its own words); the whole answer otherwise.
+    pub(crate) fn continued(mut self, prefill: &str) -> Plan {
+        let content = self.content();
+        if !prefill.is_empty() && content.len() > prefill.len() && content.starts_with(prefill) {
+            self.tokens = json_tokens(&content[prefill.len()..]);
+        }
+        self
+    }
+
     pub(crate) fn output_tokens(&self) -> u32 {
         u32::try_from(self.tokens.len()).unwrap_or(u32::MAX)
     }
@@ -239,7 +250,13 @@ fn json_tokens(json: &str) -> Vec<String> {
 /// A stable hash of the normalised conversation.
 fn conversation_hash(request: &SimRequest) -> u64 {
     let mut bytes = Vec::new();
-    for turn in &request.turns {
+    // A prefill is the start of the answer, not the conversation: the model continues the
+    // answer it would have given without it.
+    let turns = match request.prefill() {
+        Some(_) => &request.turns[..request.turns.len().saturating_sub(1)],
+        None => &request.turns[..],
+    };
+    for turn in turns {
         bytes.extend_from_slice(turn.role.as_bytes());
         bytes.push(0x1f);
         bytes.extend_from_slice(turn.text.as_bytes());

@@ -141,6 +141,15 @@ impl SimRequest {
         }
     }
 
+    /// The text of the assistant prefill the model should continue, if the conversation ends
+    /// with one.
+    pub(crate) fn prefill(&self) -> Option<&str> {
+        if !self.ends_with_prefill() {
+            return None;
+        }
+        self.turns.last().filter(|t| t.role == "assistant").map(|t| t.text.as_str())
+    }
+
     /// The text of the last turn when it is the user's own words (not a tool result).
     pub(crate) fn last_user_text(&self) -> Option<&str> {
         self.turns.last().filter(|t| t.role == "user").map(|t| t.text.as_str())

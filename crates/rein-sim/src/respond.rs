@@ -166,6 +166,10 @@ pub(crate) async fn provider(shared: &Shared, endpoint: Endpoint, req: Incoming)
         return replier.error(entry, &ErrorFault::of(ErrorKind::PrefillRejected), &model);
     }
     let plan = Plan::build(&request, shape.filter(|s| *s != Shape::RejectPrefill), say);
+    let plan = match request.prefill() {
+        Some(prefill) => plan.continued(prefill),
+        None => plan,
+    };
     let ctx = Ctx {
         request: &request,
         response_id: wire::response_id(format, shared.next_id()),

@@ -28,9 +28,10 @@ use std::sync::{Arc, Mutex, RwLock};
 use crate::attempt::Forwarder;
 use crate::breaker::{Admission, BreakerState, KillSwitch};
 use crate::budget::{RetryBudget, RetryBudgetPolicy};
+use crate::classify::Classified;
 use crate::classify::Disposition;
 use crate::context::CallContext;
-use crate::model::ChatRequest;
+use crate::model::{ChatRequest, Message};
 use crate::release::{self, ReleaseStream};
 use crate::report::{Outcome, SkipReason, Step};
 use crate::retry::{Jitter, SeededJitter};
@@ -300,9 +301,16 @@ impl Engine {
         // while none of them has been tried the provider's message is what the caller gets.
         let mut context_floor: Option<u32> = None;
         let mut context_unserved: Option<String> = None;
+        // Set when a passthrough stream broke and the route continues it: the request later
+        // tiers get (the text so far as an assistant prefill), and the failure that broke it.
+        let mut continued: Option<(ChatRequest, Classified)> = None;
 
         for (position, &index) in order.iter().enumerate() {
             let tier = &route.tiers[index];
+            if continued.is_some() && !tier.prefill {
+                call.skip(index, &tier.name, SkipReason::NoPrefill);
+                continue;
+            }
             if let Some(floor) = context_floor
                 && tier.context_window.unwrap_or(0) <= floor
             {
@@ -327,10 +335,25 @@ impl Engine {
                 jitter: self.inner.jitter.as_ref(),
                 observer: self.inner.observer.as_deref(),
             };
-            match run.attempts(call, &request, forward.as_deref_mut()).await {
-                TierEnd::Answered(completion) => {
+            let asked = continued.as_ref().map_or(&request, |(asked, _)| asked);
+            match run.attempts(call, asked, forward.as_deref_mut()).await {
+                TierEnd::Answered(mut completion) => {
                     permit.succeeded();
+                    if let Some(forward) = forward.as_deref().filter(|f| f.continuing()) {
+                        // The caller has the whole text: what was sent before the break too.
+                        completion.response.text = forward.sent_text().to_string();
+                    }
                     return Ok(completion);
+                }
+                TierEnd::Broke { last } => {
+                    permit.settle(true, Some(last.fault));
+                    if let Some(forward) = forward.as_deref_mut() {
+                        forward.continue_answer();
+                        let sent = forward.continuable().unwrap_or_default().to_string();
+                        let mut asked = request.clone();
+                        asked.messages.push(Message::assistant(sent));
+                        continued = Some((asked, last));
+                    }
                 }
                 TierEnd::Ended { end, tier_failed } => {
                     if tier_failed {
@@ -359,6 +382,14 @@ impl Engine {
             }
         }
 
+        if let Some((_, last)) = continued {
+            // No later tier carried the broken stream on: it ends in-band, as without
+            // continuation.
+            call.outcome = Outcome::Interrupted;
+            let report = Box::new(call.report(route));
+            let reason = format!("{} (no later tier could continue it)", last.reason);
+            return Err(Ended::Error(CallError::Interrupted { reason, report }));
+        }
         match context_unserved {
             Some(reason) => {
                 call.outcome = Outcome::Stopped;

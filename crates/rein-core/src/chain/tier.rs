@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::attempt::{AttemptClocks, Forwarder, run_attempt};
 use crate::breaker::BreakerState;
 use crate::budget::RetryBudget;
-use crate::classify::{Classified, Disposition, classify};
+use crate::classify::{Classified, Disposition, FailureKind, classify};
 use crate::clock::ClockPolicy;
 use crate::context::CallContext;
 use crate::failure::Failure;
@@ -37,6 +37,9 @@ pub(super) enum TierEnd {
     /// policy, or a passthrough stream that broke after its first token. `tier_failed`: the
     /// ending counts against the tier.
     Ended { end: Ended, tier_failed: bool },
+    /// A passthrough stream broke after text reached the caller, and the route continues it:
+    /// a later tier that takes a prefill carries on from that text. `last` is the failure.
+    Broke { last: Classified },
     /// It gave up; a later tier may answer.
     SteppedDown {
         /// The last failure's classification (a re-ask clears it); none when no attempt has
@@ -277,6 +280,19 @@ impl TierRun<'_> {
         record.classified = Some(classified.clone());
         self.observe(&record);
         call.steps.push(Step::Attempt(record));
+        if let Some(forward) = forward
+            && route.continuation
+            && forward.continuable().is_some()
+        {
+            // A continuing tier that refuses the prefill is skipped for this call only.
+            let reason = if forward.continuing() && classified.kind == FailureKind::InvalidRequest {
+                SkipReason::PrefillRejected
+            } else {
+                SkipReason::StreamBroke
+            };
+            call.skip(index, &tier.name, reason);
+            return Next::Done(TierEnd::Broke { last: classified });
+        }
         if forward.is_some_and(|f| f.forwarded() || f.caller_gone()) {
             call.outcome = Outcome::Interrupted;
             let report = Box::new(call.report(route));

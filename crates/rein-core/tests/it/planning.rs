@@ -171,3 +171,29 @@ async fn a_pushback_longer_than_the_time_left_goes_to_the_next_tier_at_once() {
 fn slow_stream(gap_ms: u64) -> Act {
     Act::Ok { first_token: Duration::ZERO, token_delay: ms(gap_ms) }
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_plan_holds_for_streamed_calls_in_both_release_modes() {
+    use futures_util::StreamExt;
+    for mode in [ReleaseMode::Checked, ReleaseMode::Passthrough] {
+        let (mut route, (p, f)) = comparison_route(vec![Act::Hang], vec![ok()]);
+        route.release = mode;
+        let engine = engine(vec![route]);
+        let started = tokio::time::Instant::now();
+        let mut stream = engine.stream(CallContext::new(), "r", ChatRequest::default()).unwrap();
+        let mut text = String::new();
+        let mut end = None;
+        while let Some(item) = stream.next().await {
+            match item {
+                Released::Event(StreamEvent::TextDelta { text: piece }) => text.push_str(&piece),
+                Released::Event(_) => {}
+                other => end = Some(other),
+            }
+        }
+        let Some(Released::Completed(done)) = end else { panic!("{mode:?}: {end:?}") };
+        assert_eq!(done.outcome(), Outcome::Fallback, "{mode:?}");
+        assert_eq!(text, full_text(), "{mode:?}: the fallback's whole answer");
+        assert_eq!((p.arrivals().len(), f.arrivals().len()), (2, 1), "{mode:?}");
+        assert_eq!(started.elapsed(), ms(60_300), "{mode:?}");
+    }
+}

@@ -55,7 +55,7 @@ fn unknown_key_is_named() {
     let text = example("minimal.toml").replace("model = ", "modle = ");
     insta::assert_snapshot!(problems(&text), @r"
     the config has 1 problem:
-      - `routes.chat.tiers[0].modle`: unknown field `modle`, expected one of `name`, `provider`, `model`, `context_window`, `system_prompt`, `max_tokens`, `temperature`, `top_p`, `attempts`, `allowed_fails`, `cooldown_s`
+      - `routes.chat.tiers[0].modle`: unknown field `modle`, expected one of `name`, `provider`, `model`, `context_window`, `system_prompt`, `max_tokens`, `temperature`, `top_p`, `attempts`, `allowed_fails`, `cooldown_s`, `prefill`
     ");
 }
 

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod config;
+mod continuation;
 mod gateway;
 mod keepalive;
 mod ladder;

@@ -167,6 +167,8 @@ pub struct RouteConfig {
     /// `[routes.<name>.on_timeout]`: which timeouts are retried on the tier, which go on.
     pub on_timeout: TimeoutMoves,
     pub release: ReleaseMode,
+    /// Passthrough: a broken stream is continued by a later tier that takes a prefill.
+    pub continuation: bool,
     /// While a streamed answer is held (checked mode, or passthrough before its first token),
     /// the response head and an SSE comment go out after this long, and a comment after every
     /// such quiet gap, so a client's read timeout never fires while rein retries. Zero: off.
@@ -194,6 +196,8 @@ pub struct TierConfig {
     pub params: TierParams,
     pub attempts: Option<u32>,
     pub cooldown: CooldownPolicy,
+    /// `None`: by the provider's wire format.
+    pub prefill: Option<bool>,
 }
 
 impl Config {
@@ -679,6 +683,12 @@ fn validate_route(
         }
     };
 
+    if raw.continuation == Some(true) && release != ReleaseMode::Passthrough {
+        problems.add(
+            key("continuation"),
+            "only applies to `release = \"passthrough\"` (a checked stream is retried unseen)",
+        );
+    }
     if raw.tiers.is_empty() {
         problems.add(key("tiers"), "a route needs at least one tier (`[[routes.<name>.tiers]]`)");
     }
@@ -729,6 +739,7 @@ fn validate_route(
                 top_p: tier.top_p,
             },
             attempts: tier.attempts,
+            prefill: tier.prefill,
             cooldown: CooldownPolicy {
                 allowed_fails: tier.allowed_fails.unwrap_or(cooldown_defaults.allowed_fails),
                 cooldown: tier.cooldown_s.map_or(cooldown_defaults.cooldown, Duration::from_secs),
@@ -786,6 +797,7 @@ fn validate_route(
         clocks,
         retry,
         on_timeout: raw.on_timeout.unwrap_or_default(),
+        continuation: raw.continuation.unwrap_or(false),
         stream_keepalive,
         release,
         failover,

@@ -320,6 +320,10 @@ pub struct RawRoute {
     /// (0: never).
     #[serde(default)]
     pub stream_keepalive_ms: Option<u64>,
+    /// Passthrough only: a stream that breaks after text reached the caller is continued by a
+    /// later tier that takes a prefill.
+    #[serde(default)]
+    pub continuation: Option<bool>,
     /// `checked` or `passthrough`.
     #[serde(default)]
     pub release: Option<String>,
@@ -440,4 +444,8 @@ pub struct RawTier {
     pub allowed_fails: Option<u32>,
     #[serde(default)]
     pub cooldown_s: Option<u64>,
+    /// The tier continues an answer from an assistant prefill (default: true for the Anthropic
+    /// format, which documents it; false for the OpenAI format, whose API answers afresh).
+    #[serde(default)]
+    pub prefill: Option<bool>,
 }
