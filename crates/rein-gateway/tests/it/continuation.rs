@@ -7,6 +7,7 @@
 use serde_json::{Value, json};
 
 use crate::gateway::{Running, start_with};
+use crate::ladder::HEAD;
 
 /// The answer every tier gives: 60 words of five characters, one simulator token each.
 fn answer() -> String {
@@ -22,22 +23,7 @@ fn model(fault: &str) -> String {
 /// tiers after it as (name, provider, model).
 fn config(continuation: bool, fault: &str, later: &[(&str, &str, String)]) -> String {
     let mut text = format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-client_keys_env = ["CLIENT_KEY"]
-
-[store]
-sqlite_path = ":memory:"
-
-[providers.sim-openai]
-kind = "sim"
-format = "openai"
-
-[providers.sim-anthropic]
-kind = "sim"
-format = "anthropic"
-
+        r#"{HEAD}
 [routes.live]
 release = "passthrough"
 continuation = {continuation}

@@ -10,23 +10,13 @@ use futures_util::StreamExt;
 use serde_json::json;
 
 use crate::gateway::{Running, start_with};
+use crate::ladder::HEAD;
 
 /// A checked route whose primary is silent (1.5 s first-token clock, two attempts) and whose
 /// fallback answers; `keepalive` is `stream_keepalive_ms`.
 fn config(keepalive_ms: u64, primary: &str) -> String {
     format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-client_keys_env = ["CLIENT_KEY"]
-
-[store]
-sqlite_path = ":memory:"
-
-[providers.sim-openai]
-kind = "sim"
-format = "openai"
-
+        r#"{HEAD}
 [routes.held]
 release = "checked"
 deadline_ms = 20000

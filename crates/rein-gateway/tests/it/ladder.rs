@@ -25,7 +25,8 @@ const SAFE_REPLY: &str = "A person will reply within 2 hours.";
 const GOOD: &str = r#"{"reply":"Changes close 48 hours before delivery.","article_ids":["140"],"needs_human":false}"#;
 const INVENTED: &str = r#"{"reply":"Changes close 48 hours before delivery.","article_ids":["212"],"needs_human":false}"#;
 
-const HEAD: &str = r#"
+/// The server, store and both simulated providers, for test configs to add routes to.
+pub(crate) const HEAD: &str = r#"
 [server]
 listen = "127.0.0.1:0"
 client_keys_env = ["CLIENT_KEY"]
