@@ -1,7 +1,7 @@
 //! The tools' config: `[bulkheads.*]`, `[tools.*]` with their ladders of rungs, gates and wording,
 //! and `[outbox]` (the replay worker's lease and backoff), as serde structs that deny unknown
-//! keys and keep durations in milliseconds. [`ToolsConfig::check`] validates them with errors that
-//! name the key; [`crate::Dispatcher`] compiles them (the same validation) into ladders.
+//! keys and keep durations in milliseconds. [`ToolsConfig::compile`] validates them, with errors
+//! that name the key, into the ladders a [`crate::Dispatcher`] runs (a [`ToolsPlan`]).
 //!
 //! The gateway embeds these tables in its own file; `from_toml` reads them from a file of their
 //! own (tests, `rein check`).
@@ -419,7 +419,7 @@ pub use rein_core::problems::{ConfigError, ConfigProblem};
 
 impl ToolsConfig {
     /// Validate everything but the environment (that every `headers_env` variable is set:
-    /// [`ToolsConfig::check`] looks them up). The config is rein.toml's `[bulkheads.*]`,
+    /// [`ToolsConfig::compile`] looks them up). The config is rein.toml's `[bulkheads.*]`,
     /// `[tools.*]` and `[outbox]`, read by `rein-runtime`.
     pub fn validate(&self) -> Result<(), ConfigError> {
         compile(self, None).map(drop)
