@@ -3,8 +3,8 @@
 //! keys and keep durations in milliseconds. [`ToolsConfig::compile`] validates them, with errors
 //! that name the key, into the ladders a [`crate::Dispatcher`] runs (a [`ToolsPlan`]).
 //!
-//! The gateway embeds these tables in its own file; `from_toml` reads them from a file of their
-//! own (tests, `rein check`).
+//! These are rein.toml's tables; `rein-runtime`, the one crate that reads the file, hands them
+//! over already parsed.
 
 pub(crate) mod compile;
 
