@@ -33,8 +33,10 @@ pub(crate) struct Forwarder {
     held: Vec<StreamEvent>,
     forwarded: bool,
     caller_gone: bool,
-    /// The text that reached the caller: what a continuation carries on from.
+    /// The text that reached the caller: what a continuation carries on from (kept only when
+    /// the route continues broken streams).
     sent: String,
+    keep_text: bool,
     /// Only text reached the caller (no tool call, thinking or refusal), so a later tier can
     /// continue it.
     only_text: bool,
@@ -43,13 +45,15 @@ pub(crate) struct Forwarder {
 }
 
 impl Forwarder {
-    pub(crate) fn new(tx: mpsc::Sender<Released>) -> Self {
+    /// `keep_text`: remember the text sent, for a continuation.
+    pub(crate) fn new(tx: mpsc::Sender<Released>, keep_text: bool) -> Self {
         Self {
             tx,
             held: Vec::new(),
             forwarded: false,
             caller_gone: false,
             sent: String::new(),
+            keep_text,
             only_text: true,
             continuing: false,
         }
@@ -79,7 +83,7 @@ impl Forwarder {
 
     async fn send(&mut self, event: StreamEvent) -> bool {
         match &event {
-            StreamEvent::TextDelta { text } => self.sent.push_str(text),
+            StreamEvent::TextDelta { text } if self.keep_text => self.sent.push_str(text),
             StreamEvent::ThinkingDelta { .. }
             | StreamEvent::RefusalDelta { .. }
             | StreamEvent::ToolCallStart { .. }

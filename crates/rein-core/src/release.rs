@@ -97,7 +97,7 @@ pub(crate) fn spawn(
         let closed = tx.clone();
         let passthrough = handle.release_mode() == ReleaseMode::Passthrough;
         let run = async {
-            let mut forwarder = Forwarder::new(tx.clone());
+            let mut forwarder = Forwarder::new(tx.clone(), handle.continuation());
             let forward = passthrough.then_some(&mut forwarder);
             let result = engine.run(ctx, &handle, request, forward).await;
             match result {

@@ -434,6 +434,11 @@ impl RouteHandle {
     pub(crate) fn release_mode(&self) -> crate::route::ReleaseMode {
         self.0.route.release
     }
+
+    /// Whether a broken passthrough stream is continued on a later tier.
+    pub(crate) fn continuation(&self) -> bool {
+        self.0.route.continuation
+    }
 }
 
 fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
