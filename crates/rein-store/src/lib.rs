@@ -4,11 +4,13 @@
 //!
 //! It holds route settings versions ([`versions`]), the kill switch's flips ([`kill`]), and the
 //! durable state behind tool calls ([`tools`]: idempotency keys, the write outbox, the read
-//! cache, gate holds), which can also live in Postgres ([`tools_postgres`]) when several
-//! gateway replicas share one queue.
+//! cache, gate holds) and what rein counted of each agent run ([`runs`]), which can also live
+//! in Postgres ([`tools_postgres`]) when several gateway replicas share one queue and one
+//! count.
 
 pub mod kill;
 mod open;
+pub mod runs;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tools;
@@ -133,6 +135,26 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE tool_outbox ADD COLUMN conversation_id TEXT;
     ALTER TABLE tool_outbox ADD COLUMN outcome_unknown INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE tool_outbox ADD COLUMN review INTEGER NOT NULL DEFAULT 0;",
+    // 5: what rein counted of each run, and how often each (tool, arguments) came in it.
+    "CREATE TABLE runs (
+        run_id TEXT PRIMARY KEY,
+        conversation_id TEXT,
+        first_unix_ms INTEGER NOT NULL,
+        touched_unix_ms INTEGER NOT NULL,
+        model_calls INTEGER NOT NULL,
+        tool_calls INTEGER NOT NULL,
+        last_error TEXT,
+        same_error INTEGER NOT NULL,
+        stopped TEXT
+    );
+    CREATE INDEX runs_touched ON runs (touched_unix_ms);
+    CREATE TABLE run_calls (
+        run_id TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        args_hash TEXT NOT NULL,
+        calls INTEGER NOT NULL,
+        PRIMARY KEY (run_id, tool, args_hash)
+    );",
 ];
 
 /// How long a writer waits for another connection's write transaction (another process on the

@@ -24,6 +24,7 @@ use serde_json::Value;
 use rein_core::KillFlip;
 
 use crate::StoreError;
+use crate::runs::{RunCounts, RunEvent};
 
 // Kept at this path for callers that open a store through the trait's module; the function lives
 // in `crate::open`, which knows both backends.
@@ -442,6 +443,31 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
 
     /// The flips recorded after sequence number `after` (0: all of them), oldest first.
     async fn kill_flips_after(&self, after: i64) -> Result<Vec<(i64, KillFlip)>, StoreError>;
+
+    // ---- runs ----
+
+    /// Count `event` in run `run_id` (of `conversation_id`, when known) at `now_unix_ms`, in one
+    /// transaction, and return the run's counts after it. A run idle for `idle_ms` or more starts
+    /// afresh, its per-call counts forgotten. Replicas sharing the store count one run.
+    async fn run_record(
+        &self,
+        run_id: &str,
+        conversation_id: Option<&str>,
+        event: RunEvent<'_>,
+        now_unix_ms: i64,
+        idle_ms: i64,
+    ) -> Result<RunCounts, StoreError>;
+
+    /// Stop run `run_id` with `status`, unless it is stopped already: the status in effect.
+    async fn run_stop(
+        &self,
+        run_id: &str,
+        status: &str,
+        now_unix_ms: i64,
+    ) -> Result<String, StoreError>;
+
+    /// Forget the runs last touched before `before_unix_ms`; how many were forgotten.
+    async fn runs_prune(&self, before_unix_ms: i64) -> Result<u64, StoreError>;
 
     // ---- gate holds ----
 

@@ -29,6 +29,7 @@ use self::failure::{Failure, Redaction, corrupt, describe};
 use rein_core::KillFlip;
 
 use crate::StoreError;
+use crate::runs::{self, RUN_COLUMNS, RunCounts, RunEvent, RunRow};
 use crate::tools::rows::{
     self, CACHE_COLUMNS, Columns, HOLD_COLUMNS, KEY_COLUMNS, OUTBOX_COLUMNS, STANDING_COLUMNS,
     Unreadable,
@@ -668,6 +669,118 @@ impl ToolStore for PostgresToolStore {
         .await
     }
 
+    async fn run_record(
+        &self,
+        run_id: &str,
+        conversation_id: Option<&str>,
+        event: RunEvent<'_>,
+        now_unix_ms: i64,
+        idle_ms: i64,
+    ) -> Result<RunCounts, StoreError> {
+        self.transaction(async |tx| {
+            // The row exists (made here if need be) and is locked for the rest of this
+            // transaction, so two replicas counting one run take turns.
+            let inserted = execute(
+                &tx,
+                "INSERT INTO runs (run_id, conversation_id, first_unix_ms, touched_unix_ms,
+                     model_calls, tool_calls, same_error)
+                 VALUES ($1, $2, $3, $3, 0, 0, 0) ON CONFLICT (run_id) DO NOTHING",
+                &[&run_id, &conversation_id, &now_unix_ms],
+            )
+            .await?;
+            let select = format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = $1 FOR UPDATE");
+            let stored = match query_opt(&tx, &select, &[&run_id]).await? {
+                Some(row) if inserted == 0 => Some(run_row(&row)?),
+                _ => None,
+            };
+            let (row, fresh) = runs::step(stored, conversation_id, event, now_unix_ms, idle_ms);
+            if fresh {
+                execute(&tx, "DELETE FROM run_calls WHERE run_id = $1", &[&run_id]).await?;
+            }
+            execute(
+                &tx,
+                "UPDATE runs SET conversation_id = $2, first_unix_ms = $3, touched_unix_ms = $4,
+                     model_calls = $5, tool_calls = $6, last_error = $7, same_error = $8,
+                     stopped = $9
+                 WHERE run_id = $1",
+                &[
+                    &run_id,
+                    &row.conversation_id,
+                    &row.first_unix_ms,
+                    &row.touched_unix_ms,
+                    &row.model_calls,
+                    &row.tool_calls,
+                    &row.last_error,
+                    &row.same_error,
+                    &row.stopped,
+                ],
+            )
+            .await?;
+            let same_call: i64 = match event {
+                RunEvent::ToolCall { tool, args_hash } => query_opt(
+                    &tx,
+                    "INSERT INTO run_calls (run_id, tool, args_hash, calls) VALUES ($1, $2, $3, 1)
+                     ON CONFLICT (run_id, tool, args_hash)
+                     DO UPDATE SET calls = run_calls.calls + 1
+                     RETURNING calls",
+                    &[&run_id, &tool, &args_hash],
+                )
+                .await?
+                .map(|row| row.try_get(0))
+                .transpose()?
+                .unwrap_or(0),
+                _ => 0,
+            };
+            tx.commit().await?;
+            Ok(runs::counts(run_id, row, same_call))
+        })
+        .await
+    }
+
+    async fn run_stop(
+        &self,
+        run_id: &str,
+        status: &str,
+        now_unix_ms: i64,
+    ) -> Result<String, StoreError> {
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let row = query_opt(
+                &client,
+                "INSERT INTO runs (run_id, first_unix_ms, touched_unix_ms, model_calls,
+                     tool_calls, same_error, stopped)
+                 VALUES ($1, $2, $2, 0, 0, 0, $3)
+                 ON CONFLICT (run_id) DO UPDATE SET stopped = COALESCE(runs.stopped, EXCLUDED.stopped)
+                 RETURNING stopped",
+                &[&run_id, &now_unix_ms, &status],
+            )
+            .await?;
+            match row {
+                Some(row) => Ok(row.try_get(0)?),
+                None => Err(corrupt(format!("run `{run_id}` was not stopped"))),
+            }
+        })
+        .await
+    }
+
+    async fn runs_prune(&self, before_unix_ms: i64) -> Result<u64, StoreError> {
+        self.transaction(async |tx| {
+            execute(
+                &tx,
+                "DELETE FROM run_calls WHERE run_id IN
+                     (SELECT run_id FROM runs WHERE touched_unix_ms < $1)",
+                &[&before_unix_ms],
+            )
+            .await?;
+            let gone =
+                execute(&tx, "DELETE FROM runs WHERE touched_unix_ms < $1", &[&before_unix_ms])
+                    .await?;
+            tx.commit().await?;
+            Ok(gone)
+        })
+        .await
+    }
+
     async fn kill_record(&self, flip: &KillFlip) -> Result<i64, StoreError> {
         let (route, at) = crate::kill::columns(flip);
         self.guard(async {
@@ -817,6 +930,20 @@ impl ToolStore for PostgresToolStore {
         })
         .await
     }
+}
+
+/// A `runs` row, read in [`RUN_COLUMNS`]'s order.
+fn run_row(row: &Row) -> Result<RunRow, Failure> {
+    Ok(RunRow {
+        conversation_id: row.try_get(0)?,
+        first_unix_ms: row.try_get(1)?,
+        touched_unix_ms: row.try_get(2)?,
+        model_calls: row.try_get(3)?,
+        tool_calls: row.try_get(4)?,
+        last_error: row.try_get(5)?,
+        same_error: row.try_get(6)?,
+        stopped: row.try_get(7)?,
+    })
 }
 
 #[cfg(test)]

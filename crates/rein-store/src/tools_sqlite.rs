@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use rein_core::KillFlip;
 
+use crate::runs::{self, OwnedEvent, RUN_COLUMNS, RunCounts, RunEvent, RunRow};
 use crate::tools::rows::{
     self, CACHE_COLUMNS, Columns, HOLD_COLUMNS, KEY_COLUMNS, OUTBOX_COLUMNS, STANDING_COLUMNS,
     Unreadable,
@@ -579,6 +580,95 @@ impl ToolStore for SqliteToolStore {
         self.blocking(move |store| store.kill_flips_after(after)).await
     }
 
+    async fn run_record(
+        &self,
+        run_id: &str,
+        conversation_id: Option<&str>,
+        event: RunEvent<'_>,
+        now_unix_ms: i64,
+        idle_ms: i64,
+    ) -> Result<RunCounts, StoreError> {
+        let (run_id, conversation) = (run_id.to_owned(), conversation_id.map(str::to_owned));
+        let event = OwnedEvent::of(event);
+        self.write(move |tx| {
+            let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1");
+            let stored = tx.query_row(&sql, [&run_id], run_row).optional()?;
+            let (row, fresh) =
+                runs::step(stored, conversation.as_deref(), event.event(), now_unix_ms, idle_ms);
+            if fresh {
+                tx.execute("DELETE FROM run_calls WHERE run_id = ?1", [&run_id])?;
+            }
+            tx.execute(
+                "INSERT INTO runs (run_id, conversation_id, first_unix_ms, touched_unix_ms,
+                     model_calls, tool_calls, last_error, same_error, stopped)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 ON CONFLICT (run_id) DO UPDATE SET conversation_id = excluded.conversation_id,
+                     first_unix_ms = excluded.first_unix_ms,
+                     touched_unix_ms = excluded.touched_unix_ms,
+                     model_calls = excluded.model_calls, tool_calls = excluded.tool_calls,
+                     last_error = excluded.last_error, same_error = excluded.same_error,
+                     stopped = excluded.stopped",
+                params![
+                    run_id,
+                    row.conversation_id,
+                    row.first_unix_ms,
+                    row.touched_unix_ms,
+                    row.model_calls,
+                    row.tool_calls,
+                    row.last_error,
+                    row.same_error,
+                    row.stopped
+                ],
+            )?;
+            let same_call = match &event {
+                OwnedEvent::ToolCall { tool, args_hash } => tx.query_row(
+                    "INSERT INTO run_calls (run_id, tool, args_hash, calls) VALUES (?1, ?2, ?3, 1)
+                     ON CONFLICT (run_id, tool, args_hash) DO UPDATE SET calls = calls + 1
+                     RETURNING calls",
+                    params![run_id, tool, args_hash],
+                    |r| r.get(0),
+                )?,
+                _ => 0,
+            };
+            Ok(runs::counts(&run_id, row, same_call))
+        })
+        .await
+    }
+
+    async fn run_stop(
+        &self,
+        run_id: &str,
+        status: &str,
+        now_unix_ms: i64,
+    ) -> Result<String, StoreError> {
+        let (run_id, status) = (run_id.to_owned(), status.to_owned());
+        self.write(move |tx| {
+            tx.execute(
+                "INSERT INTO runs (run_id, first_unix_ms, touched_unix_ms, model_calls, tool_calls,
+                     same_error, stopped)
+                 VALUES (?1, ?2, ?2, 0, 0, 0, ?3)
+                 ON CONFLICT (run_id) DO UPDATE SET stopped = COALESCE(runs.stopped, excluded.stopped)",
+                params![run_id, now_unix_ms, status],
+            )?;
+            Ok(tx.query_row("SELECT stopped FROM runs WHERE run_id = ?1", [&run_id], |r| r.get(0))?)
+        })
+        .await
+    }
+
+    async fn runs_prune(&self, before_unix_ms: i64) -> Result<u64, StoreError> {
+        self.write(move |tx| {
+            tx.execute(
+                "DELETE FROM run_calls WHERE run_id IN
+                     (SELECT run_id FROM runs WHERE touched_unix_ms < ?1)",
+                [before_unix_ms],
+            )?;
+            let gone =
+                tx.execute("DELETE FROM runs WHERE touched_unix_ms < ?1", [before_unix_ms])?;
+            Ok(gone as u64)
+        })
+        .await
+    }
+
     async fn hold_create(
         &self,
         new: &NewHold,
@@ -679,4 +769,18 @@ impl ToolStore for SqliteToolStore {
         })
         .await
     }
+}
+
+/// A `runs` row, read in [`RUN_COLUMNS`]'s order.
+fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
+    Ok(RunRow {
+        conversation_id: row.get(0)?,
+        first_unix_ms: row.get(1)?,
+        touched_unix_ms: row.get(2)?,
+        model_calls: row.get(3)?,
+        tool_calls: row.get(4)?,
+        last_error: row.get(5)?,
+        same_error: row.get(6)?,
+        stopped: row.get(7)?,
+    })
 }

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use rein_store::runs::{RunCounts, RunEvent};
 use rein_store::testing::TempPostgres;
 use rein_store::tools::{
     Decision, Hold, HoldState, KeyBegin, KeyState, NewHold, NewOutboxItem, OutboxItem, OutboxState,
@@ -73,6 +74,12 @@ on_both_backends!(
     prune_forgets_only_finished_records_past_their_retention,
     kill_flips_are_numbered_in_order_and_read_after_a_number,
     review_items_wait_for_a_person_and_unknown_outcomes_are_remembered,
+    runs_count_model_calls_tool_calls_and_the_same_call,
+    the_same_tool_error_counts_in_a_row_until_a_success,
+    an_idle_run_starts_afresh_and_forgets_its_calls,
+    the_first_stop_of_a_run_is_the_one_that_stands,
+    two_replicas_count_one_run,
+    runs_prune_forgets_only_idle_runs,
 );
 
 /// Where a backend's data lives, so more instances can be opened on it.
@@ -1019,4 +1026,96 @@ async fn kill_flips_are_numbered_in_order_and_read_after_a_number(backend: Backe
     let rest = store.kill_flips_after(numbers[0]).await.unwrap();
     assert_eq!(rest.into_iter().map(|(_, flip)| flip).collect::<Vec<_>>(), flips[1..]);
     assert!(store.kill_flips_after(numbers[2]).await.unwrap().is_empty());
+}
+
+// ---- runs ----
+
+const IDLE: i64 = 3_600_000;
+
+async fn count(store: &dyn ToolStore, run: &str, event: RunEvent<'_>, at: i64) -> RunCounts {
+    store.run_record(run, Some("conv-1"), event, at, IDLE).await.unwrap()
+}
+
+fn lookup(args_hash: &str) -> RunEvent<'_> {
+    RunEvent::ToolCall { tool: "look_up_order", args_hash }
+}
+
+async fn runs_count_model_calls_tool_calls_and_the_same_call(backend: Backend) {
+    let store = &*backend.store;
+    assert_eq!(count(store, "r1", RunEvent::ModelCall, T0).await.model_calls, 1);
+    let counts = count(store, "r1", RunEvent::ModelCall, T0 + 10).await;
+    assert_eq!((counts.model_calls, counts.tool_calls), (2, 0));
+    assert_eq!(count(store, "r1", lookup("order-44718"), T0 + 20).await.same_call, 1);
+    assert_eq!(count(store, "r1", lookup("order-44718"), T0 + 30).await.same_call, 2);
+    let other = count(store, "r1", lookup("order-44781"), T0 + 40).await;
+    assert_eq!((other.same_call, other.tool_calls), (1, 3));
+    assert_eq!(other.first_unix_ms, T0);
+    assert_eq!(other.last_unix_ms, T0 + 40);
+    assert_eq!(other.conversation_id.as_deref(), Some("conv-1"));
+    assert_eq!(other.stopped, None);
+    // Another run counts on its own.
+    assert_eq!(count(store, "r2", lookup("order-44718"), T0 + 50).await.same_call, 1);
+}
+
+async fn the_same_tool_error_counts_in_a_row_until_a_success(backend: Backend) {
+    let store = &*backend.store;
+    let failed = RunEvent::ToolResult { tool: "look_up_order", error: Some("no order 44718") };
+    assert_eq!(count(store, "r1", failed, T0).await.same_error, 1);
+    assert_eq!(count(store, "r1", failed, T0 + 1).await.same_error, 2);
+    let other = RunEvent::ToolResult { tool: "look_up_order", error: Some("timed out") };
+    assert_eq!(count(store, "r1", other, T0 + 2).await.same_error, 1);
+    let ok = RunEvent::ToolResult { tool: "look_up_order", error: None };
+    assert_eq!(count(store, "r1", ok, T0 + 3).await.same_error, 0);
+}
+
+async fn an_idle_run_starts_afresh_and_forgets_its_calls(backend: Backend) {
+    let store = &*backend.store;
+    count(store, "r1", RunEvent::ModelCall, T0).await;
+    assert_eq!(count(store, "r1", lookup("a"), T0 + 1).await.same_call, 1);
+    assert_eq!(count(store, "r1", lookup("a"), T0 + 2).await.same_call, 2);
+    let later = T0 + 2 + IDLE;
+    let fresh = count(store, "r1", lookup("a"), later).await;
+    assert_eq!((fresh.same_call, fresh.tool_calls, fresh.model_calls), (1, 1, 0));
+    assert_eq!(fresh.first_unix_ms, later);
+}
+
+async fn the_first_stop_of_a_run_is_the_one_that_stands(backend: Backend) {
+    let store = &*backend.store;
+    count(store, "r1", RunEvent::ModelCall, T0).await;
+    let status = store.run_stop("r1", "stopped_repeated_call", T0 + 1).await.unwrap();
+    assert_eq!(status, "stopped_repeated_call");
+    let status = store.run_stop("r1", "stopped_deadline", T0 + 2).await.unwrap();
+    assert_eq!(status, "stopped_repeated_call", "the first stop stands");
+    let counts = count(store, "r1", RunEvent::ModelCall, T0 + 3).await;
+    assert_eq!(counts.stopped.as_deref(), Some("stopped_repeated_call"));
+    assert_eq!(counts.model_calls, 2, "a stop keeps the counts");
+    // A run never seen can be stopped too.
+    assert_eq!(store.run_stop("r9", "stopped_spend", T0).await.unwrap(), "stopped_spend");
+}
+
+async fn two_replicas_count_one_run(backend: Backend) {
+    let replica = backend.another().await;
+    let mut tasks = Vec::new();
+    for index in 0..10 {
+        let store = if index % 2 == 0 { Arc::clone(&backend.store) } else { Arc::clone(&replica) };
+        tasks.push(tokio::spawn(async move {
+            count(&*store, "r1", lookup("order-44718"), T0 + index).await.same_call
+        }));
+    }
+    let mut seen = BTreeSet::new();
+    for task in tasks {
+        seen.insert(task.await.unwrap());
+    }
+    assert_eq!(seen, (1..=10).collect::<BTreeSet<i64>>(), "each call got its own count");
+    let last = count(&*replica, "r1", RunEvent::ModelCall, T0 + 20).await;
+    assert_eq!(last.tool_calls, 10);
+}
+
+async fn runs_prune_forgets_only_idle_runs(backend: Backend) {
+    let store = &*backend.store;
+    count(store, "old", lookup("a"), T0).await;
+    count(store, "new", lookup("a"), T0 + 100).await;
+    assert_eq!(store.runs_prune(T0 + 50).await.unwrap(), 1);
+    assert_eq!(count(store, "old", lookup("a"), T0 + 200).await.same_call, 1, "forgotten");
+    assert_eq!(count(store, "new", lookup("a"), T0 + 200).await.same_call, 2, "kept");
 }

@@ -74,6 +74,26 @@ const MIGRATIONS: &[&str] = &[
         ADD COLUMN conversation_id TEXT,
         ADD COLUMN outcome_unknown BOOLEAN NOT NULL DEFAULT FALSE,
         ADD COLUMN review BOOLEAN NOT NULL DEFAULT FALSE;",
+    // 4: what rein counted of each run, and how often each (tool, arguments) came in it.
+    "CREATE TABLE runs (
+        run_id TEXT PRIMARY KEY,
+        conversation_id TEXT,
+        first_unix_ms BIGINT NOT NULL,
+        touched_unix_ms BIGINT NOT NULL,
+        model_calls BIGINT NOT NULL,
+        tool_calls BIGINT NOT NULL,
+        last_error TEXT,
+        same_error BIGINT NOT NULL,
+        stopped TEXT
+    );
+    CREATE INDEX runs_touched ON runs (touched_unix_ms);
+    CREATE TABLE run_calls (
+        run_id TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        args_hash TEXT NOT NULL,
+        calls BIGINT NOT NULL,
+        PRIMARY KEY (run_id, tool, args_hash)
+    );",
 ];
 
 /// The advisory lock key that serializes migrations ("reinschm" in ASCII).

@@ -79,6 +79,30 @@ impl ToolStore for TestStore {
         self.inner.kill_flips_after(after).await
     }
 
+    async fn run_record(
+        &self,
+        run_id: &str,
+        conversation_id: Option<&str>,
+        event: rein_store::runs::RunEvent<'_>,
+        now_unix_ms: i64,
+        idle_ms: i64,
+    ) -> Result<rein_store::runs::RunCounts, StoreError> {
+        self.inner.run_record(run_id, conversation_id, event, now_unix_ms, idle_ms).await
+    }
+
+    async fn run_stop(
+        &self,
+        run_id: &str,
+        status: &str,
+        now_unix_ms: i64,
+    ) -> Result<String, StoreError> {
+        self.inner.run_stop(run_id, status, now_unix_ms).await
+    }
+
+    async fn runs_prune(&self, before_unix_ms: i64) -> Result<u64, StoreError> {
+        self.inner.runs_prune(before_unix_ms).await
+    }
+
     async fn outbox_enqueue(
         &self,
         item: &NewOutboxItem,

@@ -1,0 +1,186 @@
+//! A run's counts, kept in the store so replicas sharing it enforce one limit: what rein itself
+//! saw of one run (one customer message: `x-rein-run-id`, within `x-rein-conversation-id`), never
+//! what a caller says. Per run: the model calls, the tool calls and how often each (tool,
+//! arguments) pair came, how many times in a row the same tool error came back, when the run's
+//! first call came, and the stop status once the run is stopped (the first stop wins).
+//!
+//! A run idle longer than its idle time starts afresh on its next call. The counting rules live
+//! here, as plain functions of the stored row, and both backends apply them in one transaction.
+
+use serde::{Deserialize, Serialize};
+
+/// One thing a run did, to be counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEvent<'a> {
+    /// A model call.
+    ModelCall,
+    /// A tool call with these arguments (`args_hash`: a digest of their canonical JSON).
+    ToolCall { tool: &'a str, args_hash: &'a str },
+    /// A tool call's result: `error` is the error it carried, if it failed.
+    ToolResult { tool: &'a str, error: Option<&'a str> },
+}
+
+/// A [`RunEvent`] with its texts owned, to cross into a backend's transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum OwnedEvent {
+    ModelCall,
+    ToolCall { tool: String, args_hash: String },
+    ToolResult { tool: String, error: Option<String> },
+}
+
+impl OwnedEvent {
+    pub(crate) fn of(event: RunEvent<'_>) -> Self {
+        match event {
+            RunEvent::ModelCall => Self::ModelCall,
+            RunEvent::ToolCall { tool, args_hash } => {
+                Self::ToolCall { tool: tool.into(), args_hash: args_hash.into() }
+            }
+            RunEvent::ToolResult { tool, error } => {
+                Self::ToolResult { tool: tool.into(), error: error.map(str::to_string) }
+            }
+        }
+    }
+
+    pub(crate) fn event(&self) -> RunEvent<'_> {
+        match self {
+            Self::ModelCall => RunEvent::ModelCall,
+            Self::ToolCall { tool, args_hash } => RunEvent::ToolCall { tool, args_hash },
+            Self::ToolResult { tool, error } => {
+                RunEvent::ToolResult { tool, error: error.as_deref() }
+            }
+        }
+    }
+}
+
+/// The columns of `runs` every backend reads, in [`RunRow`]'s order.
+pub(crate) const RUN_COLUMNS: &str = "conversation_id, first_unix_ms, touched_unix_ms, \
+     model_calls, tool_calls, last_error, same_error, stopped";
+
+/// A run's counts after an event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunCounts {
+    pub run_id: String,
+    pub conversation_id: Option<String>,
+    pub model_calls: i64,
+    pub tool_calls: i64,
+    /// For a tool call: calls of that tool with those arguments in this run, this one included.
+    pub same_call: i64,
+    /// The same tool error this many times in a row (0 after a success).
+    pub same_error: i64,
+    /// When the run's first call came (since its last fresh start).
+    pub first_unix_ms: i64,
+    pub last_unix_ms: i64,
+    /// The status the run was stopped with, if it was (`stopped_repeated_call`, ...).
+    pub stopped: Option<String>,
+}
+
+/// A run's row as both backends store it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RunRow {
+    pub conversation_id: Option<String>,
+    pub first_unix_ms: i64,
+    pub touched_unix_ms: i64,
+    pub model_calls: i64,
+    pub tool_calls: i64,
+    /// `tool` and error of the last tool result, if it was an error.
+    pub last_error: Option<String>,
+    pub same_error: i64,
+    pub stopped: Option<String>,
+}
+
+/// The row after `event`, from the row as stored, and whether the run starts afresh (none
+/// stored, or idle for `idle_ms` or more: its per-call counts are to be forgotten too).
+pub(crate) fn step(
+    stored: Option<RunRow>,
+    conversation_id: Option<&str>,
+    event: RunEvent<'_>,
+    now_unix_ms: i64,
+    idle_ms: i64,
+) -> (RunRow, bool) {
+    let fresh = stored
+        .as_ref()
+        .is_none_or(|row| now_unix_ms.saturating_sub(row.touched_unix_ms) >= idle_ms);
+    let mut row = match stored {
+        Some(row) if !fresh => row,
+        _ => RunRow {
+            conversation_id: conversation_id.map(str::to_string),
+            first_unix_ms: now_unix_ms,
+            touched_unix_ms: now_unix_ms,
+            model_calls: 0,
+            tool_calls: 0,
+            last_error: None,
+            same_error: 0,
+            stopped: None,
+        },
+    };
+    if row.conversation_id.is_none() {
+        row.conversation_id = conversation_id.map(str::to_string);
+    }
+    row.touched_unix_ms = row.touched_unix_ms.max(now_unix_ms);
+    match event {
+        RunEvent::ModelCall => row.model_calls += 1,
+        RunEvent::ToolCall { .. } => row.tool_calls += 1,
+        RunEvent::ToolResult { tool, error: Some(error) } => {
+            let seen = format!("{tool}\u{1f}{error}");
+            row.same_error =
+                if row.last_error.as_deref() == Some(&seen) { row.same_error + 1 } else { 1 };
+            row.last_error = Some(seen);
+        }
+        RunEvent::ToolResult { error: None, .. } => {
+            row.last_error = None;
+            row.same_error = 0;
+        }
+    }
+    (row, fresh)
+}
+
+/// The counts a caller sees: `row` for `run_id`, with `same_call` for a tool call.
+pub(crate) fn counts(run_id: &str, row: RunRow, same_call: i64) -> RunCounts {
+    RunCounts {
+        run_id: run_id.to_string(),
+        conversation_id: row.conversation_id,
+        model_calls: row.model_calls,
+        tool_calls: row.tool_calls,
+        same_call,
+        same_error: row.same_error,
+        first_unix_ms: row.first_unix_ms,
+        last_unix_ms: row.touched_unix_ms,
+        stopped: row.stopped,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IDLE: i64 = 60_000;
+
+    fn after(row: Option<RunRow>, event: RunEvent<'_>, now: i64) -> RunRow {
+        step(row, Some("c-1"), event, now, IDLE).0
+    }
+
+    #[test]
+    fn the_same_error_counts_in_a_row_and_a_success_clears_it() {
+        let failed = RunEvent::ToolResult { tool: "look_up_order", error: Some("no order 44718") };
+        let row = after(None, failed, 0);
+        assert_eq!(row.same_error, 1);
+        let row = after(Some(row), failed, 1);
+        assert_eq!(row.same_error, 2);
+        let other = RunEvent::ToolResult { tool: "look_up_order", error: Some("timeout") };
+        let row = after(Some(row), other, 2);
+        assert_eq!(row.same_error, 1, "another error starts a new streak");
+        let ok = RunEvent::ToolResult { tool: "look_up_order", error: None };
+        let row = after(Some(row), ok, 3);
+        assert_eq!((row.same_error, row.last_error), (0, None));
+    }
+
+    #[test]
+    fn an_idle_run_starts_afresh() {
+        let row = after(None, RunEvent::ModelCall, 0);
+        let row = after(Some(row), RunEvent::ModelCall, 1_000);
+        assert_eq!(row.model_calls, 2);
+        let (row, fresh) = step(Some(row), Some("c-1"), RunEvent::ModelCall, 1_000 + IDLE, IDLE);
+        assert!(fresh);
+        assert_eq!((row.model_calls, row.first_unix_ms), (1, 1_000 + IDLE));
+    }
+}
