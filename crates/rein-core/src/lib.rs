@@ -19,6 +19,7 @@ pub mod release;
 pub mod report;
 pub mod retry;
 pub mod route;
+pub mod run;
 pub mod secret;
 pub mod validate;
 

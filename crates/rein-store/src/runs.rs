@@ -74,6 +74,20 @@ pub struct RunCounts {
     pub stopped: Option<String>,
 }
 
+impl RunCounts {
+    /// The tally the run's stop conditions judge ([`rein_core::run`]), at `now_unix_ms`.
+    pub fn tally(&self, now_unix_ms: i64) -> rein_core::run::RunTally {
+        let whole = |n: i64| u32::try_from(n.max(0)).unwrap_or(u32::MAX);
+        let elapsed = u64::try_from(now_unix_ms.saturating_sub(self.first_unix_ms)).unwrap_or(0);
+        rein_core::run::RunTally {
+            model_calls: whole(self.model_calls),
+            same_call: whole(self.same_call),
+            same_error: whole(self.same_error),
+            elapsed: std::time::Duration::from_millis(elapsed),
+        }
+    }
+}
+
 /// A run's row as both backends store it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RunRow {
@@ -172,6 +186,22 @@ mod tests {
         let ok = RunEvent::ToolResult { tool: "look_up_order", error: None };
         let row = after(Some(row), ok, 3);
         assert_eq!((row.same_error, row.last_error), (0, None));
+    }
+
+    #[test]
+    fn the_counts_make_the_tally_the_stop_conditions_judge() {
+        let (row, _) = step(None, None, RunEvent::ModelCall, 1_000, IDLE);
+        let counts = counts("r", row, 3);
+        let tally = counts.tally(21_000);
+        assert_eq!((tally.model_calls, tally.same_call), (1, 3));
+        assert_eq!(tally.elapsed, std::time::Duration::from_secs(20));
+        let limits = rein_core::run::RunLimits::default();
+        assert_eq!(
+            rein_core::run::before_tool_call(tally, &limits),
+            Some(rein_core::run::RunStop::Deadline)
+        );
+        // A clock that went back never makes a negative age.
+        assert_eq!(counts.tally(0).elapsed, std::time::Duration::ZERO);
     }
 
     #[test]
