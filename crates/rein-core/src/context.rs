@@ -31,6 +31,9 @@ pub struct CallContext {
     pub evidence: Evidence,
     /// The trace the caller's request is part of (`traceparent`).
     pub trace: Option<TraceParent>,
+    /// The run is stopped, with this status (`stopped_repeated_call`, ...): the call gets the
+    /// route's decided reply, and no provider is asked.
+    pub run_stopped: Option<String>,
 }
 
 impl Default for CallContext {
@@ -51,6 +54,7 @@ impl CallContext {
             vars: BTreeMap::new(),
             evidence: Evidence::new(),
             trace: None,
+            run_stopped: None,
         }
     }
 
@@ -109,6 +113,7 @@ impl CallContext {
             vars: BTreeMap::new(),
             evidence: Evidence::new(),
             trace: self.trace.clone(),
+            run_stopped: None,
         }
     }
 }

@@ -131,6 +131,10 @@ pub enum Step {
     KillSwitch {
         reason: String,
     },
+    /// The call's run is stopped (a stop condition held): its decided reply, no provider asked.
+    RunStopped {
+        status: String,
+    },
     /// The degraded reply (or, after a refusal, the safe reply) was sent.
     Degraded {
         at_ms: u64,
@@ -199,6 +203,14 @@ impl CallReport {
 
     pub fn attempt_count(&self) -> usize {
         self.attempts().count()
+    }
+
+    /// The status of the call's run, when it was stopped (`stopped_repeated_call`, ...).
+    pub fn run_status(&self) -> Option<&str> {
+        self.steps.iter().find_map(|step| match step {
+            Step::RunStopped { status } => Some(status.as_str()),
+            _ => None,
+        })
     }
 
     /// Re-asks made (cut-off or failed checks), counted apart from transport retries.

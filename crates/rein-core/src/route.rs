@@ -147,6 +147,9 @@ pub struct Route {
     /// The reply when no model can; `None`: the call fails with [`crate::CallError::Unserved`],
     /// saying why, rather than promise anything.
     pub degraded: Option<DegradedReply>,
+    /// The decided reply of a stopped run (a template over the call's variables); `None` takes
+    /// the degraded reply.
+    pub stopped_reply: Option<DegradedReply>,
     /// The version of the route's prompts and model settings this route runs (from the store),
     /// named in every report so an answer can be traced to the settings that produced it.
     pub settings_version: Option<i64>,
@@ -171,6 +174,7 @@ impl Route {
             release: ReleaseMode::default(),
             failover: None,
             degraded: None,
+            stopped_reply: None,
             settings_version: None,
             contract: None,
             max_tokens_cap: 8192,

@@ -100,9 +100,18 @@ pub fn before_tool_call(tally: RunTally, limits: &RunLimits) -> Option<RunStop> 
     (tally.same_call > limits.max_same_call).then_some(RunStop::RepeatedCall)
 }
 
-/// Whether the run stops after a tool's result: `tally.same_error` counts this result.
+/// Whether the run stops after a tool's result: `tally.same_error` counts this result and
+/// `tally.same_call` the call it answers. The same error again stops the run; when it answered
+/// the same call again (the spec's swapped-digit loop), the stop is the repeated call.
 pub fn after_tool_result(tally: RunTally, limits: &RunLimits) -> Option<RunStop> {
-    (tally.same_error >= limits.max_same_error.max(1)).then_some(RunStop::RepeatedError)
+    if tally.same_error < limits.max_same_error.max(1) {
+        return None;
+    }
+    Some(if tally.same_call >= limits.max_same_call.max(1) {
+        RunStop::RepeatedCall
+    } else {
+        RunStop::RepeatedError
+    })
 }
 
 #[cfg(test)]
@@ -126,7 +135,10 @@ mod tests {
     fn the_same_error_twice_in_a_row_stops_the_run() {
         let limits = RunLimits::default();
         assert_eq!(after_tool_result(tally(2, 1, 1, 0), &limits), None);
-        assert_eq!(after_tool_result(tally(2, 2, 2, 0), &limits), Some(RunStop::RepeatedError));
+        // The same error from calls with other arguments.
+        assert_eq!(after_tool_result(tally(2, 1, 2, 0), &limits), Some(RunStop::RepeatedError));
+        // The same call failing the same way twice: the swapped-digit loop.
+        assert_eq!(after_tool_result(tally(2, 2, 2, 0), &limits), Some(RunStop::RepeatedCall));
     }
 
     #[test]

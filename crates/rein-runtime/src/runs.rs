@@ -7,13 +7,26 @@
 //! Kept in memory by each gateway process and bounded: a run idle for an hour is forgotten, at
 //! most [`MAX_RUNS`] runs and [`MAX_ITEMS`] items per run are kept (the oldest go first).
 //! Replicas do not share it: route a run's calls to one replica, or pass evidence in the body.
+//!
+//! [`RunStops`] holds each run to its stop conditions (`[runs]`, [`rein_core::run`]): the
+//! counts are rein's own, kept in the store, so replicas sharing it stop a run at one count.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use rein_core::CallContext;
+use rein_core::run::{after_tool_result, before_model_call, before_tool_call};
 use rein_core::validate::EvidenceItem;
+use rein_store::StoreError;
+use rein_store::runs::RunEvent;
+use rein_store::tools::ToolStore;
+use serde_json::Value;
 use tokio::time::Instant;
+
+use crate::config::RunsConfig;
 
 /// Runs remembered at once.
 pub const MAX_RUNS: usize = 10_000;
@@ -84,6 +97,112 @@ impl RunEvidence {
             None => Vec::new(),
         }
     }
+}
+
+/// What a run's next step may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunStep {
+    /// Go ahead; for a tool call, `same_call` is how often this (tool, arguments) came in the run.
+    Go { same_call: i64 },
+    /// The run is stopped, with this status (`stopped_repeated_call`, ...).
+    Stopped(String),
+}
+
+/// The stop conditions of agent runs, counted in the store.
+#[derive(Debug, Clone)]
+pub struct RunStops {
+    store: Arc<dyn ToolStore>,
+}
+
+impl RunStops {
+    pub fn new(store: Arc<dyn ToolStore>) -> Self {
+        Self { store }
+    }
+
+    /// A model call in the call's run (none: nothing to count): stopped when the run is, or
+    /// when this call passes a limit.
+    pub async fn model_call(
+        &self,
+        config: &RunsConfig,
+        ctx: &CallContext,
+    ) -> Result<RunStep, StoreError> {
+        let Some(run) = &ctx.run_id else { return Ok(RunStep::Go { same_call: 0 }) };
+        let now = now_ms();
+        let counts = self.count(config, ctx, run, RunEvent::ModelCall, now).await?;
+        if let Some(status) = counts.stopped.clone() {
+            return Ok(RunStep::Stopped(status));
+        }
+        match before_model_call(counts.tally(now), &config.limits) {
+            Some(stop) => self.stop(run, stop.status(), now).await,
+            None => Ok(RunStep::Go { same_call: 0 }),
+        }
+    }
+
+    /// A tool call in the call's run, before it runs.
+    pub async fn tool_call(
+        &self,
+        config: &RunsConfig,
+        ctx: &CallContext,
+        tool: &str,
+        args: &Value,
+    ) -> Result<RunStep, StoreError> {
+        let Some(run) = &ctx.run_id else { return Ok(RunStep::Go { same_call: 0 }) };
+        let now = now_ms();
+        let args_hash = rein_tools::keys::args_hash(args);
+        let event = RunEvent::ToolCall { tool, args_hash: &args_hash };
+        let counts = self.count(config, ctx, run, event, now).await?;
+        if let Some(status) = counts.stopped.clone() {
+            return Ok(RunStep::Stopped(status));
+        }
+        match before_tool_call(counts.tally(now), &config.limits) {
+            Some(stop) => self.stop(run, stop.status(), now).await,
+            None => Ok(RunStep::Go { same_call: counts.same_call }),
+        }
+    }
+
+    /// A tool call's result (`error`: what it failed with), after the call counted `same_call`:
+    /// the status the run stopped with, if this result stopped it.
+    pub async fn tool_result(
+        &self,
+        config: &RunsConfig,
+        ctx: &CallContext,
+        tool: &str,
+        same_call: i64,
+        error: Option<&str>,
+    ) -> Result<Option<String>, StoreError> {
+        let Some(run) = &ctx.run_id else { return Ok(None) };
+        let now = now_ms();
+        let event = RunEvent::ToolResult { tool, error };
+        let mut counts = self.count(config, ctx, run, event, now).await?;
+        counts.same_call = same_call;
+        match after_tool_result(counts.tally(now), &config.limits) {
+            Some(stop) => Ok(Some(self.store.run_stop(run, stop.status(), now).await?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn count(
+        &self,
+        config: &RunsConfig,
+        ctx: &CallContext,
+        run: &str,
+        event: RunEvent<'_>,
+        now: i64,
+    ) -> Result<rein_store::runs::RunCounts, StoreError> {
+        let idle = i64::try_from(config.idle.as_millis()).unwrap_or(i64::MAX);
+        self.store.run_record(run, ctx.conversation_id.as_deref(), event, now, idle).await
+    }
+
+    async fn stop(&self, run: &str, status: &str, now: i64) -> Result<RunStep, StoreError> {
+        let status = self.store.run_stop(run, status, now).await?;
+        tracing::info!(run, status = %status, "run stopped");
+        Ok(RunStep::Stopped(status))
+    }
+}
+
+/// The wall clock, in the store's units.
+fn now_ms() -> i64 {
+    i64::try_from(rein_core::clock::unix_ms()).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

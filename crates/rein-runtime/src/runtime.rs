@@ -18,7 +18,7 @@ use rein_store::tools::ToolStore;
 use rein_tools::{Dispatcher, NoopObserver, ToolObserver};
 
 use crate::config::{Config, ConfigError, ConfigProblem, Secret, process_env};
-use crate::runs::RunEvidence;
+use crate::runs::{RunEvidence, RunStops};
 pub use crate::upstreams::CONFIG_AUTHOR;
 use crate::upstreams::{BuildError, Upstreams, record_config_settings};
 
@@ -241,6 +241,7 @@ impl RuntimeBuilder {
             .tcp_nodelay(true)
             .build()
             .map_err(|error| BuildError::Client(error.to_string()))?;
+        let stops_store = tool_store.clone();
         let parts = ToolParts { store: tool_store, http: tool_http, observer: self.tool_observer };
         let tools = parts.dispatcher(&config);
         Ok(Runtime {
@@ -254,6 +255,7 @@ impl RuntimeBuilder {
             kill_seen: tokio::sync::Mutex::new(kill_seen),
             reloads: AtomicU64::new(0),
             runs: RunEvidence::default(),
+            stops: RunStops::new(stops_store),
             replay_kick: tokio::sync::Notify::new(),
             fixed,
             overrides: self.overrides,
@@ -299,6 +301,8 @@ pub struct Runtime {
     reloads: AtomicU64,
     /// Evidence from tool calls, by run id, for the checks of later model calls in the run.
     pub runs: RunEvidence,
+    /// Every agent run's stop conditions, counted in the tool store (shared by replicas).
+    pub stops: RunStops,
     /// Wakes the outbox replay worker (an approval or an operator's replay made an item due).
     pub replay_kick: tokio::sync::Notify,
     /// What was fixed at start and a reload cannot change (the socket, the stores, TLS on/off).

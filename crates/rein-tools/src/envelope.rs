@@ -31,6 +31,9 @@ pub enum ToolStatus {
     Busy,
     /// A write held by a gate until a person decides; it has not executed.
     PendingApproval,
+    /// The agent's run is stopped (a stop condition held): nothing ran; `detail` says what to
+    /// tell the customer instead.
+    Stopped,
 }
 
 impl ToolStatus {
@@ -41,6 +44,7 @@ impl ToolStatus {
             ToolStatus::Refused => "refused",
             ToolStatus::Busy => "busy",
             ToolStatus::PendingApproval => "pending_approval",
+            ToolStatus::Stopped => "stopped",
         }
     }
 
@@ -246,6 +250,18 @@ pub(crate) fn refused(
     };
     envelope.detail = Some(tool.wording.render(situation, &vars));
     envelope
+}
+
+/// The answer to a tool call in a stopped run: nothing ran; `stop` is the run's status
+/// (`stopped_repeated_call`, ...) and `detail` what the model should say instead.
+pub fn stopped(tool: &str, stop: &str, detail: &str) -> Value {
+    let mut envelope = Envelope::new(ToolStatus::Stopped, tool, 0);
+    envelope.detail = Some(detail.to_string());
+    let mut json = envelope.to_json();
+    if let Value::Object(map) = &mut json {
+        map.insert("stop".into(), json!(stop));
+    }
+    json
 }
 
 /// A full bulkhead in front of `rung` (`key`: a write's, free to be sent again).

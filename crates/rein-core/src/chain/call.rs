@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::classify::FailureKind;
 use crate::clock::{ClockPolicy, Deadline};
 use crate::context::CallContext;
-use crate::degraded::Delivery;
+use crate::degraded::{DegradedReply, Delivery};
 use crate::failure::Failure;
 use crate::model::{ChatResponse, StopReason, Usage};
 use crate::report::{
@@ -81,6 +81,8 @@ pub trait Observer: Send + Sync + fmt::Debug {
 
 pub(super) enum Ended {
     Degraded,
+    /// The call's run is stopped: its decided reply.
+    Stopped,
     /// The model refused: the route's safe reply, counted as a refusal.
     Declined,
     Error(CallError),
@@ -178,6 +180,18 @@ impl CallState {
         self.safe_reply(route, ctx, Outcome::Degraded, structured)
     }
 
+    /// The run is stopped: the route's decided reply (its stopped reply, else its degraded one),
+    /// counted as stopped.
+    pub(super) fn stopped(
+        &mut self,
+        route: &Route,
+        ctx: &CallContext,
+        structured: bool,
+    ) -> Result<Completion, CallError> {
+        let reply = route.stopped_reply.as_ref().or(route.degraded.as_ref());
+        self.reply(route, ctx, Outcome::Stopped, structured, reply)
+    }
+
     /// The model refused: the route's safe reply, like [`CallState::degraded`].
     pub(super) fn declined(
         &mut self,
@@ -195,9 +209,20 @@ impl CallState {
         outcome: Outcome,
         structured: bool,
     ) -> Result<Completion, CallError> {
+        self.reply(route, ctx, outcome, structured, route.degraded.as_ref())
+    }
+
+    fn reply(
+        &mut self,
+        route: &Route,
+        ctx: &CallContext,
+        outcome: Outcome,
+        structured: bool,
+        reply: Option<&DegradedReply>,
+    ) -> Result<Completion, CallError> {
         self.outcome = outcome;
         self.served_by = None;
-        let Some(reply) = &route.degraded else {
+        let Some(reply) = reply else {
             return Err(self.unserved(route, outcome));
         };
         self.steps.push(Step::Degraded { at_ms: millis(self.deadline.elapsed()) });
@@ -271,6 +296,14 @@ impl CallState {
                 "rein is misconfigured for route `{}`: every provider refused rein's own setup ({}). Check the providers' API keys, permissions and model names.",
                 route.name,
                 tried.join("; ")
+            )
+        } else if let Some(status) = self.steps.iter().find_map(|step| match step {
+            Step::RunStopped { status } => Some(status.clone()),
+            _ => None,
+        }) {
+            format!(
+                "the run was stopped ({status}) and route `{}` has no decided reply",
+                route.name
             )
         } else if let Some(why) = switched_off {
             format!("route `{}` is switched off ({why}) and has no degraded reply", route.name)

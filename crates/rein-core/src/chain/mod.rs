@@ -269,6 +269,7 @@ impl Engine {
             Ok(done) => Ok(done),
             Err(Ended::Error(error)) => Err(error),
             Err(Ended::Degraded) => call.degraded(route, &ctx, structured),
+            Err(Ended::Stopped) => call.stopped(route, &ctx, structured),
             Err(Ended::Declined) => call.declined(route, &ctx, structured),
         };
         let report = match &result {
@@ -292,6 +293,10 @@ impl Engine {
         mut forward: Option<&mut Forwarder>,
     ) -> Result<Completion, Ended> {
         let route = &state.0.route;
+        if let Some(status) = &ctx.run_stopped {
+            call.steps.push(Step::RunStopped { status: status.clone() });
+            return Err(Ended::Stopped);
+        }
         if let Some(reason) = self.inner.kill.engaged_for(&route.name) {
             call.steps.push(Step::KillSwitch { reason });
             return Err(Ended::Degraded);

@@ -20,7 +20,9 @@ use super::Gateway;
 use super::error::{Api, ApiError};
 use super::intake::{self, Admitted, BodyError, Refusal};
 use crate::wire::{self, ErrorKind, ResponseMeta};
+use rein_runtime::Snapshot;
 use rein_runtime::config::ServerConfig;
+use rein_runtime::runs::RunStep;
 
 // The whole request is taken (not a `HeaderMap` extractor, which clones the headers).
 pub(super) async fn openai_chat(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
@@ -50,6 +52,10 @@ async fn handle(gateway: Arc<Gateway>, api: Api, headers: HeaderMap, body: Body)
     let prepared = admitted
         .map_err(|refusal| refused(api, refusal, &runtime.config.server, &request_id))
         .and_then(|call| prepare(&gateway, api, call, &request_id));
+    let prepared = match prepared {
+        Ok((parsed, ctx)) => counted(&gateway, &runtime, api, parsed, ctx, &request_id).await,
+        Err(error) => Err(error),
+    };
     match prepared {
         Ok((parsed, ctx)) => {
             let mut abandoned = Abandoned::new(&gateway, &parsed.route, &request_id);
@@ -104,6 +110,29 @@ fn prepare(
         }
     }
     ctx.evidence = evidence;
+    Ok((parsed, ctx))
+}
+
+/// The model call counted in its run (rein's own count, in the store): a call past a stop
+/// condition, or in a stopped run, gets the route's decided reply instead of a provider.
+async fn counted(
+    gateway: &Gateway,
+    runtime: &Snapshot,
+    api: Api,
+    parsed: Parsed,
+    mut ctx: CallContext,
+    request_id: &str,
+) -> Result<(Parsed, CallContext), ApiError> {
+    let step = gateway.runtime.stops.model_call(&runtime.config.runs, &ctx).await;
+    match step {
+        Ok(RunStep::Go { .. }) => {}
+        Ok(RunStep::Stopped(status)) => ctx.run_stopped = Some(status),
+        Err(error) => {
+            tracing::error!(request_id, "run store failed: {error}");
+            let message = "rein's run store is unavailable; the call was not made.";
+            return Err(ApiError::new(api, ErrorKind::Unavailable, message, request_id));
+        }
+    }
     Ok((parsed, ctx))
 }
 
@@ -446,6 +475,7 @@ mod names {
     pub(super) static ANTHROPIC_REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
     pub(super) static ROUTE: HeaderName = HeaderName::from_static("x-rein-route");
     pub(super) static OUTCOME: HeaderName = HeaderName::from_static("x-rein-outcome");
+    pub(super) static RUN_STATUS: HeaderName = HeaderName::from_static("x-rein-run-status");
     pub(super) static ATTEMPTS: HeaderName = HeaderName::from_static("x-rein-attempts");
     pub(super) static REASKS: HeaderName = HeaderName::from_static("x-rein-reasks");
     pub(super) static REPAIRS: HeaderName = HeaderName::from_static("x-rein-repairs");
@@ -474,6 +504,9 @@ fn report_headers(
         headers.insert(names::REPAIRS.clone(), HeaderValue::from(report.repairs().len()));
         if let Some(version) = report.settings_version {
             headers.insert(names::SETTINGS_VERSION.clone(), HeaderValue::from(version));
+        }
+        if let Some(status) = report.run_status() {
+            set_text(headers, &names::RUN_STATUS, status);
         }
         if let Some(served) = &report.served_by {
             set_text(headers, &names::TIER, &served.tier_name);

@@ -18,6 +18,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use rein_runtime::Snapshot;
 use rein_runtime::config::ServerConfig;
+use rein_runtime::runs::RunStep;
 use rein_tools::{ToolError, ToolOutcome, ToolStatus};
 use serde_json::Value;
 
@@ -95,22 +96,75 @@ async fn dispatch(
         }
         Err(e) => return Err(invalid(None, &format!("The body is not valid JSON: {e}"))),
     };
+    // The run's stop conditions, counted by rein (a tool it does not know is the dispatcher's
+    // 404, not a step of the run).
+    let stops = &gateway.runtime.stops;
+    let runs = &runtime.config.runs;
+    let store_down = |error| tool_error(&ToolError::Store(error), tool, request_id);
+    let known = runtime.tools.tools().iter().any(|(name, _)| name == tool);
+    let same_call = match known {
+        true => match stops.tool_call(runs, &ctx, tool, &args).await.map_err(store_down)? {
+            RunStep::Go { same_call } => same_call,
+            RunStep::Stopped(status) => {
+                return Ok(stopped(tool, &status, &runs.stopped_detail, request_id));
+            }
+        },
+        false => 0,
+    };
     let outcome = runtime
         .tools
         .call(&ctx, tool, args)
         .await
         .map_err(|failure| tool_error(&failure, tool, request_id))?;
+    let mut run_status = None;
     if let Some(run) = &ctx.run_id {
         gateway.runtime.runs.record(run, runtime.tools.evidence_of(tool, &outcome.envelope));
+        let error = (outcome.status != ToolStatus::Ok).then(|| failure_of(&outcome.envelope));
+        run_status = stops
+            .tool_result(runs, &ctx, tool, same_call, error.as_deref())
+            .await
+            .map_err(store_down)?;
     }
-    Ok(answered(tool, outcome, request_id))
+    let mut response = answered(tool, outcome, request_id);
+    if let Some(status) = run_status
+        && let Ok(value) = HeaderValue::from_str(&status)
+    {
+        response.headers_mut().insert("x-rein-run-status", value);
+    }
+    Ok(response)
+}
+
+/// What a tool result failed with, for the run's same-error count: its status and detail.
+fn failure_of(envelope: &Value) -> String {
+    let status = envelope.get("status").and_then(Value::as_str).unwrap_or("failed");
+    let detail = envelope.get("detail").and_then(Value::as_str).unwrap_or("");
+    format!("{status}: {detail}")
+}
+
+/// A tool call in a stopped run: nothing ran, and the envelope tells the model what to say.
+fn stopped(tool: &str, status: &str, detail: &str, request_id: &str) -> Response {
+    tracing::info!(request_id, tool, status, "tool call refused: the run is stopped");
+    let mut response = Json(rein_tools::envelope::stopped(tool, status, detail)).into_response();
+    let headers = response.headers_mut();
+    for (name, value) in [
+        ("x-rein-request-id", request_id),
+        ("x-rein-outcome", "stopped"),
+        ("x-rein-run-status", status),
+    ] {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            headers.insert(name, value);
+        }
+    }
+    response
 }
 
 /// The envelope the model should see, with headers that say what happened.
 fn answered(tool: &str, outcome: ToolOutcome, request_id: &str) -> Response {
     let status = match outcome.status {
         ToolStatus::Queued | ToolStatus::PendingApproval => StatusCode::ACCEPTED,
-        ToolStatus::Ok | ToolStatus::Refused | ToolStatus::Busy => StatusCode::OK,
+        ToolStatus::Ok | ToolStatus::Refused | ToolStatus::Busy | ToolStatus::Stopped => {
+            StatusCode::OK
+        }
     };
     tracing::info!(
         request_id,

@@ -148,13 +148,17 @@ impl WireError {
 
 /// The `rein` object every body carries: what happened to the call.
 pub fn rein_summary(report: &CallReport) -> Value {
-    json!({
+    let mut summary = json!({
         "outcome": report.outcome.as_str(),
         "route": report.route,
         "tier": report.served_by.as_ref().map(|served| served.tier_name.clone()),
         "attempts": report.attempt_count(),
         "settings_version": report.settings_version,
-    })
+    });
+    if let (Some(status), Value::Object(map)) = (report.run_status(), &mut summary) {
+        map.insert("run_status".into(), json!(status));
+    }
+    summary
 }
 
 #[cfg(test)]

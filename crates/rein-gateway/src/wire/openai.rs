@@ -518,6 +518,8 @@ pub fn render_response_bytes(completion: &Completion, meta: &ResponseMeta) -> Ve
         attempts: usize,
         outcome: &'a str,
         route: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        run_status: Option<&'a str>,
         settings_version: Option<i64>,
         tier: Option<&'a str>,
     }
@@ -570,6 +572,7 @@ pub fn render_response_bytes(completion: &Completion, meta: &ResponseMeta) -> Ve
             attempts: report.attempt_count(),
             outcome: report.outcome.as_str(),
             route: &report.route,
+            run_status: report.run_status(),
             settings_version: report.settings_version,
             tier: report.served_by.as_ref().map(|served| served.tier_name.as_str()),
         },

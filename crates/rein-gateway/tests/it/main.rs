@@ -7,5 +7,6 @@ mod continuation;
 mod gateway;
 mod keepalive;
 mod ladder;
+mod runs;
 mod tools;
 mod wire_edges;

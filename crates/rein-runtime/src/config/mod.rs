@@ -45,6 +45,8 @@ pub struct Config {
     pub routes: BTreeMap<String, RouteConfig>,
     /// `[bulkheads.*]`, `[tools.*]` and `[outbox]` as written.
     pub tools: rein_tools::ToolsConfig,
+    /// `[runs]`: agent runs' stop conditions.
+    pub runs: RunsConfig,
     /// The same sections validated and compiled by `rein_tools`, once: what the dispatcher runs.
     #[serde(skip)]
     pub tools_plan: Arc<rein_tools::ToolsPlan>,
@@ -178,9 +180,20 @@ pub struct RouteConfig {
     pub failover: Option<(usize, f64)>,
     /// `[routes.<name>.degraded]`; `None`: a call no tier answers fails, saying why.
     pub degraded: Option<DegradedReply>,
+    /// `[routes.<name>.stopped_reply]`: what a call in a stopped run gets.
+    pub stopped_reply: Option<DegradedReply>,
     /// The output contract (`[routes.<name>.output]`); `None` uses any whole answer as it is.
     pub output: Option<OutputConfig>,
     pub tiers: Vec<TierConfig>,
+}
+
+/// `[runs]`, validated.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunsConfig {
+    pub limits: rein_core::run::RunLimits,
+    #[serde(rename = "idle_ms", with = "rein_core::clock::millis")]
+    pub idle: Duration,
+    pub stopped_detail: String,
 }
 
 /// The default `stream_keepalive_ms`: well inside the read timeouts clients and proxies use
@@ -393,6 +406,22 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
     if server.client_keys.len() == raw.server.client_keys_env.len() {
         problems.extend(server.auth_problems(listen));
     }
+    let runs = &raw.runs;
+    for (key, value) in [
+        ("runs.max_model_calls", runs.max_model_calls),
+        ("runs.max_same_call", runs.max_same_call),
+        ("runs.max_same_error", runs.max_same_error),
+    ] {
+        if value == 0 {
+            problems.add(key, "must be at least 1");
+        }
+    }
+    if runs.deadline_ms == 0 {
+        problems.add("runs.deadline_ms", "must be greater than 0");
+    }
+    if runs.idle_ms == 0 {
+        problems.add("runs.idle_ms", "must be greater than 0");
+    }
     problems.into_result()?;
     let tools_plan = Arc::new(tools_plan?);
     Ok(Config {
@@ -410,6 +439,16 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
         providers,
         routes,
         tools,
+        runs: RunsConfig {
+            limits: rein_core::run::RunLimits {
+                max_model_calls: raw.runs.max_model_calls,
+                max_same_call: raw.runs.max_same_call,
+                max_same_error: raw.runs.max_same_error,
+                deadline: ms(raw.runs.deadline_ms),
+            },
+            idle: ms(raw.runs.idle_ms),
+            stopped_detail: raw.runs.stopped_detail.clone(),
+        },
         tools_plan,
     })
 }
@@ -776,12 +815,14 @@ fn validate_route(
         }
     };
 
-    let degraded = raw.degraded.as_ref().map(|d| DegradedReply {
+    let reply_of = |d: &raw::RawDegraded| DegradedReply {
         template: d.template.clone(),
         fallback_text: d.fallback_text.clone().unwrap_or_else(|| d.template.clone()),
         json: d.json.clone(),
         deliver: d.deliver.unwrap_or_default(),
-    });
+    };
+    let degraded = raw.degraded.as_ref().map(reply_of);
+    let stopped_reply = raw.stopped_reply.as_ref().map(reply_of);
     if let Some(json) = raw.degraded.as_ref().and_then(|d| d.json.as_ref())
         && !json.is_object()
     {
@@ -798,6 +839,7 @@ fn validate_route(
         retry,
         on_timeout: raw.on_timeout.unwrap_or_default(),
         continuation: raw.continuation.unwrap_or(false),
+        stopped_reply,
         stream_keepalive,
         release,
         failover,

@@ -31,6 +31,37 @@ pub struct RawConfig {
     pub tools: BTreeMap<String, rein_tools::config::ToolConfig>,
     #[serde(default)]
     pub outbox: rein_tools::config::OutboxConfig,
+    /// Agent runs (`x-rein-run-id`): their stop conditions and how long an idle run is kept.
+    #[serde(default)]
+    pub runs: RawRuns,
+}
+
+/// `[runs]`: the stop conditions of every agent run (the spec's defaults), what a tool call in a
+/// stopped run tells the model, and how long an idle run is remembered.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRuns {
+    pub max_model_calls: u32,
+    pub max_same_call: u32,
+    pub max_same_error: u32,
+    pub deadline_ms: u64,
+    pub idle_ms: u64,
+    /// What the model is told when a tool call is refused in a stopped run.
+    pub stopped_detail: String,
+}
+
+impl Default for RawRuns {
+    fn default() -> Self {
+        let limits = rein_core::run::RunLimits::default();
+        Self {
+            max_model_calls: limits.max_model_calls,
+            max_same_call: limits.max_same_call,
+            max_same_error: limits.max_same_error,
+            deadline_ms: u64::try_from(limits.deadline.as_millis()).unwrap_or(u64::MAX),
+            idle_ms: 3_600_000,
+            stopped_detail: "This run was stopped: do not call tools again. Tell the customer you could not finish, and that their message has been passed on.".into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -331,6 +362,9 @@ pub struct RawRoute {
     pub failover: Option<RawFailover>,
     #[serde(default)]
     pub degraded: Option<RawDegraded>,
+    /// The decided reply of a stopped run (defaults to the degraded reply).
+    #[serde(default)]
+    pub stopped_reply: Option<RawDegraded>,
     /// What an answer must satisfy before it is used (the validation ladder). Absent: any
     /// whole answer is used as it is.
     #[serde(default)]
