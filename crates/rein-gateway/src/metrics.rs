@@ -89,6 +89,11 @@ struct ReasonLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabel {
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HttpLabels {
     api: String,
     status: String,
@@ -123,6 +128,7 @@ pub struct Metrics {
     calls_abandoned: Family<RouteLabel, Counter>,
     connections_open: Gauge,
     connections_closed: Family<ReasonLabel, Counter>,
+    run_stops: Family<StatusLabel, Counter>,
     /// The first rung's source per tool: a call served by any other rung is a fallback.
     primaries: std::sync::RwLock<std::collections::HashMap<String, String>>,
 }
@@ -242,6 +248,12 @@ impl Metrics {
             "Client connections rein closed itself, by reason (header_timeout, idle_timeout, write_stall, limit, tls_handshake)",
             connections_closed.clone(),
         );
+        let run_stops = Family::<StatusLabel, Counter>::default();
+        registry.register(
+            "run_stops",
+            "Agent runs stopped by a stop condition, by status (stopped_max_model_calls, stopped_repeated_call, stopped_repeated_error, stopped_deadline)",
+            run_stops.clone(),
+        );
         Self {
             registry,
             requests,
@@ -263,6 +275,7 @@ impl Metrics {
             calls_abandoned,
             connections_open,
             connections_closed,
+            run_stops,
             primaries: Default::default(),
         }
     }
@@ -291,6 +304,11 @@ impl Metrics {
     /// Count a model call on `route` whose client went away before its answer was complete.
     pub fn call_abandoned(&self, route: &str) {
         self.calls_abandoned.get_or_create(&RouteLabel { route: route.to_string() }).inc();
+    }
+
+    /// Count a run a stop condition stopped, by its status.
+    pub fn run_stopped(&self, status: &str) {
+        self.run_stops.get_or_create(&StatusLabel { status: status.to_string() }).inc();
     }
 
     /// A client connection opened (+1) or closed (-1).

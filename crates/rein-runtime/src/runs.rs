@@ -104,8 +104,9 @@ impl RunEvidence {
 pub enum RunStep {
     /// Go ahead; for a tool call, `same_call` is how often this (tool, arguments) came in the run.
     Go { same_call: i64 },
-    /// The run is stopped, with this status (`stopped_repeated_call`, ...).
-    Stopped(String),
+    /// The run is stopped, with this status (`stopped_repeated_call`, ...); `now`: this step
+    /// stopped it (count it once).
+    Stopped { status: String, now: bool },
 }
 
 /// The stop conditions of agent runs, counted in the store.
@@ -130,7 +131,7 @@ impl RunStops {
         let now = now_ms();
         let counts = self.count(config, ctx, run, RunEvent::ModelCall, now).await?;
         if let Some(status) = counts.stopped.clone() {
-            return Ok(RunStep::Stopped(status));
+            return Ok(RunStep::Stopped { status, now: false });
         }
         match before_model_call(counts.tally(now), &config.limits) {
             Some(stop) => self.stop(run, stop.status(), now).await,
@@ -152,7 +153,7 @@ impl RunStops {
         let event = RunEvent::ToolCall { tool, args_hash: &args_hash };
         let counts = self.count(config, ctx, run, event, now).await?;
         if let Some(status) = counts.stopped.clone() {
-            return Ok(RunStep::Stopped(status));
+            return Ok(RunStep::Stopped { status, now: false });
         }
         match before_tool_call(counts.tally(now), &config.limits) {
             Some(stop) => self.stop(run, stop.status(), now).await,
@@ -196,7 +197,7 @@ impl RunStops {
     async fn stop(&self, run: &str, status: &str, now: i64) -> Result<RunStep, StoreError> {
         let status = self.store.run_stop(run, status, now).await?;
         tracing::info!(run, status = %status, "run stopped");
-        Ok(RunStep::Stopped(status))
+        Ok(RunStep::Stopped { status, now: true })
     }
 }
 

@@ -126,7 +126,12 @@ async fn counted(
     let step = gateway.runtime.stops.model_call(&runtime.config.runs, &ctx).await;
     match step {
         Ok(RunStep::Go { .. }) => {}
-        Ok(RunStep::Stopped(status)) => ctx.run_stopped = Some(status),
+        Ok(RunStep::Stopped { status, now }) => {
+            if now {
+                gateway.metrics.run_stopped(&status);
+            }
+            ctx.run_stopped = Some(status);
+        }
         Err(error) => {
             tracing::error!(request_id, "run store failed: {error}");
             let message = "rein's run store is unavailable; the call was not made.";

@@ -105,7 +105,10 @@ async fn dispatch(
     let same_call = match known {
         true => match stops.tool_call(runs, &ctx, tool, &args).await.map_err(store_down)? {
             RunStep::Go { same_call } => same_call,
-            RunStep::Stopped(status) => {
+            RunStep::Stopped { status, now } => {
+                if now {
+                    gateway.metrics.run_stopped(&status);
+                }
                 return Ok(stopped(tool, &status, &runs.stopped_detail, request_id));
             }
         },
@@ -124,6 +127,9 @@ async fn dispatch(
             .tool_result(runs, &ctx, tool, same_call, error.as_deref())
             .await
             .map_err(store_down)?;
+    }
+    if let Some(status) = &run_status {
+        gateway.metrics.run_stopped(status);
     }
     let mut response = answered(tool, outcome, request_id);
     if let Some(status) = run_status

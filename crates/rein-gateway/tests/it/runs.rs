@@ -157,6 +157,34 @@ async fn the_swapped_digit_loop_is_stopped_after_the_second_identical_failing_ca
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["choices"][0]["message"]["content"], DECIDED);
     assert_eq!(body["rein"]["run_status"], "stopped_repeated_call");
+    // Counted once, however many calls the stopped run makes after.
+    assert_eq!(stops(&gw, "stopped_repeated_call").await, 1);
+    gw.stop().await.unwrap();
+}
+
+/// `rein_run_stops_total{status}` as `/metrics` says.
+async fn stops(gw: &Running, status: &str) -> u64 {
+    let text = gw.client.get(gw.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let series = format!("rein_run_stops_total{{status=\"{status}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .map_or(0, |value| value.trim().parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_run_past_its_deadline_is_stopped() {
+    let (backend, hits) = order_backend().await;
+    let gw = start_with(&config(&backend, "deadline_ms = 300"), None).await;
+    let messages = [json!({"role": "user", "content": "hello"})];
+    let response = model_call(&gw, &messages).await;
+    assert_eq!(header(&response, "x-rein-run-status"), None);
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let response = tool_call(&gw, &json!({"order_id": "44781"})).await;
+    assert_eq!(header(&response, "x-rein-run-status").as_deref(), Some("stopped_deadline"));
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "nothing ran after the deadline");
+    let response = model_call(&gw, &messages).await;
+    assert_eq!(header(&response, "x-rein-run-status").as_deref(), Some("stopped_deadline"));
+    assert_eq!(stops(&gw, "stopped_deadline").await, 1);
     gw.stop().await.unwrap();
 }
 
@@ -173,6 +201,7 @@ async fn a_run_past_its_model_calls_gets_the_decided_reply() {
     assert_eq!(header(&response, "x-rein-run-status").as_deref(), Some("stopped_max_model_calls"));
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["choices"][0]["message"]["content"], DECIDED);
+    assert_eq!(stops(&gw, "stopped_max_model_calls").await, 1);
     gw.stop().await.unwrap();
 }
 
