@@ -223,3 +223,37 @@ async fn calls_without_a_run_id_are_not_counted() {
     assert_eq!(hits.load(Ordering::SeqCst), 4);
     gw.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn two_replicas_on_one_postgres_stop_a_run_at_the_same_count() {
+    use crate::gateway::{env, start_with_env};
+    use rein_runtime::EnvSource;
+
+    let postgres = rein_store::testing::TempPostgres::shared().unwrap();
+    let url = postgres.create_database().await.unwrap();
+    let (backend, _) = order_backend().await;
+    let text = config(&backend, "max_model_calls = 3").replace(
+        "sqlite_path = \":memory:\"",
+        "sqlite_path = \":memory:\"\npostgres_url_env = \"PG_URL\"",
+    );
+    let base = env();
+    let with_pg: EnvSource = Arc::new(move |name: &str| match name {
+        "PG_URL" => Some(url.clone()),
+        other => base(other),
+    });
+    let a = start_with_env(&text, None, with_pg.clone()).await;
+    let b = start_with_env(&text, None, with_pg).await;
+    let messages = [json!({"role": "user", "content": "hello"})];
+    // One run split across the replicas: calls 1 and 3 on A, 2 and 4 on B.
+    let mut statuses = Vec::new();
+    for replica in [&a, &b, &a, &b] {
+        let response = model_call(replica, &messages).await;
+        statuses.push(header(&response, "x-rein-run-status"));
+    }
+    assert_eq!(statuses, [None, None, None, Some("stopped_max_model_calls".into())]);
+    // Stopped for both: A's next call in the run gets the decided reply too.
+    let response = model_call(&a, &messages).await;
+    assert_eq!(header(&response, "x-rein-run-status").as_deref(), Some("stopped_max_model_calls"));
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}
