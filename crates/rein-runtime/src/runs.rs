@@ -1,19 +1,11 @@
-//! What rein saw in each run, keyed by the caller's `x-rein-run-id`: the evidence from tool
-//! calls that went through `POST /v1/tools/{tool}` (per each tool's `evidence` config), added to
-//! the evidence of later model calls in the same run, so a rule such as "every cited article was
-//! returned by search in this run" checks against what the tools really returned rather than
-//! what the caller says they did.
-//!
-//! Kept in memory by each gateway process and bounded: a run idle for an hour is forgotten, at
-//! most [`MAX_RUNS`] runs and [`MAX_ITEMS`] items per run are kept (the oldest go first).
-//! Replicas do not share it: route a run's calls to one replica, or pass evidence in the body.
-//!
-//! [`RunStops`] holds each run to its stop conditions (`[runs]`, [`rein_core::run`]): the
-//! counts are rein's own, kept in the store, so replicas sharing it stop a run at one count.
-
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Duration;
+//! What rein keeps of each agent run (`x-rein-run-id`: one customer message), in the store so
+//! replicas sharing it see one run: [`RunStops`] holds the run to its stop conditions (`[runs]`,
+//! [`rein_core::run`]) on rein's own counts, and keeps the evidence its tool calls returned
+//! through `POST /v1/tools/{tool}` (per each tool's `evidence` config), which joins the
+//! evidence of the run's later model calls, so a rule such as "every cited article was returned
+//! by search in this run" checks against what the tools really returned rather than what the
+//! caller says they did. A run idle for `[runs] idle_ms` is forgotten; a run keeps its newest
+//! [`rein_store::runs::MAX_EVIDENCE`] items.
 
 use std::sync::Arc;
 
@@ -24,80 +16,8 @@ use rein_store::StoreError;
 use rein_store::runs::RunEvent;
 use rein_store::tools::ToolStore;
 use serde_json::Value;
-use tokio::time::Instant;
 
 use crate::config::RunsConfig;
-
-/// Runs remembered at once.
-pub const MAX_RUNS: usize = 10_000;
-/// Items remembered per run.
-pub const MAX_ITEMS: usize = 1_000;
-/// How long an idle run is remembered.
-pub const IDLE: Duration = Duration::from_secs(3600);
-
-#[derive(Debug)]
-struct Run {
-    items: Vec<EvidenceItem>,
-    touched: Instant,
-}
-
-/// The per-run evidence record.
-#[derive(Debug, Default)]
-pub struct RunEvidence {
-    runs: Mutex<HashMap<String, Run>>,
-}
-
-impl RunEvidence {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Run>> {
-        match self.runs.lock() {
-            Ok(runs) => runs,
-            Err(poisoned) => poisoned.into_inner(),
-        }
-    }
-
-    /// Remember `items` as seen in `run`.
-    pub fn record(&self, run: &str, items: Vec<EvidenceItem>) {
-        if items.is_empty() {
-            return;
-        }
-        let now = Instant::now();
-        let mut runs = self.lock();
-        if !runs.contains_key(run) && runs.len() >= MAX_RUNS {
-            runs.retain(|_, r| now.duration_since(r.touched) < IDLE);
-            if runs.len() >= MAX_RUNS
-                && let Some(oldest) =
-                    runs.iter().min_by_key(|(_, r)| r.touched).map(|(key, _)| key.clone())
-            {
-                runs.remove(&oldest);
-            }
-        }
-        let entry =
-            runs.entry(run.to_string()).or_insert_with(|| Run { items: Vec::new(), touched: now });
-        entry.touched = now;
-        entry.items.extend(items);
-        if entry.items.len() > MAX_ITEMS {
-            let excess = entry.items.len() - MAX_ITEMS;
-            entry.items.drain(..excess);
-        }
-    }
-
-    /// Everything recorded for `run`, oldest first (nothing once it has been idle too long).
-    pub fn items(&self, run: &str) -> Vec<EvidenceItem> {
-        let now = Instant::now();
-        let mut runs = self.lock();
-        match runs.get_mut(run) {
-            Some(entry) if now.duration_since(entry.touched) < IDLE => {
-                entry.touched = now;
-                entry.items.clone()
-            }
-            Some(_) => {
-                runs.remove(run);
-                Vec::new()
-            }
-            None => Vec::new(),
-        }
-    }
-}
 
 /// What a run's next step may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,6 +102,64 @@ impl RunStops {
         }
     }
 
+    /// Forget the runs idle past `idle_ms`, with their evidence; how many.
+    pub async fn prune(&self, config: &RunsConfig) -> Result<u64, StoreError> {
+        let idle = i64::try_from(config.idle.as_millis()).unwrap_or(i64::MAX);
+        self.store.runs_prune(now_ms().saturating_sub(idle)).await
+    }
+
+    /// Keep `items` as seen in `run`.
+    pub async fn record_evidence(
+        &self,
+        run: &str,
+        items: Vec<EvidenceItem>,
+    ) -> Result<(), StoreError> {
+        self.record_evidence_at(run, items, now_ms()).await
+    }
+
+    /// [`RunStops::record_evidence`] at a given wall-clock time (tests).
+    pub async fn record_evidence_at(
+        &self,
+        run: &str,
+        items: Vec<EvidenceItem>,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let values: Vec<Value> = items
+            .iter()
+            .map(|item| serde_json::to_value(item).unwrap_or(Value::Null))
+            .filter(|value| !value.is_null())
+            .collect();
+        self.store.run_evidence_add(run, &values, now).await
+    }
+
+    /// Everything kept for `run`, oldest first (nothing of a run idle for `idle_ms`).
+    pub async fn evidence(
+        &self,
+        config: &RunsConfig,
+        run: &str,
+    ) -> Result<Vec<EvidenceItem>, StoreError> {
+        self.evidence_at(config, run, now_ms()).await
+    }
+
+    /// [`RunStops::evidence`] at a given wall-clock time (tests).
+    pub async fn evidence_at(
+        &self,
+        config: &RunsConfig,
+        run: &str,
+        now: i64,
+    ) -> Result<Vec<EvidenceItem>, StoreError> {
+        let idle = i64::try_from(config.idle.as_millis()).unwrap_or(i64::MAX);
+        let values = self.store.run_evidence(run, now.saturating_sub(idle)).await?;
+        values
+            .into_iter()
+            .map(|value| {
+                serde_json::from_value(value).map_err(|error| {
+                    StoreError::Corrupt(format!("run evidence is not an evidence item: {error}"))
+                })
+            })
+            .collect()
+    }
+
     async fn count(
         &self,
         config: &RunsConfig,
@@ -208,33 +186,55 @@ fn now_ms() -> i64 {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use rein_store::{SqliteToolStore, Store};
+
     use super::*;
+
+    const T0: i64 = 1_700_000_000_000;
+
+    fn stops() -> RunStops {
+        let store = Arc::new(Store::open_in_memory().unwrap());
+        RunStops::new(Arc::new(SqliteToolStore::new(store)))
+    }
+
+    fn config() -> RunsConfig {
+        RunsConfig {
+            limits: rein_core::run::RunLimits::default(),
+            idle: Duration::from_secs(3600),
+            stopped_detail: String::new(),
+        }
+    }
 
     fn item(id: &str) -> EvidenceItem {
         EvidenceItem::new("search", id, "")
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn runs_keep_their_own_items_and_forget_after_an_idle_hour() {
-        let runs = RunEvidence::default();
-        runs.record("a", vec![item("140")]);
-        runs.record("b", vec![item("212")]);
-        runs.record("a", vec![item("118")]);
-        let ids = |run: &str| runs.items(run).into_iter().map(|i| i.id).collect::<Vec<_>>();
-        assert_eq!(ids("a"), ["140", "118"]);
-        assert_eq!(ids("b"), ["212"]);
-        assert!(ids("c").is_empty());
-        tokio::time::advance(IDLE + Duration::from_secs(1)).await;
-        assert!(ids("a").is_empty(), "an idle run is forgotten");
+        let (runs, config) = (stops(), config());
+        runs.record_evidence_at("a", vec![item("140")], T0).await.unwrap();
+        runs.record_evidence_at("b", vec![item("212")], T0).await.unwrap();
+        runs.record_evidence_at("a", vec![item("118")], T0 + 1).await.unwrap();
+        let ids = async |run: &str, at: i64| {
+            let items = runs.evidence_at(&config, run, at).await.unwrap();
+            items.into_iter().map(|i| i.id).collect::<Vec<_>>()
+        };
+        assert_eq!(ids("a", T0 + 2).await, ["140", "118"]);
+        assert_eq!(ids("b", T0 + 2).await, ["212"]);
+        assert!(ids("c", T0 + 2).await.is_empty());
+        assert!(ids("a", T0 + 2 + 3_600_000).await.is_empty(), "an idle run is forgotten");
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_run_keeps_only_its_newest_items() {
-        let runs = RunEvidence::default();
-        let many: Vec<_> = (0..MAX_ITEMS + 5).map(|n| item(&n.to_string())).collect();
-        runs.record("a", many);
-        let items = runs.items("a");
-        assert_eq!(items.len(), MAX_ITEMS);
+        let (runs, config) = (stops(), config());
+        let max = usize::try_from(rein_store::runs::MAX_EVIDENCE).unwrap();
+        let many: Vec<_> = (0..max + 5).map(|n| item(&n.to_string())).collect();
+        runs.record_evidence_at("a", many, T0).await.unwrap();
+        let items = runs.evidence_at(&config, "a", T0).await.unwrap();
+        assert_eq!(items.len(), max);
         assert_eq!(items[0].id, "5");
     }
 }

@@ -18,7 +18,7 @@ use rein_store::tools::ToolStore;
 use rein_tools::{Dispatcher, NoopObserver, ToolObserver};
 
 use crate::config::{Config, ConfigError, ConfigProblem, Secret, process_env};
-use crate::runs::{RunEvidence, RunStops};
+use crate::runs::RunStops;
 pub use crate::upstreams::CONFIG_AUTHOR;
 use crate::upstreams::{BuildError, Upstreams, record_config_settings};
 
@@ -254,7 +254,6 @@ impl RuntimeBuilder {
             env: self.env,
             kill_seen: tokio::sync::Mutex::new(kill_seen),
             reloads: AtomicU64::new(0),
-            runs: RunEvidence::default(),
             stops: RunStops::new(stops_store),
             replay_kick: tokio::sync::Notify::new(),
             fixed,
@@ -299,8 +298,6 @@ pub struct Runtime {
     /// flips apply once each, in the store's order.
     kill_seen: tokio::sync::Mutex<i64>,
     reloads: AtomicU64,
-    /// Evidence from tool calls, by run id, for the checks of later model calls in the run.
-    pub runs: RunEvidence,
     /// Every agent run's stop conditions, counted in the tool store (shared by replicas).
     pub stops: RunStops,
     /// Wakes the outbox replay worker (an approval or an operator's replay made an item due).

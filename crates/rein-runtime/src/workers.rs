@@ -1,7 +1,7 @@
 //! The runtime's background workers, one task each, every one stopping when the stop signal
 //! turns true: the outbox replay (claims due queued writes under a lease and sends each with its
 //! original idempotency key; replicas sharing a Postgres store each run one, leases keep them
-//! apart; once an hour the retention pass) and the kill-switch sync (applies flips recorded by
+//! apart; once an hour the retention pass, idle runs included) and the kill-switch sync (applies flips recorded by
 //! other replicas every `server.kill_sync_ms`).
 
 use std::sync::Arc;
@@ -29,6 +29,11 @@ pub(crate) async fn replay_outbox(runtime: Arc<Runtime>, mut stop: watch::Receiv
             match tools.prune().await {
                 Ok(pruned) => tracing::debug!(?pruned, "retention pass"),
                 Err(error) => tracing::warn!("retention pass failed: {error}"),
+            }
+            // And the runs idle past `runs.idle_ms`, with their evidence.
+            match runtime.stops.prune(&current.config.runs).await {
+                Ok(runs) => tracing::debug!(runs, "idle runs forgotten"),
+                Err(error) => tracing::warn!("run retention pass failed: {error}"),
             }
         }
         let batch = i64::from(current.config.tools.outbox.batch.max(1));

@@ -155,6 +155,14 @@ const MIGRATIONS: &[&str] = &[
         calls INTEGER NOT NULL,
         PRIMARY KEY (run_id, tool, args_hash)
     );",
+    // 6: the evidence a run's tool calls returned, for the checks of its model calls.
+    "CREATE TABLE run_evidence (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL,
+        item TEXT NOT NULL,
+        added_unix_ms INTEGER NOT NULL
+    );
+    CREATE INDEX run_evidence_run ON run_evidence (run_id, id);",
 ];
 
 /// How long a writer waits for another connection's write transaction (another process on the

@@ -9,6 +9,9 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The evidence items a run keeps (the newest).
+pub const MAX_EVIDENCE: i64 = 1_000;
+
 /// One thing a run did, to be counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunEvent<'a> {

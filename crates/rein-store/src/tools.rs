@@ -466,8 +466,25 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
         now_unix_ms: i64,
     ) -> Result<String, StoreError>;
 
-    /// Forget the runs last touched before `before_unix_ms`; how many were forgotten.
+    /// Forget the runs last touched before `before_unix_ms` and the evidence added before it;
+    /// how many runs were forgotten.
     async fn runs_prune(&self, before_unix_ms: i64) -> Result<u64, StoreError>;
+
+    /// Keep `items` (evidence, as JSON) as seen in run `run_id`; a run keeps its newest
+    /// [`crate::runs::MAX_EVIDENCE`] items.
+    async fn run_evidence_add(
+        &self,
+        run_id: &str,
+        items: &[Value],
+        now_unix_ms: i64,
+    ) -> Result<(), StoreError>;
+
+    /// The evidence kept for run `run_id`, oldest first, added at or after `since_unix_ms`.
+    async fn run_evidence(
+        &self,
+        run_id: &str,
+        since_unix_ms: i64,
+    ) -> Result<Vec<Value>, StoreError>;
 
     // ---- gate holds ----
 

@@ -775,8 +775,66 @@ impl ToolStore for PostgresToolStore {
             let gone =
                 execute(&tx, "DELETE FROM runs WHERE touched_unix_ms < $1", &[&before_unix_ms])
                     .await?;
+            execute(&tx, "DELETE FROM run_evidence WHERE added_unix_ms < $1", &[&before_unix_ms])
+                .await?;
             tx.commit().await?;
             Ok(gone)
+        })
+        .await
+    }
+
+    async fn run_evidence_add(
+        &self,
+        run_id: &str,
+        items: &[Value],
+        now_unix_ms: i64,
+    ) -> Result<(), StoreError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        self.transaction(async |tx| {
+            for item in items {
+                execute(
+                    &tx,
+                    "INSERT INTO run_evidence (run_id, item, added_unix_ms) VALUES ($1, $2, $3)",
+                    &[&run_id, &item.to_string(), &now_unix_ms],
+                )
+                .await?;
+            }
+            execute(
+                &tx,
+                "DELETE FROM run_evidence WHERE run_id = $1 AND id NOT IN
+                     (SELECT id FROM run_evidence WHERE run_id = $1 ORDER BY id DESC LIMIT $2)",
+                &[&run_id, &runs::MAX_EVIDENCE],
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn run_evidence(
+        &self,
+        run_id: &str,
+        since_unix_ms: i64,
+    ) -> Result<Vec<Value>, StoreError> {
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let rows = query(
+                &client,
+                "SELECT item FROM run_evidence WHERE run_id = $1 AND added_unix_ms >= $2
+                 ORDER BY id",
+                &[&run_id, &since_unix_ms],
+            )
+            .await?;
+            rows.iter()
+                .map(|row| {
+                    let text: String = row.try_get(0)?;
+                    serde_json::from_str(&text)
+                        .map_err(|error| corrupt(format!("run evidence is not JSON: {error}")))
+                })
+                .collect()
         })
         .await
     }

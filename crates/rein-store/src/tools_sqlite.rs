@@ -664,7 +664,61 @@ impl ToolStore for SqliteToolStore {
             )?;
             let gone =
                 tx.execute("DELETE FROM runs WHERE touched_unix_ms < ?1", [before_unix_ms])?;
+            tx.execute("DELETE FROM run_evidence WHERE added_unix_ms < ?1", [before_unix_ms])?;
             Ok(gone as u64)
+        })
+        .await
+    }
+
+    async fn run_evidence_add(
+        &self,
+        run_id: &str,
+        items: &[Value],
+        now_unix_ms: i64,
+    ) -> Result<(), StoreError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let (run_id, items) = (run_id.to_owned(), items.to_vec());
+        self.write(move |tx| {
+            for item in &items {
+                tx.execute(
+                    "INSERT INTO run_evidence (run_id, item, added_unix_ms) VALUES (?1, ?2, ?3)",
+                    params![run_id, JsonText(item), now_unix_ms],
+                )?;
+            }
+            tx.execute(
+                "DELETE FROM run_evidence WHERE run_id = ?1 AND id NOT IN
+                     (SELECT id FROM run_evidence WHERE run_id = ?1 ORDER BY id DESC LIMIT ?2)",
+                params![run_id, runs::MAX_EVIDENCE],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn run_evidence(
+        &self,
+        run_id: &str,
+        since_unix_ms: i64,
+    ) -> Result<Vec<Value>, StoreError> {
+        let run_id = run_id.to_owned();
+        self.run(move |conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT item FROM run_evidence WHERE run_id = ?1 AND added_unix_ms >= ?2
+                 ORDER BY id",
+            )?;
+            let texts = statement
+                .query_map(params![run_id, since_unix_ms], |row| row.get::<_, String>(0))?
+                .collect::<Result<Vec<String>, _>>()?;
+            texts
+                .iter()
+                .map(|text| {
+                    serde_json::from_str(text).map_err(|error| {
+                        StoreError::Corrupt(format!("run evidence is not JSON: {error}"))
+                    })
+                })
+                .collect()
         })
         .await
     }

@@ -80,6 +80,7 @@ on_both_backends!(
     the_first_stop_of_a_run_is_the_one_that_stands,
     two_replicas_count_one_run,
     runs_prune_forgets_only_idle_runs,
+    a_runs_evidence_is_shared_by_replicas_and_bounded,
 );
 
 /// Where a backend's data lives, so more instances can be opened on it.
@@ -1118,4 +1119,29 @@ async fn runs_prune_forgets_only_idle_runs(backend: Backend) {
     assert_eq!(store.runs_prune(T0 + 50).await.unwrap(), 1);
     assert_eq!(count(store, "old", lookup("a"), T0 + 200).await.same_call, 1, "forgotten");
     assert_eq!(count(store, "new", lookup("a"), T0 + 200).await.same_call, 2, "kept");
+}
+
+async fn a_runs_evidence_is_shared_by_replicas_and_bounded(backend: Backend) {
+    let replica = backend.another().await;
+    let item = |id: &str| json!({"id": id, "source": "search", "text": ""});
+    backend.store.run_evidence_add("r1", &[item("140"), item("118")], T0).await.unwrap();
+    replica.run_evidence_add("r1", &[item("212")], T0 + 10).await.unwrap();
+    replica.run_evidence_add("r2", &[item("999")], T0 + 10).await.unwrap();
+    let ids = |items: Vec<Value>| {
+        items.iter().map(|i| i["id"].as_str().unwrap().to_string()).collect::<Vec<_>>()
+    };
+    let seen = backend.store.run_evidence("r1", T0).await.unwrap();
+    assert_eq!(ids(seen), ["140", "118", "212"], "oldest first, from either replica");
+    let recent = replica.run_evidence("r1", T0 + 5).await.unwrap();
+    assert_eq!(ids(recent), ["212"], "only what was added since");
+    // A run keeps its newest items.
+    let max = usize::try_from(rein_store::runs::MAX_EVIDENCE).unwrap();
+    let many: Vec<Value> = (0..max + 3).map(|n| item(&format!("n{n}"))).collect();
+    backend.store.run_evidence_add("r3", &many, T0).await.unwrap();
+    let kept = backend.store.run_evidence("r3", T0).await.unwrap();
+    assert_eq!(kept.len(), max);
+    assert_eq!(kept[0]["id"], "n3");
+    // Pruned with the runs' idle time.
+    backend.store.runs_prune(T0 + 5).await.unwrap();
+    assert_eq!(ids(backend.store.run_evidence("r1", 0).await.unwrap()), ["212"]);
 }

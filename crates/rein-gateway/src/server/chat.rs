@@ -51,7 +51,7 @@ async fn handle(gateway: Arc<Gateway>, api: Api, headers: HeaderMap, body: Body)
     let (request_id, admitted) = intake::admit(&runtime, &headers, body).await;
     let prepared = admitted
         .map_err(|refusal| refused(api, refusal, &runtime.config.server, &request_id))
-        .and_then(|call| prepare(&gateway, api, call, &request_id));
+        .and_then(|call| prepare(api, call, &request_id));
     let prepared = match prepared {
         Ok((parsed, ctx)) => counted(&gateway, &runtime, api, parsed, ctx, &request_id).await,
         Err(error) => Err(error),
@@ -75,12 +75,7 @@ async fn handle(gateway: Arc<Gateway>, api: Api, headers: HeaderMap, body: Body)
 }
 
 /// The admitted call's body parsed in the caller's format, and its evidence in the context.
-fn prepare(
-    gateway: &Gateway,
-    api: Api,
-    call: Admitted,
-    request_id: &str,
-) -> Result<(Parsed, CallContext), ApiError> {
+fn prepare(api: Api, call: Admitted, request_id: &str) -> Result<(Parsed, CallContext), ApiError> {
     let Admitted { mut ctx, body } = call;
     let mut parsed = match api {
         Api::OpenAi => wire::openai::parse_request(&body).map(|p| Parsed {
@@ -100,16 +95,7 @@ fn prepare(
     }
     .map_err(|error| ApiError::wire(api, &error, request_id))?;
 
-    let mut evidence = std::mem::take(&mut parsed.evidence);
-    // What the run's tool calls returned through rein comes first, then what the caller sent.
-    if let Some(run) = &ctx.run_id {
-        let mut items = gateway.runtime.runs.items(run);
-        if !items.is_empty() {
-            items.extend(evidence.items().iter().cloned());
-            evidence = Evidence::from_items(items);
-        }
-    }
-    ctx.evidence = evidence;
+    ctx.evidence = std::mem::take(&mut parsed.evidence);
     Ok((parsed, ctx))
 }
 
@@ -123,7 +109,20 @@ async fn counted(
     mut ctx: CallContext,
     request_id: &str,
 ) -> Result<(Parsed, CallContext), ApiError> {
-    let step = gateway.runtime.stops.model_call(&runtime.config.runs, &ctx).await;
+    let Some(run) = ctx.run_id.clone() else { return Ok((parsed, ctx)) };
+    let stops = &gateway.runtime.stops;
+    let unavailable = |error: rein_store::StoreError| {
+        tracing::error!(request_id, "run store failed: {error}");
+        let message = "rein's run store is unavailable; the call was not made.";
+        ApiError::new(api, ErrorKind::Unavailable, message, request_id)
+    };
+    // What the run's tool calls returned through rein comes first, then what the caller sent.
+    let mut items = stops.evidence(&runtime.config.runs, &run).await.map_err(unavailable)?;
+    if !items.is_empty() {
+        items.extend(ctx.evidence.items().iter().cloned());
+        ctx.evidence = Evidence::from_items(items);
+    }
+    let step = stops.model_call(&runtime.config.runs, &ctx).await;
     match step {
         Ok(RunStep::Go { .. }) => {}
         Ok(RunStep::Stopped { status, now }) => {
@@ -132,11 +131,7 @@ async fn counted(
             }
             ctx.run_stopped = Some(status);
         }
-        Err(error) => {
-            tracing::error!(request_id, "run store failed: {error}");
-            let message = "rein's run store is unavailable; the call was not made.";
-            return Err(ApiError::new(api, ErrorKind::Unavailable, message, request_id));
-        }
+        Err(error) => return Err(unavailable(error)),
     }
     Ok((parsed, ctx))
 }

@@ -121,7 +121,8 @@ async fn dispatch(
         .map_err(|failure| tool_error(&failure, tool, request_id))?;
     let mut run_status = None;
     if let Some(run) = &ctx.run_id {
-        gateway.runtime.runs.record(run, runtime.tools.evidence_of(tool, &outcome.envelope));
+        let items = runtime.tools.evidence_of(tool, &outcome.envelope);
+        stops.record_evidence(run, items).await.map_err(store_down)?;
         let error = (outcome.status != ToolStatus::Ok).then(|| failure_of(&outcome.envelope));
         run_status = stops
             .tool_result(runs, &ctx, tool, same_call, error.as_deref())

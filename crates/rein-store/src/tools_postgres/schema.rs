@@ -94,6 +94,14 @@ const MIGRATIONS: &[&str] = &[
         calls BIGINT NOT NULL,
         PRIMARY KEY (run_id, tool, args_hash)
     );",
+    // 5: the evidence a run's tool calls returned, for the checks of its model calls.
+    "CREATE TABLE run_evidence (
+        id BIGSERIAL PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        item TEXT NOT NULL,
+        added_unix_ms BIGINT NOT NULL
+    );
+    CREATE INDEX run_evidence_run ON run_evidence (run_id, id);",
 ];
 
 /// The advisory lock key that serializes migrations ("reinschm" in ASCII).

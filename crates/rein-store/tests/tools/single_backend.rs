@@ -146,16 +146,16 @@ async fn postgres_replicas_starting_at_once_migrate_once() {
         .collect();
     for connect in connects {
         let store = connect.await.unwrap().unwrap();
-        assert_eq!(store.schema_version().await.unwrap(), 4);
+        assert_eq!(store.schema_version().await.unwrap(), 5);
     }
     let client = raw_client(&url).await;
     let rows = client.query("SELECT version FROM rein_schema", &[]).await.unwrap();
-    assert_eq!(rows.len(), 4, "each migration applied once");
+    assert_eq!(rows.len(), 5, "each migration applied once");
 
     // A database migrated by a newer rein is refused, not written to.
     client.execute("INSERT INTO rein_schema VALUES (999, 0)", &[]).await.unwrap();
     match PostgresToolStore::connect(&url).await {
-        Err(StoreError::TooNew { found: 999, known: 4 }) => {}
+        Err(StoreError::TooNew { found: 999, known: 5 }) => {}
         other => panic!("expected TooNew, got {other:?}"),
     }
 }

@@ -103,6 +103,23 @@ impl ToolStore for TestStore {
         self.inner.runs_prune(before_unix_ms).await
     }
 
+    async fn run_evidence_add(
+        &self,
+        run_id: &str,
+        items: &[serde_json::Value],
+        now_unix_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.inner.run_evidence_add(run_id, items, now_unix_ms).await
+    }
+
+    async fn run_evidence(
+        &self,
+        run_id: &str,
+        since_unix_ms: i64,
+    ) -> Result<Vec<serde_json::Value>, StoreError> {
+        self.inner.run_evidence(run_id, since_unix_ms).await
+    }
+
     async fn outbox_enqueue(
         &self,
         item: &NewOutboxItem,
