@@ -55,10 +55,6 @@ impl OwnedEvent {
     }
 }
 
-/// The columns of `runs` every backend reads, in [`RunRow`]'s order.
-pub(crate) const RUN_COLUMNS: &str = "conversation_id, first_unix_ms, touched_unix_ms, \
-     model_calls, tool_calls, last_error, same_error, stopped";
-
 /// A run's counts after an event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunCounts {

@@ -29,10 +29,10 @@ use self::failure::{Failure, Redaction, corrupt, describe};
 use rein_core::KillFlip;
 
 use crate::StoreError;
-use crate::runs::{self, RUN_COLUMNS, RunCounts, RunEvent, RunRow};
+use crate::runs::{self, RunCounts, RunEvent};
 use crate::tools::rows::{
-    self, CACHE_COLUMNS, Columns, HOLD_COLUMNS, KEY_COLUMNS, OUTBOX_COLUMNS, STANDING_COLUMNS,
-    Unreadable,
+    self, CACHE_COLUMNS, Columns, HOLD_COLUMNS, KEY_COLUMNS, OUTBOX_COLUMNS, RUN_COLUMNS,
+    STANDING_COLUMNS, Unreadable,
 };
 use crate::tools::rules::{self, DecisionEffect, ItemStanding, KeyChange, KeyStep, Replay};
 use crate::tools::{
@@ -690,7 +690,7 @@ impl ToolStore for PostgresToolStore {
             .await?;
             let select = format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = $1 FOR UPDATE");
             let stored = match query_opt(&tx, &select, &[&run_id]).await? {
-                Some(row) if inserted == 0 => Some(run_row(&row)?),
+                Some(row) if inserted == 0 => Some(rows::run_row(&row)?),
                 _ => None,
             };
             let (row, fresh) = runs::step(stored, conversation_id, event, now_unix_ms, idle_ms);
@@ -821,20 +821,14 @@ impl ToolStore for PostgresToolStore {
     ) -> Result<Vec<Value>, StoreError> {
         self.guard(async {
             let client = self.pool.get().await?;
-            let rows = query(
+            let found = query(
                 &client,
                 "SELECT item FROM run_evidence WHERE run_id = $1 AND added_unix_ms >= $2
                  ORDER BY id",
                 &[&run_id, &since_unix_ms],
             )
             .await?;
-            rows.iter()
-                .map(|row| {
-                    let text: String = row.try_get(0)?;
-                    serde_json::from_str(&text)
-                        .map_err(|error| corrupt(format!("run evidence is not JSON: {error}")))
-                })
-                .collect()
+            found.iter().map(|row| rows::json(row, 0)).collect()
         })
         .await
     }
@@ -988,20 +982,6 @@ impl ToolStore for PostgresToolStore {
         })
         .await
     }
-}
-
-/// A `runs` row, read in [`RUN_COLUMNS`]'s order.
-fn run_row(row: &Row) -> Result<RunRow, Failure> {
-    Ok(RunRow {
-        conversation_id: row.try_get(0)?,
-        first_unix_ms: row.try_get(1)?,
-        touched_unix_ms: row.try_get(2)?,
-        model_calls: row.try_get(3)?,
-        tool_calls: row.try_get(4)?,
-        last_error: row.try_get(5)?,
-        same_error: row.try_get(6)?,
-        stopped: row.try_get(7)?,
-    })
 }
 
 #[cfg(test)]

@@ -19,10 +19,10 @@ use serde_json::Value;
 
 use rein_core::KillFlip;
 
-use crate::runs::{self, OwnedEvent, RUN_COLUMNS, RunCounts, RunEvent, RunRow};
+use crate::runs::{self, OwnedEvent, RunCounts, RunEvent};
 use crate::tools::rows::{
-    self, CACHE_COLUMNS, Columns, HOLD_COLUMNS, KEY_COLUMNS, OUTBOX_COLUMNS, STANDING_COLUMNS,
-    Unreadable,
+    self, CACHE_COLUMNS, Columns, HOLD_COLUMNS, KEY_COLUMNS, OUTBOX_COLUMNS, RUN_COLUMNS,
+    STANDING_COLUMNS, Unreadable,
 };
 use crate::tools::rules::{self, DecisionEffect, ItemStanding, KeyChange, KeyStep, Replay};
 use crate::tools::{
@@ -592,7 +592,7 @@ impl ToolStore for SqliteToolStore {
         let event = OwnedEvent::of(event);
         self.write(move |tx| {
             let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1");
-            let stored = tx.query_row(&sql, [&run_id], run_row).optional()?;
+            let stored = tx.query_row(&sql, [&run_id], |row| rows::run_row(row)).optional()?;
             let (row, fresh) =
                 runs::step(stored, conversation.as_deref(), event.event(), now_unix_ms, idle_ms);
             if fresh {
@@ -708,17 +708,10 @@ impl ToolStore for SqliteToolStore {
                 "SELECT item FROM run_evidence WHERE run_id = ?1 AND added_unix_ms >= ?2
                  ORDER BY id",
             )?;
-            let texts = statement
-                .query_map(params![run_id, since_unix_ms], |row| row.get::<_, String>(0))?
-                .collect::<Result<Vec<String>, _>>()?;
-            texts
-                .iter()
-                .map(|text| {
-                    serde_json::from_str(text).map_err(|error| {
-                        StoreError::Corrupt(format!("run evidence is not JSON: {error}"))
-                    })
-                })
-                .collect()
+            let items = statement
+                .query_map(params![run_id, since_unix_ms], |row| rows::json(row, 0))?
+                .collect::<Result<Vec<Value>, _>>()?;
+            Ok(items)
         })
         .await
     }
@@ -823,18 +816,4 @@ impl ToolStore for SqliteToolStore {
         })
         .await
     }
-}
-
-/// A `runs` row, read in [`RUN_COLUMNS`]'s order.
-fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
-    Ok(RunRow {
-        conversation_id: row.get(0)?,
-        first_unix_ms: row.get(1)?,
-        touched_unix_ms: row.get(2)?,
-        model_calls: row.get(3)?,
-        tool_calls: row.get(4)?,
-        last_error: row.get(5)?,
-        same_error: row.get(6)?,
-        stopped: row.get(7)?,
-    })
 }

@@ -118,6 +118,11 @@ impl Dispatcher {
         self
     }
 
+    /// Whether a tool of this name is configured.
+    pub fn has_tool(&self, name: &str) -> bool {
+        self.plan.tools.contains_key(name)
+    }
+
     /// The configured tools and their kinds.
     pub fn tools(&self) -> Vec<(String, ToolKind)> {
         self.plan.tools.values().map(|tool| (tool.name.clone(), tool.kind)).collect()

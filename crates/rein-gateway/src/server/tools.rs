@@ -101,8 +101,7 @@ async fn dispatch(
     let stops = &gateway.runtime.stops;
     let runs = &runtime.config.runs;
     let store_down = |error| tool_error(&ToolError::Store(error), tool, request_id);
-    let known = runtime.tools.tools().iter().any(|(name, _)| name == tool);
-    let same_call = match known {
+    let same_call = match runtime.tools.has_tool(tool) {
         true => match stops.tool_call(runs, &ctx, tool, &args).await.map_err(store_down)? {
             RunStep::Go { same_call } => same_call,
             RunStep::Stopped { status, now } => {

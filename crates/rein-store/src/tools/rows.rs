@@ -1,4 +1,4 @@
-//! Reading the tool tables' rows into the public structs, written once for both backends. Both
+//! Reading the tool and run tables' rows into their structs, written once for both backends. Both
 //! select the same columns in the same order (the `*_COLUMNS` lists here, which the readers
 //! below index by position) and give their row type the typed reads of [`Columns`]; each
 //! backend keeps its own errors for a value that cannot be read ([`Columns::unreadable`]). JSON
@@ -8,6 +8,7 @@ use std::fmt;
 
 use serde_json::Value;
 
+use crate::runs::RunRow;
 use crate::tools::rules::{ItemStanding, KeyRecord};
 use crate::tools::{CachedResult, Hold, HoldState, KeyState, OutboxItem, OutboxState, OutboxStats};
 
@@ -29,6 +30,10 @@ pub(crate) const STANDING_COLUMNS: &str = "state, review, idempotency_key, lease
 
 /// A cache entry's columns, as [`cached`] reads them.
 pub(crate) const CACHE_COLUMNS: &str = "result, captured_unix_ms";
+
+/// A run's columns, as [`run_row`] reads them.
+pub(crate) const RUN_COLUMNS: &str = "conversation_id, first_unix_ms, touched_unix_ms, \
+     model_calls, tool_calls, last_error, same_error, stopped";
 
 /// A backend's result row, read by column position.
 pub(crate) trait Columns {
@@ -96,6 +101,20 @@ fn outbox_state<R: Columns>(row: &R, index: usize, review: usize) -> Result<Outb
     let review = row.flag(review)?;
     OutboxState::from_row(&name, review)
         .ok_or_else(|| R::unreadable(index, Unreadable::State(name)))
+}
+
+/// A run's row from its [`RUN_COLUMNS`].
+pub(crate) fn run_row<R: Columns>(row: &R) -> Result<RunRow, R::Error> {
+    Ok(RunRow {
+        conversation_id: row.text_opt(0)?,
+        first_unix_ms: row.int(1)?,
+        touched_unix_ms: row.int(2)?,
+        model_calls: row.int(3)?,
+        tool_calls: row.int(4)?,
+        last_error: row.text_opt(5)?,
+        same_error: row.int(6)?,
+        stopped: row.text_opt(7)?,
+    })
 }
 
 /// An outbox item from its [`OUTBOX_COLUMNS`].
