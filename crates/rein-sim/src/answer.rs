@@ -8,6 +8,10 @@
 //! objects, split into short chunks. The hash covers the conversation only (system prompt,
 //! messages, tool calls and results), not the model or the endpoint, so every tier and both
 //! wire formats give the same answer to the same conversation.
+//!
+//! A scenario's reply rule ([`Scripted`]) replaces a text answer's words: its text exactly,
+//! split into tokens the same way (one word plus its space; no prefix, no [`SENTINEL`]), each
+//! token with the rule's log probability when it sets one.
 
 use rein_core::{StopReason, Usage};
 use serde_json::{Value, json};
@@ -53,7 +57,7 @@ pub fn healthy_answer(request_body: &Value) -> HealthyAnswer {
             usage: Usage::default(),
         };
     };
-    let plan = Plan::build(&request, None, None);
+    let plan = Plan::build(&request, None, None, None);
     let joined = plan.tokens.concat();
     let (text, tool_call) = match &plan.kind {
         Kind::ToolCall { name, .. } => {
@@ -90,6 +94,15 @@ pub(crate) struct Plan {
     pub tokens: Vec<String>,
     pub stop: Stop,
     pub input_tokens: u32,
+    /// The log probability of every token, when a reply rule sets one.
+    pub fixed_logprob: Option<f64>,
+}
+
+/// The text a scenario's reply rule answers, and the log probability of its tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Scripted {
+    pub text: String,
+    pub logprob: Option<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -111,25 +124,36 @@ impl Plan {
     /// The answer to `request`, changed by `shape` (`reject_prefill` has no effect here: the
     /// server answers a prefill with an error before planning). `say` is the exact text to
     /// answer instead of the healthy one (never a tool call), in 5-character tokens; a shape
-    /// still applies to it.
-    pub(crate) fn build(request: &SimRequest, shape: Option<Shape>, say: Option<&str>) -> Plan {
+    /// still applies to it. `scripted` is a reply rule's text, in word tokens, used when there
+    /// is no `say` and the shape is no refusal (the caller only scripts text answers).
+    pub(crate) fn build(
+        request: &SimRequest,
+        shape: Option<Shape>,
+        say: Option<&str>,
+        scripted: Option<&Scripted>,
+    ) -> Plan {
         let digest = conversation_hash(request);
         let hash = format!("{:08x}", (digest >> 32) as u32 ^ digest as u32);
         let input_tokens = request.input_tokens();
-        let (kind, tokens, mut stop) = match (shape, say) {
-            (Some(Shape::Refusal), Some(text)) => (Kind::Refusal, json_tokens(text), Stop::Refusal),
+        let scripted = scripted.filter(|_| say.is_none() && shape != Some(Shape::Refusal));
+        let given = match (say, scripted) {
+            (Some(text), _) => Some(json_tokens(text)),
+            (None, Some(scripted)) => Some(word_tokens(&scripted.text)),
+            (None, None) => None,
+        };
+        let (kind, tokens, mut stop) = match (shape, given) {
+            (Some(Shape::Refusal), Some(tokens)) => (Kind::Refusal, tokens, Stop::Refusal),
             (Some(Shape::Refusal), None) => (Kind::Refusal, refusal_tokens(&hash), Stop::Refusal),
-            (Some(Shape::CodeFence), _) => {
-                let json = match say {
-                    Some(text) => text.to_owned(),
-                    None => json_answer(request, digest, &hash),
-                };
+            (Some(Shape::CodeFence), given) => {
                 let mut tokens = vec!["```json\n".to_owned()];
-                tokens.extend(json_tokens(&json));
+                match given {
+                    Some(given) => tokens.extend(given),
+                    None => tokens.extend(json_tokens(&json_answer(request, digest, &hash))),
+                }
                 tokens.push("\n```".to_owned());
                 (Kind::Text, tokens, Stop::EndTurn)
             }
-            (_, Some(text)) => (Kind::Text, json_tokens(text), Stop::EndTurn),
+            (_, Some(tokens)) => (Kind::Text, tokens, Stop::EndTurn),
             _ => match tool_to_call(request) {
                 Some((name, schema)) => {
                     let arguments = schema::example(&schema, "arg").to_string();
@@ -159,7 +183,8 @@ impl Plan {
             tokens.truncate(limit);
             stop = Stop::MaxTokens;
         }
-        Plan { hash, kind, tokens, stop, input_tokens }
+        let fixed_logprob = scripted.and_then(|s| s.logprob);
+        Plan { hash, kind, tokens, stop, input_tokens, fixed_logprob }
     }
 
     /// The plan as a model continues it from `prefill`, the start of its answer given as an
@@ -182,11 +207,21 @@ impl Plan {
         self.tokens.concat()
     }
 
-    /// A deterministic log probability for the token at `index`, in (-0.5, 0].
+    /// The log probability of the token at `index`: the reply rule's, else a deterministic
+    /// one in (-0.5, 0].
     pub(crate) fn logprob(&self, index: usize) -> f64 {
+        if let Some(logprob) = self.fixed_logprob {
+            return logprob;
+        }
         let h = splitmix64(fnv1a(self.hash.as_bytes()) ^ index as u64);
         -((h % 5000) as f64) / 10_000.0
     }
+}
+
+/// True when the answer to `request` is text: no tool call and no JSON (what a reply rule may
+/// script).
+pub(crate) fn answers_text(request: &SimRequest) -> bool {
+    matches!(request.output, OutputFormat::Text) && tool_to_call(request).is_none()
 }
 
 /// Which tool the answer calls, if any: the named one when the tool choice names one, the
@@ -218,6 +253,11 @@ fn text_tokens(digest: u64, hash: &str) -> Vec<String> {
     tokens.extend((1..=words).map(|i| format!("w{i} ")));
     tokens.push(SENTINEL.to_owned());
     tokens
+}
+
+/// Text split as text answers are: one word plus the space after it per token.
+fn word_tokens(text: &str) -> Vec<String> {
+    text.split_inclusive(' ').map(str::to_owned).collect()
 }
 
 fn refusal_tokens(hash: &str) -> Vec<String> {
@@ -370,5 +410,29 @@ mod tests {
     fn hash_is_stable() {
         // Pinned: changing the hash changes every recorded answer.
         assert_eq!(fnv1a(b"rein"), 0x4d01_791f_bff4_de4f);
+    }
+
+    #[test]
+    fn scripted_text_is_split_into_words_with_its_logprob() {
+        let request = SimRequest::parse(None, &body("is intensive care covered?")).unwrap();
+        let scripted = Scripted { text: "not  covered".into(), logprob: Some(-0.05) };
+        let plan = Plan::build(&request, None, None, Some(&scripted));
+        assert_eq!(plan.tokens, ["not ", " ", "covered"]);
+        assert_eq!(plan.stop, Stop::EndTurn);
+        assert_eq!(plan.output_tokens(), 3);
+        assert!((0..3).all(|i| plan.logprob(i) == -0.05));
+        // Without a logprob: the usual deterministic ones.
+        let usual = Scripted { logprob: None, ..scripted.clone() };
+        let plan = Plan::build(&request, None, None, Some(&usual));
+        assert_eq!(plan.content(), "not  covered");
+        assert!((-0.5..=0.0).contains(&plan.logprob(0)));
+        // `say` and `refusal` win; `max_tokens` cuts.
+        let said = Plan::build(&request, None, Some("said"), Some(&scripted));
+        assert_eq!((said.content(), said.fixed_logprob), ("said".to_owned(), None));
+        let refused = Plan::build(&request, Some(Shape::Refusal), None, Some(&scripted));
+        assert!(matches!(refused.kind, Kind::Refusal));
+        assert!(refused.content().contains("sim refusal"));
+        let half = Plan::build(&request, Some(Shape::MaxTokens), None, Some(&scripted));
+        assert_eq!((half.content(), half.stop), ("not ".to_owned(), Stop::MaxTokens));
     }
 }

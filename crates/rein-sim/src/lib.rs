@@ -5,9 +5,9 @@
 //!
 //! A request's fault comes from, in order: the `x-sim-fault` header, a `model` of the form
 //! `sim:<spec>`, the active [`Scenario`] phase. See [`FaultSpec`] for the spec language.
-//! Healthy answers are deterministic (see [`healthy_answer`]), and every request lands in an
-//! attempt log ([`LogEntry`]). Admin routes: `GET /_sim/log`, `POST /_sim/reset`,
-//! `GET /_sim/health`.
+//! Healthy answers are deterministic (see [`healthy_answer`]) unless a scenario's reply rule
+//! ([`ReplyRule`]) scripts what they say, and every request lands in an attempt log
+//! ([`LogEntry`]). Admin routes: `GET /_sim/log`, `POST /_sim/reset`, `GET /_sim/health`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), rein_sim::SimError> {
@@ -49,7 +49,7 @@ pub use fault::{
 };
 pub use log::{FaultSource, LogEntry};
 pub use respond::FAULT_HEADER;
-pub use scenario::{Phase, PhaseFaults, Scenario, ScenarioError};
+pub use scenario::{Phase, PhaseFaults, ReplyRule, Scenario, ScenarioError};
 
 /// How to run the simulator.
 #[derive(Debug, Clone, Default)]

@@ -36,6 +36,9 @@ pub struct LogEntry {
     pub script_step: Option<u32>,
     /// The scenario phase in force, if any (whether or not it applied to this request).
     pub phase: Option<String>,
+    /// The scenario `[[reply]]` rule (0-based) whose text answered, if any.
+    #[serde(default)]
+    pub reply_rule: Option<u32>,
     /// Hash of (model, messages, path): requests with the same key walk one script.
     pub sequence_key: String,
     /// The status sent; absent when no response was sent (`reset`, `hang`).

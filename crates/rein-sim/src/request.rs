@@ -155,6 +155,12 @@ impl SimRequest {
         self.turns.last().filter(|t| t.role == "user").map(|t| t.text.as_str())
     }
 
+    /// The text of the conversation's last user turn, wherever it is (tool results and an
+    /// assistant prefill may follow it): what a scenario's reply rules look at.
+    pub(crate) fn last_user_message(&self) -> Option<&str> {
+        self.turns.iter().rev().find(|t| t.role == "user").map(|t| t.text.as_str())
+    }
+
     /// A rough token count of the prompt: its words.
     pub(crate) fn input_tokens(&self) -> u32 {
         let words: usize = self.turns.iter().map(|t| t.text.split_whitespace().count()).sum();

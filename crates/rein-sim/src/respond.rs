@@ -1,7 +1,8 @@
 //! Answering one provider request: choose the fault (header, then `sim:` model, then scenario
 //! phase; scripts walk by sequence key), log the attempt, and build the reply in the request's
 //! wire format: an error, a dropped connection, silence, or an answer sent whole, paced or
-//! broken.
+//! broken. An answer's text comes from the fault's `say`, else the scenario's first matching
+//! reply rule (text answers only), else the deterministic healthy answer.
 
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
 use rein_core::WireFormat;
 use serde_json::Value;
 
-use crate::answer::{Plan, fnv1a};
+use crate::answer::{Plan, answers_text, fnv1a};
 use crate::body::{Chunk, SimBody};
 use crate::fault::{ErrorFault, ErrorKind, FaultSpec, Outcome, Shape, Step, Transport};
 use crate::log::{FaultSource, LogEntry};
@@ -165,7 +166,17 @@ pub(crate) async fn provider(shared: &Shared, endpoint: Endpoint, req: Incoming)
         sleep(first_wait).await;
         return replier.error(entry, &ErrorFault::of(ErrorKind::PrefillRejected), &model);
     }
-    let plan = Plan::build(&request, shape.filter(|s| *s != Shape::RejectPrefill), say);
+    // A reply rule scripts text answers that neither `say` nor `refusal` replaces.
+    let scripted = match (say, request.last_user_message()) {
+        (None, Some(text)) if shape != Some(Shape::Refusal) && answers_text(&request) => {
+            shared.scripted_reply(&model, text)
+        }
+        _ => None,
+    };
+    entry.reply_rule =
+        scripted.as_ref().map(|(index, _)| u32::try_from(*index).unwrap_or(u32::MAX));
+    let shape = shape.filter(|s| *s != Shape::RejectPrefill);
+    let plan = Plan::build(&request, shape, say, scripted.as_ref().map(|(_, s)| s));
     let plan = match request.prefill() {
         Some(prefill) => plan.continued(prefill),
         None => plan,
@@ -410,6 +421,7 @@ fn new_entry(
         script: None,
         script_step: None,
         phase: None,
+        reply_rule: None,
         sequence_key: sequence_key("", &Value::Null, &req.path),
         status: None,
         request_id: Some(request_id.to_owned()),

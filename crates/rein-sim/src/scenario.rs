@@ -1,5 +1,6 @@
 //! Scenarios: a timeline of phases, each serving one fault spec or a seeded weighted mix of
-//! them, starting when the simulator starts (and again on `POST /_sim/reset`).
+//! them, starting when the simulator starts (and again on `POST /_sim/reset`); and reply rules,
+//! which script what the answer to a request says.
 //!
 //! ```toml
 //! name = "brownout"
@@ -24,12 +25,32 @@
 //! [[phase]]
 //! name = "recovered"            # the last phase may omit duration_s: it lasts forever
 //! fault = "ok"
+//!
+//! [[reply]]
+//! contains = "intensive care"   # in the last user message, ignoring case (required)
+//! models = ["small*"]           # optional: only these models (a trailing * matches a prefix)
+//! texts = ["covered", "not_covered"] # the n-th answer by this rule says texts[n % len]
+//! logprob = -0.05               # optional: every token's log probability (<= 0)
+//!
+//! [[reply]]
+//! contains = "dental"
+//! text = "covered"              # one text for every answer by this rule
 //! ```
 //!
 //! Requests that a phase's `models` / `format` filters exclude are healthy during that phase.
 //! After the last phase ends (when it has a duration and `repeat` is off) every request is
 //! healthy. The n-th request inside a mixed phase always draws the same fault for the same
 //! seed, so a drill is reproducible when its requests arrive in the same order.
+//!
+//! Reply rules are tried in order and the first that matches a request answers it: the answer
+//! says exactly the rule's text, one token per word (with its space), with end of turn as its
+//! stop reason (unless the request's own `max_tokens` cuts it); OpenAI logprobs, when asked,
+//! carry the rule's `logprob`. Rules apply only where the answer would be text (not a tool
+//! call, not JSON), and yield to a fault's `say` text and `refusal`; every other fault still
+//! applies (an error status answers instead, `cut` cuts the rule's tokens). A rule with `texts`
+//! counts the requests it answers (errors and dropped connections answer none), from the start
+//! and again from each reset. A scenario may have reply rules and no phases: then only the
+//! rules change anything.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -46,6 +67,7 @@ pub struct Scenario {
     name: Option<String>,
     repeat: bool,
     phases: Vec<Phase>,
+    replies: Vec<ReplyRule>,
 }
 
 /// One phase of a scenario.
@@ -62,6 +84,20 @@ pub struct Phase {
     pub format: Option<WireFormat>,
     /// Only requests for these models get the phase's faults (empty: all models).
     pub models: Vec<String>,
+}
+
+/// A `[[reply]]` rule: what the answer says to a request whose last user message contains a
+/// phrase.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplyRule {
+    /// The phrase, matched ignoring case against the last user message's text.
+    pub contains: String,
+    /// Only requests for these models (empty: all models).
+    pub models: Vec<String>,
+    /// The answers, used in turn (`text = ".."` is a list of one); never empty.
+    pub texts: Vec<String>,
+    /// The log probability of every token of the answer; `None`: the usual deterministic ones.
+    pub logprob: Option<f64>,
 }
 
 /// What a phase serves.
@@ -95,6 +131,18 @@ struct RawScenario {
     repeat: Option<bool>,
     #[serde(default)]
     phase: Vec<RawPhase>,
+    #[serde(default)]
+    reply: Vec<RawReply>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReply {
+    contains: Option<String>,
+    models: Option<Vec<String>>,
+    text: Option<String>,
+    texts: Option<Vec<String>>,
+    logprob: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -122,11 +170,11 @@ impl Scenario {
     pub fn from_toml_str(text: &str) -> Result<Scenario, ScenarioError> {
         let raw: RawScenario =
             toml::from_str(text).map_err(|e| ScenarioError::Toml(e.to_string()))?;
-        if raw.phase.is_empty() {
-            return Err(invalid("phase", "a scenario needs at least one [[phase]]"));
+        if raw.phase.is_empty() && raw.reply.is_empty() {
+            return Err(invalid("phase", "a scenario needs at least one [[phase]] or [[reply]]"));
         }
         let repeat = raw.repeat.unwrap_or(false);
-        let last = raw.phase.len() - 1;
+        let last = raw.phase.len().saturating_sub(1);
         let mut phases = Vec::with_capacity(raw.phase.len());
         for (i, p) in raw.phase.into_iter().enumerate() {
             let key = format!("phase[{i}]");
@@ -177,15 +225,7 @@ impl Scenario {
                 }
             };
             let models = p.models.unwrap_or_default();
-            for (j, model) in models.iter().enumerate() {
-                let stem = model.strip_suffix('*').unwrap_or(model);
-                if model.is_empty() || stem.contains('*') {
-                    return Err(invalid(
-                        format!("{key}.models[{j}]"),
-                        "a model name, optionally ending in * to match a prefix",
-                    ));
-                }
-            }
+            check_models(&key, &models)?;
             phases.push(Phase {
                 name: p.name.unwrap_or_else(|| key.clone()),
                 duration,
@@ -195,7 +235,13 @@ impl Scenario {
                 models,
             });
         }
-        Ok(Scenario { name: raw.name, repeat, phases })
+        let replies = raw
+            .reply
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| parse_reply(&format!("reply[{i}]"), r))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Scenario { name: raw.name, repeat, phases, replies })
     }
 
     /// Reads and parses a scenario file.
@@ -209,8 +255,21 @@ impl Scenario {
         self.name.as_deref()
     }
 
+    /// The phases, in order; possibly none (a scenario of reply rules only).
     pub fn phases(&self) -> &[Phase] {
         &self.phases
+    }
+
+    /// The reply rules, in the order they are tried.
+    pub fn replies(&self) -> &[ReplyRule] {
+        &self.replies
+    }
+
+    /// The first reply rule matching a request for `model` whose last user message says
+    /// `last_user_text`, with its index.
+    pub fn reply_for(&self, model: &str, last_user_text: &str) -> Option<(usize, &ReplyRule)> {
+        let text = last_user_text.to_lowercase();
+        self.replies.iter().enumerate().find(|(_, rule)| rule.matches_lowercase(model, &text))
     }
 
     /// The phase in force `elapsed` after the timeline started, with its index; `None` once
@@ -242,11 +301,7 @@ impl Phase {
         {
             return false;
         }
-        self.models.is_empty()
-            || self.models.iter().any(|m| match m.strip_suffix('*') {
-                Some(prefix) => model.starts_with(prefix),
-                None => model == m,
-            })
+        models_match(&self.models, model)
     }
 
     /// The spec for the `draw`-th request in this phase (the phase being the `index`-th);
@@ -269,6 +324,83 @@ impl Phase {
             }
         }
     }
+}
+
+impl ReplyRule {
+    /// True when this rule answers a request for `model` whose last user message says
+    /// `last_user_text`.
+    pub fn matches(&self, model: &str, last_user_text: &str) -> bool {
+        self.matches_lowercase(model, &last_user_text.to_lowercase())
+    }
+
+    fn matches_lowercase(&self, model: &str, lowercase_text: &str) -> bool {
+        models_match(&self.models, model) && lowercase_text.contains(&self.contains.to_lowercase())
+    }
+
+    /// The text of the `n`-th answer (0-based) by this rule.
+    pub fn text(&self, n: u64) -> &str {
+        let len = self.texts.len().max(1) as u64;
+        self.texts.get((n % len) as usize).map_or("", String::as_str)
+    }
+}
+
+/// True when `models` is empty or one of its names (a trailing * matches a prefix) is `model`.
+fn models_match(models: &[String], model: &str) -> bool {
+    models.is_empty()
+        || models.iter().any(|m| match m.strip_suffix('*') {
+            Some(prefix) => model.starts_with(prefix),
+            None => model == m,
+        })
+}
+
+fn check_models(key: &str, models: &[String]) -> Result<(), ScenarioError> {
+    for (j, model) in models.iter().enumerate() {
+        let stem = model.strip_suffix('*').unwrap_or(model);
+        if model.is_empty() || stem.contains('*') {
+            return Err(invalid(
+                format!("{key}.models[{j}]"),
+                "a model name, optionally ending in * to match a prefix",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn parse_reply(key: &str, raw: RawReply) -> Result<ReplyRule, ScenarioError> {
+    let contains = match raw.contains {
+        Some(phrase) if !phrase.is_empty() => phrase,
+        Some(_) => return Err(invalid(format!("{key}.contains"), "must not be empty")),
+        None => {
+            return Err(invalid(
+                format!("{key}.contains"),
+                "missing: the phrase the last user message must contain",
+            ));
+        }
+    };
+    let models = raw.models.unwrap_or_default();
+    check_models(key, &models)?;
+    let texts = match (raw.text, raw.texts) {
+        (Some(text), None) => vec![text],
+        (None, Some(texts)) if texts.is_empty() => {
+            return Err(invalid(format!("{key}.texts"), "needs at least one text"));
+        }
+        (None, Some(texts)) => texts,
+        (Some(_), Some(_)) => {
+            return Err(invalid(key, "give either `text` or `texts`, not both"));
+        }
+        (None, None) => {
+            return Err(invalid(key, "needs `text = \"<answer>\"` or `texts = [..]`"));
+        }
+    };
+    if let Some(logprob) = raw.logprob
+        && !(logprob.is_finite() && logprob <= 0.0)
+    {
+        return Err(invalid(
+            format!("{key}.logprob"),
+            format!("must be <= 0 (a log probability), not {logprob}"),
+        ));
+    }
+    Ok(ReplyRule { contains, models, texts, logprob: raw.logprob })
 }
 
 fn parse_mix(key: &str, mix: Vec<RawMixEntry>) -> Result<Vec<(FaultSpec, f64)>, ScenarioError> {
@@ -366,7 +498,23 @@ mod tests {
             ("[[phase]]\nmix = [{ fault = \"ok,529\", weight = 1 }]\n", "`phase[0].mix[0].fault`"),
             ("[[phase]]\nfault = \"ok\"\nformat = \"gemini\"\n", "`phase[0].format`"),
             ("[[phase]]\n", "`phase[0]`: needs `fault"),
-            ("name = \"x\"\n", "`phase`"),
+            ("name = \"x\"\n", "`phase`: a scenario needs at least one [[phase]] or [[reply]]"),
+            ("[[reply]]\ntext = \"a\"\n", "`reply[0].contains`: missing"),
+            ("[[reply]]\ncontains = \"\"\ntext = \"a\"\n", "`reply[0].contains`: must not"),
+            ("[[reply]]\ncontains = \"x\"\n", "`reply[0]`: needs `text"),
+            ("[[reply]]\ncontains = \"x\"\ntext = \"a\"\ntexts = [\"b\"]\n", "`reply[0]`: give"),
+            ("[[reply]]\ncontains = \"x\"\ntexts = []\n", "`reply[0].texts`: needs"),
+            (
+                "[[reply]]\ncontains = \"x\"\ntext = \"a\"\n\
+                 [[reply]]\ncontains = \"y\"\ntext = \"b\"\nlogprob = 0.5\n",
+                "`reply[1].logprob`: must be <= 0",
+            ),
+            ("[[reply]]\ncontains = \"x\"\ntext = \"a\"\nlogprob = nan\n", "`reply[0].logprob`"),
+            (
+                "[[reply]]\ncontains = \"x\"\ntext = \"a\"\nmodels = [\"a*b\"]\n",
+                "`reply[0].models[0]`",
+            ),
+            ("[[reply]]\ncontains = \"x\"\ntext = \"a\"\nlabel = \"b\"\n", "unknown field `label`"),
         ];
         for (text, want) in cases {
             let err = Scenario::from_toml_str(text).unwrap_err().to_string();
@@ -385,5 +533,51 @@ mod tests {
         assert!(p.applies_to(Some(WireFormat::Anthropic), "x"));
         assert!(!p.applies_to(Some(WireFormat::Anthropic), "xy"));
         assert!(!p.applies_to(Some(WireFormat::OpenAi), "claude-3"));
+    }
+
+    #[test]
+    fn replies_alone_make_a_scenario() {
+        let s = Scenario::from_toml_str(
+            "repeat = true\n[[reply]]\ncontains = \"x\"\ntext = \"a\"\nlogprob = 0\n",
+        )
+        .unwrap();
+        assert!(s.phases().is_empty());
+        assert!(s.phase_at(Duration::ZERO).is_none());
+        assert!(s.phase_at(Duration::from_secs(100)).is_none());
+        let rule = &s.replies()[0];
+        assert_eq!(rule.texts, ["a"]);
+        assert_eq!(rule.logprob, Some(0.0));
+        assert!(rule.models.is_empty());
+    }
+
+    #[test]
+    fn replies_match_in_order_ignoring_case() {
+        let s = Scenario::from_toml_str(
+            r#"
+            [[reply]]
+            contains = "Intensive Care"
+            models = ["small*"]
+            texts = ["a", "b", "c"]
+            logprob = -0.05
+            [[reply]]
+            contains = "intensive"
+            text = "any model"
+            [[reply]]
+            contains = "care"
+            text = "never for intensive care"
+            "#,
+        )
+        .unwrap();
+        let index = |model: &str, text: &str| s.reply_for(model, text).map(|(i, _)| i);
+        assert_eq!(index("small-1", "is INTENSIVE CARE covered?"), Some(0));
+        assert_eq!(index("large", "is intensive care covered?"), Some(1));
+        assert_eq!(index("small-1", "intensive"), Some(1));
+        assert_eq!(index("small-1", "day care"), Some(2));
+        assert_eq!(index("small-1", "dental"), None);
+        let rule = &s.replies()[0];
+        assert!(rule.matches("small", "intensive care"));
+        assert!(!rule.matches("smal", "intensive care"));
+        assert_eq!((0..4).map(|n| rule.text(n)).collect::<Vec<_>>(), ["a", "b", "c", "a"]);
+        assert_eq!(s.replies()[1].text(7), "any model");
     }
 }

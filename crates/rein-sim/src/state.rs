@@ -1,6 +1,6 @@
 //! The simulator's shared state: the timeline clock (on tokio's clock, so paused-time tests
-//! can move it), script positions, scenario mix draws, the attempt log and the id counter.
-//! `POST /_sim/reset` puts all of it back to the start.
+//! can move it), script positions, scenario mix draws, reply-rule counters, the attempt log
+//! and the id counter. `POST /_sim/reset` puts all of it back to the start.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,7 +10,7 @@ use std::time::Duration;
 use rein_core::WireFormat;
 use tokio::time::Instant;
 
-use crate::answer::splitmix64;
+use crate::answer::{Scripted, splitmix64};
 use crate::fault::FaultSpec;
 use crate::log::AttemptLog;
 use crate::scenario::Scenario;
@@ -36,6 +36,8 @@ struct Timeline {
     chains: HashMap<(String, String), String>,
     /// Requests drawn so far per scenario phase.
     mix_draws: Vec<u64>,
+    /// Requests answered so far per scenario reply rule.
+    replies: Vec<u64>,
 }
 
 /// The scenario's say about one request.
@@ -53,6 +55,7 @@ impl Shared {
         // under paused time stay consistent with the timeline.
         let unix_ms = rein_core::clock::unix_ms();
         let phases = scenario.as_ref().map_or(0, |s| s.phases().len());
+        let replies = scenario.as_ref().map_or(0, |s| s.replies().len());
         Shared {
             scenario,
             log,
@@ -62,6 +65,7 @@ impl Shared {
                 scripts: HashMap::new(),
                 chains: HashMap::new(),
                 mix_draws: vec![0; phases],
+                replies: vec![0; replies],
             }),
             ids: AtomicU64::new(0),
             id_salt: splitmix64(unix_ms),
@@ -80,7 +84,8 @@ impl Shared {
         (elapsed, unix_ms)
     }
 
-    /// Restarts the timeline and forgets script positions, mix draws and the in-memory log.
+    /// Restarts the timeline and forgets script positions, mix draws, reply-rule counts and the
+    /// in-memory log.
     pub(crate) fn reset(&self) {
         let mut timeline = self.timeline();
         let elapsed = timeline.start.elapsed();
@@ -90,6 +95,7 @@ impl Shared {
         timeline.scripts.clear();
         timeline.chains.clear();
         timeline.mix_draws.iter_mut().for_each(|n| *n = 0);
+        timeline.replies.iter_mut().for_each(|n| *n = 0);
         drop(timeline);
         self.log.clear();
     }
@@ -150,5 +156,23 @@ impl Shared {
             pick.spec = phase.pick(index, draw).cloned();
         }
         pick
+    }
+
+    /// The scenario's scripted answer to a text request for `model` whose last user message
+    /// says `last_user_text`, with the index of the rule that gives it: the first rule that
+    /// matches, at its next text (this counts as one answer by that rule).
+    pub(crate) fn scripted_reply(
+        &self,
+        model: &str,
+        last_user_text: &str,
+    ) -> Option<(usize, Scripted)> {
+        let scenario = self.scenario.as_ref()?;
+        let (index, rule) = scenario.reply_for(model, last_user_text)?;
+        let mut timeline = self.timeline();
+        let n = timeline.replies.get(index).copied().unwrap_or(0);
+        if let Some(slot) = timeline.replies.get_mut(index) {
+            *slot += 1;
+        }
+        Some((index, Scripted { text: rule.text(n).to_owned(), logprob: rule.logprob }))
     }
 }

@@ -3,6 +3,7 @@
 mod anthropic;
 mod log;
 mod openai;
+mod reply;
 mod say;
 mod scenario;
 mod support;
