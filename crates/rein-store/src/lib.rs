@@ -4,10 +4,11 @@
 //!
 //! It holds route settings versions ([`versions`]), the kill switch's flips ([`kill`]), and the
 //! durable state behind tool calls ([`tools`]: idempotency keys, the write outbox, the read
-//! cache, gate holds) and what rein counted of each agent run ([`runs`]), which can also live
-//! in Postgres ([`tools_postgres`]) when several gateway replicas share one queue and one
-//! count.
+//! cache, gate holds), what rein counted of each agent run ([`runs`]) and the conversations it
+//! handed off to a person ([`handoffs`]), which can also live in Postgres ([`tools_postgres`])
+//! when several gateway replicas share one queue and one count.
 
+pub mod handoffs;
 pub mod kill;
 mod open;
 pub mod runs;
@@ -163,6 +164,58 @@ const MIGRATIONS: &[&str] = &[
         added_unix_ms INTEGER NOT NULL
     );
     CREATE INDEX run_evidence_run ON run_evidence (run_id, id);",
+    // 7: what a run did, for a hand-off's packet (notes on its row, its newest tool calls); the
+    // conversations handed off to a person, with their review; each conversation's spend and
+    // the questions its runs asked.
+    "ALTER TABLE runs ADD COLUMN route TEXT;
+    ALTER TABLE runs ADD COLUMN message TEXT;
+    ALTER TABLE runs ADD COLUMN draft TEXT;
+    ALTER TABLE runs ADD COLUMN coverage TEXT;
+    CREATE TABLE run_tool_log (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        args TEXT NOT NULL,
+        status TEXT NOT NULL,
+        result TEXT NOT NULL,
+        at_unix_ms INTEGER NOT NULL
+    );
+    CREATE INDEX run_tool_log_run ON run_tool_log (run_id, id);
+    CREATE TABLE handoffs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        conversation_id TEXT NOT NULL UNIQUE,
+        run_id TEXT,
+        route TEXT,
+        trigger TEXT NOT NULL,
+        stop_status TEXT,
+        packet TEXT NOT NULL,
+        canary INTEGER NOT NULL,
+        delivery TEXT NOT NULL CHECK (delivery IN ('pending', 'delivered', 'queued', 'failed')),
+        ticket TEXT,
+        delivery_detail TEXT,
+        created_unix_ms INTEGER NOT NULL,
+        delivered_unix_ms INTEGER,
+        decision TEXT CHECK (decision IN ('approved', 'edited', 'rejected')),
+        decided_by TEXT,
+        edited_draft TEXT,
+        note TEXT,
+        decided_unix_ms INTEGER
+    );
+    CREATE INDEX handoffs_created ON handoffs (created_unix_ms);
+    CREATE TABLE conversation_spend (
+        conversation_id TEXT PRIMARY KEY,
+        micro_usd INTEGER NOT NULL,
+        touched_unix_ms INTEGER NOT NULL
+    );
+    CREATE INDEX conversation_spend_touched ON conversation_spend (touched_unix_ms);
+    CREATE TABLE conversation_questions (
+        conversation_id TEXT NOT NULL,
+        question_hash TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        touched_unix_ms INTEGER NOT NULL,
+        PRIMARY KEY (conversation_id, question_hash, run_id)
+    );
+    CREATE INDEX conversation_questions_touched ON conversation_questions (touched_unix_ms);",
 ];
 
 /// How long a writer waits for another connection's write transaction (another process on the
@@ -383,6 +436,36 @@ mod tests {
             )
             .unwrap();
         assert_eq!((unknown, review, conversation), (false, false, None));
+    }
+
+    #[test]
+    fn runs_counted_before_the_run_notes_stay_readable_without_notes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rein.sqlite");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE rein_schema (version INTEGER PRIMARY KEY, applied_unix_ms INTEGER NOT NULL);
+                 INSERT INTO rein_schema VALUES (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0);",
+            )
+            .unwrap();
+            for sql in &MIGRATIONS[..6] {
+                conn.execute_batch(sql).unwrap();
+            }
+            conn.execute(
+                "INSERT INTO runs (run_id, conversation_id, first_unix_ms, touched_unix_ms,
+                     model_calls, tool_calls, same_error, stopped)
+                 VALUES ('r', 'c', 5, 6, 2, 1, 0, 'stopped_deadline')",
+                [],
+            )
+            .unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), MIGRATIONS.len() as i64);
+        let sql = format!("SELECT {} FROM runs WHERE run_id = 'r'", tools::rows::RUN_COLUMNS);
+        let row = store.conn().query_row(&sql, [], |row| tools::rows::run_row(row)).unwrap();
+        assert_eq!((row.model_calls, row.stopped.as_deref()), (2, Some("stopped_deadline")));
+        assert_eq!(row.note, runs::RunNote::default());
     }
 
     #[test]

@@ -6,11 +6,20 @@
 //!
 //! A run idle longer than its idle time starts afresh on its next call. The counting rules live
 //! here, as plain functions of the stored row, and both backends apply them in one transaction.
+//!
+//! For a hand-off's packet a run also keeps what it did: a log of its newest tool calls
+//! ([`RunToolCall`]) and notes on its row ([`RunNote`]: its route, the customer's message, the
+//! draft reply, what the evidence covered), read back whole as [`RunInfo`]. A fresh start forgets
+//! both, like the per-call counts.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// The evidence items a run keeps (the newest).
 pub const MAX_EVIDENCE: i64 = 1_000;
+
+/// The tool calls a run's log keeps (the newest).
+pub const MAX_TOOL_LOG: i64 = 50;
 
 /// One thing a run did, to be counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +96,47 @@ impl RunCounts {
     }
 }
 
+/// One tool call of a run, as its log keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunToolCall {
+    pub tool: String,
+    pub args: Value,
+    /// The call's outcome status (`ok`, `queued`, `error`, ...).
+    pub status: String,
+    pub result: Value,
+    pub at_unix_ms: i64,
+}
+
+/// Notes on a run's row: each field that is `Some` overwrites the stored one, the others are left
+/// as they are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunNote {
+    pub route: Option<String>,
+    /// The customer's message the run answers.
+    pub message: Option<String>,
+    /// The reply the run drafted.
+    pub draft: Option<String>,
+    /// What the run's evidence covered of the message, as the checks judged it.
+    pub coverage: Option<Value>,
+}
+
+/// A run's row: its counts and its notes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub run_id: String,
+    pub conversation_id: Option<String>,
+    pub model_calls: i64,
+    pub tool_calls: i64,
+    /// When the run's first call came (since its last fresh start).
+    pub first_unix_ms: i64,
+    pub touched_unix_ms: i64,
+    pub stopped: Option<String>,
+    pub route: Option<String>,
+    pub message: Option<String>,
+    pub draft: Option<String>,
+    pub coverage: Option<Value>,
+}
+
 /// A run's row as both backends store it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RunRow {
@@ -99,6 +149,8 @@ pub(crate) struct RunRow {
     pub last_error: Option<String>,
     pub same_error: i64,
     pub stopped: Option<String>,
+    /// The notes on the run (none after a fresh start).
+    pub note: RunNote,
 }
 
 /// The row after `event`, from the row as stored, and whether the run starts afresh (none
@@ -124,6 +176,7 @@ pub(crate) fn step(
             last_error: None,
             same_error: 0,
             stopped: None,
+            note: RunNote::default(),
         },
     };
     if row.conversation_id.is_none() {
@@ -159,6 +212,23 @@ pub(crate) fn counts(run_id: &str, row: RunRow, same_call: i64) -> RunCounts {
         first_unix_ms: row.first_unix_ms,
         last_unix_ms: row.touched_unix_ms,
         stopped: row.stopped,
+    }
+}
+
+/// What a caller reads of run `run_id` from its stored `row`.
+pub(crate) fn info(run_id: &str, row: RunRow) -> RunInfo {
+    RunInfo {
+        run_id: run_id.to_string(),
+        conversation_id: row.conversation_id,
+        model_calls: row.model_calls,
+        tool_calls: row.tool_calls,
+        first_unix_ms: row.first_unix_ms,
+        touched_unix_ms: row.touched_unix_ms,
+        stopped: row.stopped,
+        route: row.note.route,
+        message: row.note.message,
+        draft: row.note.draft,
+        coverage: row.note.coverage,
     }
 }
 
@@ -211,5 +281,18 @@ mod tests {
         let (row, fresh) = step(Some(row), Some("c-1"), RunEvent::ModelCall, 1_000 + IDLE, IDLE);
         assert!(fresh);
         assert_eq!((row.model_calls, row.first_unix_ms), (1, 1_000 + IDLE));
+    }
+
+    #[test]
+    fn a_fresh_start_forgets_the_notes_and_a_busy_run_keeps_them() {
+        let mut row = after(None, RunEvent::ModelCall, 0);
+        row.note = RunNote { route: Some("support".into()), ..RunNote::default() };
+        let kept = after(Some(row.clone()), RunEvent::ModelCall, 1_000);
+        assert_eq!(kept.note.route.as_deref(), Some("support"));
+        let fresh = after(Some(row), RunEvent::ModelCall, IDLE);
+        assert_eq!(fresh.note, RunNote::default());
+        let info = info("r", kept);
+        assert_eq!((info.run_id.as_str(), info.model_calls), ("r", 2));
+        assert_eq!(info.route.as_deref(), Some("support"));
     }
 }

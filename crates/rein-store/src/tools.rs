@@ -2,7 +2,9 @@
 //! one gateway) and Postgres (several gateway replicas sharing one queue). It holds idempotency
 //! records (Stripe semantics: a key remembers its arguments and its result), the write outbox
 //! (claimed under a lease, so a crashed worker's item is picked up again), the read cache behind
-//! `cache` rungs, and gate holds waiting for a person's approval.
+//! `cache` rungs, and gate holds waiting for a person's approval; and what rein keeps of agent
+//! runs ([`crate::runs`]), of conversations (their spend, their questions) and of the
+//! conversations handed off to a person ([`crate::handoffs`]).
 //!
 //! Every state change that must be atomic with another (enqueue + the key's stored result,
 //! approve + enqueue, complete + the key's final result) is one transaction in the backend.
@@ -24,7 +26,10 @@ use serde_json::Value;
 use rein_core::KillFlip;
 
 use crate::StoreError;
-use crate::runs::{RunCounts, RunEvent};
+use crate::handoffs::{
+    Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
+};
+use crate::runs::{RunCounts, RunEvent, RunInfo, RunNote, RunToolCall};
 
 // Kept at this path for callers that open a store through the trait's module; the function lives
 // in `crate::open`, which knows both backends.
@@ -466,8 +471,9 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
         now_unix_ms: i64,
     ) -> Result<String, StoreError>;
 
-    /// Forget the runs last touched before `before_unix_ms` and the evidence added before it;
-    /// how many runs were forgotten.
+    /// Forget the runs last touched before `before_unix_ms`, with their tool call logs (and the
+    /// logs of runs without a row whose calls all came before it), and the evidence added before
+    /// it; how many runs were forgotten.
     async fn runs_prune(&self, before_unix_ms: i64) -> Result<u64, StoreError>;
 
     /// Keep `items` (evidence, as JSON) as seen in run `run_id`; a run keeps its newest
@@ -485,6 +491,114 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
         run_id: &str,
         since_unix_ms: i64,
     ) -> Result<Vec<Value>, StoreError>;
+
+    /// Log one tool call of run `run_id`; a run keeps its newest [`crate::runs::MAX_TOOL_LOG`]
+    /// calls. A run that starts afresh ([`Self::run_record`]) forgets its log.
+    async fn run_tool_log_add(&self, run_id: &str, call: &RunToolCall) -> Result<(), StoreError>;
+
+    /// The tool calls logged for run `run_id`, oldest first.
+    async fn run_tool_log(&self, run_id: &str) -> Result<Vec<RunToolCall>, StoreError>;
+
+    /// Write `note` on run `run_id`'s row, in one statement: each `Some` field overwrites the
+    /// stored one, the others are kept. A run without a row gets one (no calls counted, first
+    /// and last touched now, of `conversation_id`); a run with one is touched now. A run that
+    /// starts afresh ([`Self::run_record`]) forgets its notes.
+    async fn run_note(
+        &self,
+        run_id: &str,
+        conversation_id: Option<&str>,
+        note: &RunNote,
+        now_unix_ms: i64,
+    ) -> Result<(), StoreError>;
+
+    /// Run `run_id`'s row, with its counts and notes, if it has one.
+    async fn run_get(&self, run_id: &str) -> Result<Option<RunInfo>, StoreError>;
+
+    // ---- conversations ----
+
+    /// Add `micro_usd` (millionths of a dollar) to the spend of `conversation_id`, in one
+    /// statement, so replicas adding at once lose nothing; the conversation's total after it.
+    async fn spend_add(
+        &self,
+        conversation_id: &str,
+        micro_usd: i64,
+        now_unix_ms: i64,
+    ) -> Result<i64, StoreError>;
+
+    /// The spend of `conversation_id` so far, in micro-dollars (0 for one never seen).
+    async fn spend_of(&self, conversation_id: &str) -> Result<i64, StoreError>;
+
+    /// Record that run `run_id` of `conversation_id` asked the question `question_hash` (a
+    /// digest of its normalized text), in one transaction; asking again in the same run changes
+    /// nothing but the time it was last seen. How many other runs of the conversation asked it.
+    async fn question_seen(
+        &self,
+        conversation_id: &str,
+        run_id: &str,
+        question_hash: &str,
+        now_unix_ms: i64,
+    ) -> Result<i64, StoreError>;
+
+    /// Forget the conversations' spend and questions last touched before `before_unix_ms`, in
+    /// one transaction (hand-offs are kept); how many rows were removed.
+    async fn conversations_prune(&self, before_unix_ms: i64) -> Result<u64, StoreError>;
+
+    // ---- hand-offs ----
+
+    /// Open the hand-off of `new.conversation_id`, in one transaction: a conversation has one,
+    /// so when it has one already that is returned with `false` and nothing changes; else one is
+    /// created (delivery `Pending`) and returned with `true`. Replicas opening one conversation's
+    /// hand-off at once make one.
+    async fn handoff_open(
+        &self,
+        new: &NewHandoff,
+        now_unix_ms: i64,
+    ) -> Result<(Handoff, bool), StoreError>;
+
+    /// Set where hand-off `id`'s ticket is: its delivery, the ticket system's answer and the
+    /// detail are set as given (`None` clears); a `Delivered` one records when. A missing
+    /// hand-off is left alone.
+    async fn handoff_delivery(
+        &self,
+        id: i64,
+        delivery: HandoffDelivery,
+        ticket: Option<&Value>,
+        detail: Option<&str>,
+        now_unix_ms: i64,
+    ) -> Result<(), StoreError>;
+
+    /// Hand-offs, newest first, those `filter` lets through.
+    async fn handoff_list(
+        &self,
+        filter: &HandoffFilter,
+        limit: i64,
+    ) -> Result<Vec<Handoff>, StoreError>;
+
+    /// One hand-off by id.
+    async fn handoff_get(&self, id: i64) -> Result<Option<Handoff>, StoreError>;
+
+    /// The hand-off of a conversation, if it has one.
+    async fn handoff_find(&self, conversation_id: &str) -> Result<Option<Handoff>, StoreError>;
+
+    /// Decide hand-off `id`'s draft, atomically: only the first decision takes effect. Returns
+    /// the decided hand-off if this call made the decision, `None` if the hand-off does not
+    /// exist or was already decided.
+    async fn handoff_decide(
+        &self,
+        id: i64,
+        decision: ReviewDecision,
+        by: &str,
+        edited_draft: Option<&str>,
+        note: &str,
+        now_unix_ms: i64,
+    ) -> Result<Option<Handoff>, StoreError>;
+
+    /// The review counts of each trigger with hand-offs created at or after `since_unix_ms`,
+    /// sorted by trigger (byte order, the same on both backends).
+    async fn handoff_review_stats(
+        &self,
+        since_unix_ms: i64,
+    ) -> Result<Vec<ReviewStats>, StoreError>;
 
     // ---- gate holds ----
 

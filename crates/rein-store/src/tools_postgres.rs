@@ -29,10 +29,13 @@ use self::failure::{Failure, Redaction, corrupt, describe};
 use rein_core::KillFlip;
 
 use crate::StoreError;
-use crate::runs::{self, RunCounts, RunEvent};
+use crate::handoffs::{
+    Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
+};
+use crate::runs::{self, RunCounts, RunEvent, RunInfo, RunNote, RunToolCall};
 use crate::tools::rows::{
-    self, CACHE_COLUMNS, Columns, HOLD_COLUMNS, KEY_COLUMNS, OUTBOX_COLUMNS, RUN_COLUMNS,
-    STANDING_COLUMNS, Unreadable,
+    self, CACHE_COLUMNS, Columns, HANDOFF_COLUMNS, HOLD_COLUMNS, KEY_COLUMNS, OUTBOX_COLUMNS,
+    RUN_COLUMNS, STANDING_COLUMNS, TOOL_LOG_COLUMNS, Unreadable,
 };
 use crate::tools::rules::{self, DecisionEffect, ItemStanding, KeyChange, KeyStep, Replay};
 use crate::tools::{
@@ -696,12 +699,14 @@ impl ToolStore for PostgresToolStore {
             let (row, fresh) = runs::step(stored, conversation_id, event, now_unix_ms, idle_ms);
             if fresh {
                 execute(&tx, "DELETE FROM run_calls WHERE run_id = $1", &[&run_id]).await?;
+                execute(&tx, "DELETE FROM run_tool_log WHERE run_id = $1", &[&run_id]).await?;
             }
+            let coverage = row.note.coverage.as_ref().map(Value::to_string);
             execute(
                 &tx,
                 "UPDATE runs SET conversation_id = $2, first_unix_ms = $3, touched_unix_ms = $4,
                      model_calls = $5, tool_calls = $6, last_error = $7, same_error = $8,
-                     stopped = $9
+                     stopped = $9, route = $10, message = $11, draft = $12, coverage = $13
                  WHERE run_id = $1",
                 &[
                     &run_id,
@@ -713,6 +718,10 @@ impl ToolStore for PostgresToolStore {
                     &row.last_error,
                     &row.same_error,
                     &row.stopped,
+                    &row.note.route,
+                    &row.note.message,
+                    &row.note.draft,
+                    &coverage,
                 ],
             )
             .await?;
@@ -769,6 +778,15 @@ impl ToolStore for PostgresToolStore {
                 &tx,
                 "DELETE FROM run_calls WHERE run_id IN
                      (SELECT run_id FROM runs WHERE touched_unix_ms < $1)",
+                &[&before_unix_ms],
+            )
+            .await?;
+            execute(
+                &tx,
+                "DELETE FROM run_tool_log WHERE run_id IN
+                     (SELECT run_id FROM runs WHERE touched_unix_ms < $1)
+                     OR (run_id NOT IN (SELECT run_id FROM runs) AND run_id NOT IN
+                         (SELECT run_id FROM run_tool_log WHERE at_unix_ms >= $1))",
                 &[&before_unix_ms],
             )
             .await?;
@@ -829,6 +847,351 @@ impl ToolStore for PostgresToolStore {
             )
             .await?;
             found.iter().map(|row| rows::json(row, 0)).collect()
+        })
+        .await
+    }
+
+    async fn run_tool_log_add(&self, run_id: &str, call: &RunToolCall) -> Result<(), StoreError> {
+        self.transaction(async |tx| {
+            execute(
+                &tx,
+                "INSERT INTO run_tool_log (run_id, tool, args, status, result, at_unix_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+                &[
+                    &run_id,
+                    &call.tool,
+                    &call.args.to_string(),
+                    &call.status,
+                    &call.result.to_string(),
+                    &call.at_unix_ms,
+                ],
+            )
+            .await?;
+            execute(
+                &tx,
+                "DELETE FROM run_tool_log WHERE run_id = $1 AND id NOT IN
+                     (SELECT id FROM run_tool_log WHERE run_id = $1 ORDER BY id DESC LIMIT $2)",
+                &[&run_id, &runs::MAX_TOOL_LOG],
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn run_tool_log(&self, run_id: &str) -> Result<Vec<RunToolCall>, StoreError> {
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let sql = format!(
+                "SELECT {TOOL_LOG_COLUMNS} FROM run_tool_log WHERE run_id = $1 ORDER BY id"
+            );
+            let found = query(&client, &sql, &[&run_id]).await?;
+            found.iter().map(rows::run_tool_call).collect()
+        })
+        .await
+    }
+
+    async fn run_note(
+        &self,
+        run_id: &str,
+        conversation_id: Option<&str>,
+        note: &RunNote,
+        now_unix_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let coverage = note.coverage.as_ref().map(Value::to_string);
+            execute(
+                &client,
+                "INSERT INTO runs (run_id, conversation_id, first_unix_ms, touched_unix_ms,
+                     model_calls, tool_calls, same_error, route, message, draft, coverage)
+                 VALUES ($1, $2, $3, $3, 0, 0, 0, $4, $5, $6, $7)
+                 ON CONFLICT (run_id) DO UPDATE SET
+                     conversation_id = COALESCE(runs.conversation_id, EXCLUDED.conversation_id),
+                     touched_unix_ms = GREATEST(runs.touched_unix_ms, EXCLUDED.touched_unix_ms),
+                     route = COALESCE(EXCLUDED.route, runs.route),
+                     message = COALESCE(EXCLUDED.message, runs.message),
+                     draft = COALESCE(EXCLUDED.draft, runs.draft),
+                     coverage = COALESCE(EXCLUDED.coverage, runs.coverage)",
+                &[
+                    &run_id,
+                    &conversation_id,
+                    &now_unix_ms,
+                    &note.route,
+                    &note.message,
+                    &note.draft,
+                    &coverage,
+                ],
+            )
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn run_get(&self, run_id: &str) -> Result<Option<RunInfo>, StoreError> {
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = $1");
+            let row = query_opt(&client, &sql, &[&run_id]).await?;
+            Ok(row.as_ref().map(rows::run_row).transpose()?.map(|row| runs::info(run_id, row)))
+        })
+        .await
+    }
+
+    async fn spend_add(
+        &self,
+        conversation_id: &str,
+        micro_usd: i64,
+        now_unix_ms: i64,
+    ) -> Result<i64, StoreError> {
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let row = query_opt(
+                &client,
+                "INSERT INTO conversation_spend (conversation_id, micro_usd, touched_unix_ms)
+                 VALUES ($1, $2, $3)
+                 ON CONFLICT (conversation_id) DO UPDATE SET
+                     micro_usd = conversation_spend.micro_usd + EXCLUDED.micro_usd,
+                     touched_unix_ms = GREATEST(conversation_spend.touched_unix_ms,
+                                                EXCLUDED.touched_unix_ms)
+                 RETURNING micro_usd",
+                &[&conversation_id, &micro_usd, &now_unix_ms],
+            )
+            .await?;
+            match row {
+                Some(row) => Ok(row.try_get(0)?),
+                None => Err(corrupt(format!("conversation `{conversation_id}` spent nothing"))),
+            }
+        })
+        .await
+    }
+
+    async fn spend_of(&self, conversation_id: &str) -> Result<i64, StoreError> {
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let row = query_opt(
+                &client,
+                "SELECT micro_usd FROM conversation_spend WHERE conversation_id = $1",
+                &[&conversation_id],
+            )
+            .await?;
+            Ok(row.map(|row| row.try_get(0)).transpose()?.unwrap_or(0))
+        })
+        .await
+    }
+
+    async fn question_seen(
+        &self,
+        conversation_id: &str,
+        run_id: &str,
+        question_hash: &str,
+        now_unix_ms: i64,
+    ) -> Result<i64, StoreError> {
+        self.transaction(async |tx| {
+            execute(
+                &tx,
+                "INSERT INTO conversation_questions (conversation_id, question_hash, run_id,
+                     touched_unix_ms)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (conversation_id, question_hash, run_id) DO UPDATE SET
+                     touched_unix_ms = GREATEST(conversation_questions.touched_unix_ms,
+                                                EXCLUDED.touched_unix_ms)",
+                &[&conversation_id, &question_hash, &run_id, &now_unix_ms],
+            )
+            .await?;
+            let row = query_opt(
+                &tx,
+                "SELECT COUNT(*) FROM conversation_questions
+                 WHERE conversation_id = $1 AND question_hash = $2 AND run_id <> $3",
+                &[&conversation_id, &question_hash, &run_id],
+            )
+            .await?;
+            let others: i64 = match row {
+                Some(row) => row.try_get(0)?,
+                None => 0,
+            };
+            tx.commit().await?;
+            Ok(others)
+        })
+        .await
+    }
+
+    async fn conversations_prune(&self, before_unix_ms: i64) -> Result<u64, StoreError> {
+        self.transaction(async |tx| {
+            let spend = execute(
+                &tx,
+                "DELETE FROM conversation_spend WHERE touched_unix_ms < $1",
+                &[&before_unix_ms],
+            )
+            .await?;
+            let questions = execute(
+                &tx,
+                "DELETE FROM conversation_questions WHERE touched_unix_ms < $1",
+                &[&before_unix_ms],
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(spend + questions)
+        })
+        .await
+    }
+
+    async fn handoff_open(
+        &self,
+        new: &NewHandoff,
+        now_unix_ms: i64,
+    ) -> Result<(Handoff, bool), StoreError> {
+        self.transaction(async |tx| {
+            // A concurrent open of the same conversation makes this insert wait for it, then do
+            // nothing; the select after it (a statement of its own) sees that hand-off.
+            let sql = format!(
+                "INSERT INTO handoffs (conversation_id, run_id, route, trigger, stop_status,
+                     packet, canary, delivery, created_unix_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8)
+                 ON CONFLICT (conversation_id) DO NOTHING
+                 RETURNING {HANDOFF_COLUMNS}"
+            );
+            let params: Params<'_> = &[
+                &new.conversation_id,
+                &new.run_id,
+                &new.route,
+                &new.trigger,
+                &new.stop_status,
+                &new.packet.to_string(),
+                &new.canary,
+                &now_unix_ms,
+            ];
+            if let Some(row) = query_opt(&tx, &sql, params).await? {
+                let created = rows::handoff(&row)?;
+                tx.commit().await?;
+                return Ok((created, true));
+            }
+            let conversation = &new.conversation_id;
+            let sql = format!("SELECT {HANDOFF_COLUMNS} FROM handoffs WHERE conversation_id = $1");
+            let row = query_opt(&tx, &sql, &[conversation]).await?;
+            let row = row.ok_or_else(|| {
+                corrupt(format!("conversation `{conversation}` lost its hand-off"))
+            })?;
+            Ok((rows::handoff(&row)?, false))
+        })
+        .await
+    }
+
+    async fn handoff_delivery(
+        &self,
+        id: i64,
+        delivery: HandoffDelivery,
+        ticket: Option<&Value>,
+        detail: Option<&str>,
+        now_unix_ms: i64,
+    ) -> Result<(), StoreError> {
+        let ticket = ticket.map(Value::to_string);
+        let delivered = (delivery == HandoffDelivery::Delivered).then_some(now_unix_ms);
+        self.guard(async {
+            let client = self.pool.get().await?;
+            execute(
+                &client,
+                "UPDATE handoffs SET delivery = $2, ticket = $3, delivery_detail = $4,
+                     delivered_unix_ms = COALESCE($5, delivered_unix_ms)
+                 WHERE id = $1",
+                &[&id, &delivery.as_str(), &ticket, &detail, &delivered],
+            )
+            .await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn handoff_list(
+        &self,
+        filter: &HandoffFilter,
+        limit: i64,
+    ) -> Result<Vec<Handoff>, StoreError> {
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let sql = format!(
+                "SELECT {HANDOFF_COLUMNS} FROM handoffs
+                 WHERE ($1::TEXT IS NULL OR trigger = $1)
+                   AND ($2::BOOLEAN IS NULL OR (decision IS NOT NULL) = $2)
+                 ORDER BY id DESC LIMIT $3"
+            );
+            let params: Params<'_> = &[&filter.trigger, &filter.decided, &rules::list_limit(limit)];
+            let found = query(&client, &sql, params).await?;
+            found.iter().map(rows::handoff).collect()
+        })
+        .await
+    }
+
+    async fn handoff_get(&self, id: i64) -> Result<Option<Handoff>, StoreError> {
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let sql = format!("SELECT {HANDOFF_COLUMNS} FROM handoffs WHERE id = $1");
+            query_opt(&client, &sql, &[&id]).await?.as_ref().map(rows::handoff).transpose()
+        })
+        .await
+    }
+
+    async fn handoff_find(&self, conversation_id: &str) -> Result<Option<Handoff>, StoreError> {
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let sql = format!("SELECT {HANDOFF_COLUMNS} FROM handoffs WHERE conversation_id = $1");
+            let row = query_opt(&client, &sql, &[&conversation_id]).await?;
+            row.as_ref().map(rows::handoff).transpose()
+        })
+        .await
+    }
+
+    async fn handoff_decide(
+        &self,
+        id: i64,
+        decision: ReviewDecision,
+        by: &str,
+        edited_draft: Option<&str>,
+        note: &str,
+        now_unix_ms: i64,
+    ) -> Result<Option<Handoff>, StoreError> {
+        self.guard(async {
+            let client = self.pool.get().await?;
+            // Deciding only an undecided row is the first-decision rule; the row lock the update
+            // takes makes a concurrent decision wait, then find it decided.
+            let sql = format!(
+                "UPDATE handoffs SET decision = $2, decided_by = $3, edited_draft = $4,
+                     note = $5, decided_unix_ms = $6
+                 WHERE id = $1 AND decision IS NULL
+                 RETURNING {HANDOFF_COLUMNS}"
+            );
+            let params: Params<'_> =
+                &[&id, &decision.as_str(), &by, &edited_draft, &note, &now_unix_ms];
+            query_opt(&client, &sql, params).await?.as_ref().map(rows::handoff).transpose()
+        })
+        .await
+    }
+
+    async fn handoff_review_stats(
+        &self,
+        since_unix_ms: i64,
+    ) -> Result<Vec<ReviewStats>, StoreError> {
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let found = query(
+                &client,
+                "SELECT trigger,
+                     COUNT(*) FILTER (WHERE NOT canary),
+                     COUNT(*) FILTER (WHERE NOT canary AND decision IS NOT NULL),
+                     COUNT(*) FILTER (WHERE NOT canary AND decision IN ('edited', 'rejected')),
+                     COUNT(*) FILTER (WHERE canary),
+                     COUNT(*) FILTER (WHERE canary AND decision IS NOT NULL),
+                     COUNT(*) FILTER (WHERE canary AND decision IN ('edited', 'rejected'))
+                 FROM handoffs WHERE created_unix_ms >= $1
+                 GROUP BY trigger",
+                &[&since_unix_ms],
+            )
+            .await?;
+            let mut stats = found.iter().map(rows::review_stats).collect::<Result<Vec<_>, _>>()?;
+            stats.sort_by(|a, b| a.trigger.cmp(&b.trigger));
+            Ok(stats)
         })
         .await
     }

@@ -19,10 +19,13 @@ use serde_json::Value;
 
 use rein_core::KillFlip;
 
-use crate::runs::{self, OwnedEvent, RunCounts, RunEvent};
+use crate::handoffs::{
+    Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
+};
+use crate::runs::{self, OwnedEvent, RunCounts, RunEvent, RunInfo, RunNote, RunToolCall};
 use crate::tools::rows::{
-    self, CACHE_COLUMNS, Columns, HOLD_COLUMNS, KEY_COLUMNS, OUTBOX_COLUMNS, RUN_COLUMNS,
-    STANDING_COLUMNS, Unreadable,
+    self, CACHE_COLUMNS, Columns, HANDOFF_COLUMNS, HOLD_COLUMNS, KEY_COLUMNS, OUTBOX_COLUMNS,
+    RUN_COLUMNS, STANDING_COLUMNS, TOOL_LOG_COLUMNS, Unreadable,
 };
 use crate::tools::rules::{self, DecisionEffect, ItemStanding, KeyChange, KeyStep, Replay};
 use crate::tools::{
@@ -134,6 +137,11 @@ impl Columns for Row<'_> {
 fn get_item(conn: &Connection, id: i64) -> Result<Option<OutboxItem>, StoreError> {
     let sql = format!("SELECT {OUTBOX_COLUMNS} FROM tool_outbox WHERE id = ?1");
     Ok(conn.query_row(&sql, [id], |row| rows::outbox_item(row)).optional()?)
+}
+
+fn find_handoff(conn: &Connection, conversation_id: &str) -> Result<Option<Handoff>, StoreError> {
+    let sql = format!("SELECT {HANDOFF_COLUMNS} FROM handoffs WHERE conversation_id = ?1");
+    Ok(conn.query_row(&sql, [conversation_id], |row| rows::handoff(row)).optional()?)
 }
 
 fn get_hold(conn: &Connection, id: i64) -> Result<Option<Hold>, StoreError> {
@@ -597,17 +605,21 @@ impl ToolStore for SqliteToolStore {
                 runs::step(stored, conversation.as_deref(), event.event(), now_unix_ms, idle_ms);
             if fresh {
                 tx.execute("DELETE FROM run_calls WHERE run_id = ?1", [&run_id])?;
+                tx.execute("DELETE FROM run_tool_log WHERE run_id = ?1", [&run_id])?;
             }
             tx.execute(
                 "INSERT INTO runs (run_id, conversation_id, first_unix_ms, touched_unix_ms,
-                     model_calls, tool_calls, last_error, same_error, stopped)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                     model_calls, tool_calls, last_error, same_error, stopped, route, message,
+                     draft, coverage)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
                  ON CONFLICT (run_id) DO UPDATE SET conversation_id = excluded.conversation_id,
                      first_unix_ms = excluded.first_unix_ms,
                      touched_unix_ms = excluded.touched_unix_ms,
                      model_calls = excluded.model_calls, tool_calls = excluded.tool_calls,
                      last_error = excluded.last_error, same_error = excluded.same_error,
-                     stopped = excluded.stopped",
+                     stopped = excluded.stopped, route = excluded.route,
+                     message = excluded.message, draft = excluded.draft,
+                     coverage = excluded.coverage",
                 params![
                     run_id,
                     row.conversation_id,
@@ -617,7 +629,11 @@ impl ToolStore for SqliteToolStore {
                     row.tool_calls,
                     row.last_error,
                     row.same_error,
-                    row.stopped
+                    row.stopped,
+                    row.note.route,
+                    row.note.message,
+                    row.note.draft,
+                    row.note.coverage.as_ref().map(JsonText)
                 ],
             )?;
             let same_call = match &event {
@@ -660,6 +676,13 @@ impl ToolStore for SqliteToolStore {
             tx.execute(
                 "DELETE FROM run_calls WHERE run_id IN
                      (SELECT run_id FROM runs WHERE touched_unix_ms < ?1)",
+                [before_unix_ms],
+            )?;
+            tx.execute(
+                "DELETE FROM run_tool_log WHERE run_id IN
+                     (SELECT run_id FROM runs WHERE touched_unix_ms < ?1)
+                     OR (run_id NOT IN (SELECT run_id FROM runs) AND run_id NOT IN
+                         (SELECT run_id FROM run_tool_log WHERE at_unix_ms >= ?1))",
                 [before_unix_ms],
             )?;
             let gone =
@@ -712,6 +735,328 @@ impl ToolStore for SqliteToolStore {
                 .query_map(params![run_id, since_unix_ms], |row| rows::json(row, 0))?
                 .collect::<Result<Vec<Value>, _>>()?;
             Ok(items)
+        })
+        .await
+    }
+
+    async fn run_tool_log_add(&self, run_id: &str, call: &RunToolCall) -> Result<(), StoreError> {
+        let (run_id, call) = (run_id.to_owned(), call.clone());
+        self.write(move |tx| {
+            tx.execute(
+                "INSERT INTO run_tool_log (run_id, tool, args, status, result, at_unix_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    run_id,
+                    call.tool,
+                    JsonText(&call.args),
+                    call.status,
+                    JsonText(&call.result),
+                    call.at_unix_ms
+                ],
+            )?;
+            tx.execute(
+                "DELETE FROM run_tool_log WHERE run_id = ?1 AND id NOT IN
+                     (SELECT id FROM run_tool_log WHERE run_id = ?1 ORDER BY id DESC LIMIT ?2)",
+                params![run_id, runs::MAX_TOOL_LOG],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn run_tool_log(&self, run_id: &str) -> Result<Vec<RunToolCall>, StoreError> {
+        let run_id = run_id.to_owned();
+        self.run(move |conn| {
+            let sql = format!(
+                "SELECT {TOOL_LOG_COLUMNS} FROM run_tool_log WHERE run_id = ?1 ORDER BY id"
+            );
+            let mut statement = conn.prepare_cached(&sql)?;
+            let calls = statement
+                .query_map([&run_id], |row| rows::run_tool_call(row))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(calls)
+        })
+        .await
+    }
+
+    async fn run_note(
+        &self,
+        run_id: &str,
+        conversation_id: Option<&str>,
+        note: &RunNote,
+        now_unix_ms: i64,
+    ) -> Result<(), StoreError> {
+        let (run_id, conversation) = (run_id.to_owned(), conversation_id.map(str::to_owned));
+        let note = note.clone();
+        self.write(move |tx| {
+            tx.execute(
+                "INSERT INTO runs (run_id, conversation_id, first_unix_ms, touched_unix_ms,
+                     model_calls, tool_calls, same_error, route, message, draft, coverage)
+                 VALUES (?1, ?2, ?3, ?3, 0, 0, 0, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (run_id) DO UPDATE SET
+                     conversation_id = COALESCE(runs.conversation_id, excluded.conversation_id),
+                     touched_unix_ms = MAX(runs.touched_unix_ms, excluded.touched_unix_ms),
+                     route = COALESCE(excluded.route, runs.route),
+                     message = COALESCE(excluded.message, runs.message),
+                     draft = COALESCE(excluded.draft, runs.draft),
+                     coverage = COALESCE(excluded.coverage, runs.coverage)",
+                params![
+                    run_id,
+                    conversation,
+                    now_unix_ms,
+                    note.route,
+                    note.message,
+                    note.draft,
+                    note.coverage.as_ref().map(JsonText)
+                ],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn run_get(&self, run_id: &str) -> Result<Option<RunInfo>, StoreError> {
+        let run_id = run_id.to_owned();
+        self.run(move |conn| {
+            let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1");
+            let row = conn.query_row(&sql, [&run_id], |row| rows::run_row(row)).optional()?;
+            Ok(row.map(|row| runs::info(&run_id, row)))
+        })
+        .await
+    }
+
+    async fn spend_add(
+        &self,
+        conversation_id: &str,
+        micro_usd: i64,
+        now_unix_ms: i64,
+    ) -> Result<i64, StoreError> {
+        let conversation = conversation_id.to_owned();
+        self.write(move |tx| {
+            Ok(tx.query_row(
+                "INSERT INTO conversation_spend (conversation_id, micro_usd, touched_unix_ms)
+                 VALUES (?1, ?2, ?3)
+                 ON CONFLICT (conversation_id) DO UPDATE SET
+                     micro_usd = conversation_spend.micro_usd + excluded.micro_usd,
+                     touched_unix_ms = MAX(conversation_spend.touched_unix_ms,
+                                           excluded.touched_unix_ms)
+                 RETURNING micro_usd",
+                params![conversation, micro_usd, now_unix_ms],
+                |row| row.get(0),
+            )?)
+        })
+        .await
+    }
+
+    async fn spend_of(&self, conversation_id: &str) -> Result<i64, StoreError> {
+        let conversation = conversation_id.to_owned();
+        self.run(move |conn| {
+            let spent: Option<i64> = conn
+                .query_row(
+                    "SELECT micro_usd FROM conversation_spend WHERE conversation_id = ?1",
+                    [&conversation],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            Ok(spent.unwrap_or(0))
+        })
+        .await
+    }
+
+    async fn question_seen(
+        &self,
+        conversation_id: &str,
+        run_id: &str,
+        question_hash: &str,
+        now_unix_ms: i64,
+    ) -> Result<i64, StoreError> {
+        let (conversation, run_id) = (conversation_id.to_owned(), run_id.to_owned());
+        let question = question_hash.to_owned();
+        self.write(move |tx| {
+            tx.execute(
+                "INSERT INTO conversation_questions (conversation_id, question_hash, run_id,
+                     touched_unix_ms)
+                 VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (conversation_id, question_hash, run_id) DO UPDATE SET
+                     touched_unix_ms = MAX(conversation_questions.touched_unix_ms,
+                                           excluded.touched_unix_ms)",
+                params![conversation, question, run_id, now_unix_ms],
+            )?;
+            Ok(tx.query_row(
+                "SELECT COUNT(*) FROM conversation_questions
+                 WHERE conversation_id = ?1 AND question_hash = ?2 AND run_id <> ?3",
+                params![conversation, question, run_id],
+                |row| row.get(0),
+            )?)
+        })
+        .await
+    }
+
+    async fn conversations_prune(&self, before_unix_ms: i64) -> Result<u64, StoreError> {
+        self.write(move |tx| {
+            let spend = tx.execute(
+                "DELETE FROM conversation_spend WHERE touched_unix_ms < ?1",
+                [before_unix_ms],
+            )?;
+            let questions = tx.execute(
+                "DELETE FROM conversation_questions WHERE touched_unix_ms < ?1",
+                [before_unix_ms],
+            )?;
+            Ok((spend + questions) as u64)
+        })
+        .await
+    }
+
+    async fn handoff_open(
+        &self,
+        new: &NewHandoff,
+        now_unix_ms: i64,
+    ) -> Result<(Handoff, bool), StoreError> {
+        let new = new.clone();
+        self.write(move |tx| {
+            let sql = format!(
+                "INSERT INTO handoffs (conversation_id, run_id, route, trigger, stop_status,
+                     packet, canary, delivery, created_unix_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8)
+                 ON CONFLICT (conversation_id) DO NOTHING
+                 RETURNING {HANDOFF_COLUMNS}"
+            );
+            let inserted = tx
+                .query_row(
+                    &sql,
+                    params![
+                        new.conversation_id,
+                        new.run_id,
+                        new.route,
+                        new.trigger,
+                        new.stop_status,
+                        JsonText(&new.packet),
+                        new.canary,
+                        now_unix_ms
+                    ],
+                    |row| rows::handoff(row),
+                )
+                .optional()?;
+            if let Some(created) = inserted {
+                return Ok((created, true));
+            }
+            let found = find_handoff(tx, &new.conversation_id)?;
+            let found = found.ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "conversation `{}` lost its hand-off",
+                    new.conversation_id
+                ))
+            })?;
+            Ok((found, false))
+        })
+        .await
+    }
+
+    async fn handoff_delivery(
+        &self,
+        id: i64,
+        delivery: HandoffDelivery,
+        ticket: Option<&Value>,
+        detail: Option<&str>,
+        now_unix_ms: i64,
+    ) -> Result<(), StoreError> {
+        let (ticket, detail) = (ticket.cloned(), detail.map(str::to_owned));
+        let delivered = (delivery == HandoffDelivery::Delivered).then_some(now_unix_ms);
+        self.write(move |tx| {
+            tx.execute(
+                "UPDATE handoffs SET delivery = ?2, ticket = ?3, delivery_detail = ?4,
+                     delivered_unix_ms = COALESCE(?5, delivered_unix_ms)
+                 WHERE id = ?1",
+                params![id, delivery.as_str(), ticket.as_ref().map(JsonText), detail, delivered],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn handoff_list(
+        &self,
+        filter: &HandoffFilter,
+        limit: i64,
+    ) -> Result<Vec<Handoff>, StoreError> {
+        let filter = filter.clone();
+        self.run(move |conn| {
+            let sql = format!(
+                "SELECT {HANDOFF_COLUMNS} FROM handoffs
+                 WHERE (?1 IS NULL OR trigger = ?1)
+                   AND (?2 IS NULL OR (decision IS NOT NULL) = ?2)
+                 ORDER BY id DESC LIMIT ?3"
+            );
+            let mut statement = conn.prepare(&sql)?;
+            let handoffs = statement
+                .query_map(
+                    params![filter.trigger, filter.decided, rules::list_limit(limit)],
+                    |row| rows::handoff(row),
+                )?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(handoffs)
+        })
+        .await
+    }
+
+    async fn handoff_get(&self, id: i64) -> Result<Option<Handoff>, StoreError> {
+        self.run(move |conn| {
+            let sql = format!("SELECT {HANDOFF_COLUMNS} FROM handoffs WHERE id = ?1");
+            Ok(conn.query_row(&sql, [id], |row| rows::handoff(row)).optional()?)
+        })
+        .await
+    }
+
+    async fn handoff_find(&self, conversation_id: &str) -> Result<Option<Handoff>, StoreError> {
+        let conversation = conversation_id.to_owned();
+        self.run(move |conn| find_handoff(conn, &conversation)).await
+    }
+
+    async fn handoff_decide(
+        &self,
+        id: i64,
+        decision: ReviewDecision,
+        by: &str,
+        edited_draft: Option<&str>,
+        note: &str,
+        now_unix_ms: i64,
+    ) -> Result<Option<Handoff>, StoreError> {
+        let (by, edited_draft, note) =
+            (by.to_owned(), edited_draft.map(str::to_owned), note.to_owned());
+        self.write(move |tx| {
+            let sql = format!(
+                "UPDATE handoffs SET decision = ?2, decided_by = ?3, edited_draft = ?4,
+                     note = ?5, decided_unix_ms = ?6
+                 WHERE id = ?1 AND decision IS NULL
+                 RETURNING {HANDOFF_COLUMNS}"
+            );
+            let params = params![id, decision.as_str(), by, edited_draft, note, now_unix_ms];
+            Ok(tx.query_row(&sql, params, |row| rows::handoff(row)).optional()?)
+        })
+        .await
+    }
+
+    async fn handoff_review_stats(
+        &self,
+        since_unix_ms: i64,
+    ) -> Result<Vec<ReviewStats>, StoreError> {
+        self.run(move |conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT trigger,
+                     COUNT(*) FILTER (WHERE NOT canary),
+                     COUNT(*) FILTER (WHERE NOT canary AND decision IS NOT NULL),
+                     COUNT(*) FILTER (WHERE NOT canary AND decision IN ('edited', 'rejected')),
+                     COUNT(*) FILTER (WHERE canary),
+                     COUNT(*) FILTER (WHERE canary AND decision IS NOT NULL),
+                     COUNT(*) FILTER (WHERE canary AND decision IN ('edited', 'rejected'))
+                 FROM handoffs WHERE created_unix_ms >= ?1
+                 GROUP BY trigger",
+            )?;
+            let mut stats = statement
+                .query_map([since_unix_ms], |row| rows::review_stats(row))?
+                .collect::<Result<Vec<_>, _>>()?;
+            stats.sort_by(|a, b| a.trigger.cmp(&b.trigger));
+            Ok(stats)
         })
         .await
     }

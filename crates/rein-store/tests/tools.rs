@@ -10,7 +10,10 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rein_store::runs::{RunCounts, RunEvent};
+use rein_store::handoffs::{
+    Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
+};
+use rein_store::runs::{RunCounts, RunEvent, RunNote, RunToolCall};
 use rein_store::testing::TempPostgres;
 use rein_store::tools::{
     Decision, Hold, HoldState, KeyBegin, KeyState, NewHold, NewOutboxItem, OutboxItem, OutboxState,
@@ -81,6 +84,20 @@ on_both_backends!(
     two_replicas_count_one_run,
     runs_prune_forgets_only_idle_runs,
     a_runs_evidence_is_shared_by_replicas_and_bounded,
+    a_runs_tool_log_keeps_its_newest_calls_in_order,
+    run_note_overwrites_only_what_it_sets,
+    a_run_that_starts_afresh_forgets_its_notes_and_tool_log,
+    runs_prune_forgets_the_tool_logs_of_forgotten_runs,
+    spend_adds_up_per_conversation,
+    question_seen_counts_other_runs_only,
+    conversations_prune_forgets_spend_and_questions,
+    a_conversation_has_one_handoff,
+    concurrent_opens_of_one_conversation_make_one_handoff,
+    handoff_delivery_records_where_the_ticket_is,
+    handoff_list_filters_and_shows_newest_first,
+    the_first_decision_on_a_handoff_is_the_one_that_stands,
+    concurrent_decisions_on_one_handoff_make_exactly_one,
+    review_stats_count_canaries_apart,
 );
 
 /// Where a backend's data lives, so more instances can be opened on it.
@@ -1144,4 +1161,412 @@ async fn a_runs_evidence_is_shared_by_replicas_and_bounded(backend: Backend) {
     // Pruned with the runs' idle time.
     backend.store.runs_prune(T0 + 5).await.unwrap();
     assert_eq!(ids(backend.store.run_evidence("r1", 0).await.unwrap()), ["212"]);
+}
+
+fn tool_call(n: i64) -> RunToolCall {
+    RunToolCall {
+        tool: "look_up_order".to_owned(),
+        args: json!({ "order": n }),
+        status: if n % 2 == 0 { "ok" } else { "error" }.to_owned(),
+        result: json!({ "n": n, "total": 12.5 }),
+        at_unix_ms: T0 + n,
+    }
+}
+
+async fn a_runs_tool_log_keeps_its_newest_calls_in_order(backend: Backend) {
+    let replica = backend.another().await;
+    let store = &*backend.store;
+    assert!(store.run_tool_log("r1").await.unwrap().is_empty());
+    let max = rein_store::runs::MAX_TOOL_LOG;
+    for n in 0..max + 5 {
+        let writer = if n % 2 == 0 { store } else { &*replica };
+        writer.run_tool_log_add("r1", &tool_call(n)).await.unwrap();
+    }
+    store.run_tool_log_add("r2", &tool_call(7)).await.unwrap();
+    let log = replica.run_tool_log("r1").await.unwrap();
+    assert_eq!(log.len(), usize::try_from(max).unwrap(), "the newest are kept");
+    assert_eq!(log, (5..max + 5).map(tool_call).collect::<Vec<_>>(), "oldest first, exactly");
+    assert_eq!(store.run_tool_log("r2").await.unwrap(), vec![tool_call(7)]);
+}
+
+async fn run_note_overwrites_only_what_it_sets(backend: Backend) {
+    let store = &*backend.store;
+    assert_eq!(store.run_get("r1").await.unwrap(), None);
+    // A note on a run never counted makes its row.
+    let first = RunNote {
+        route: Some("support".to_owned()),
+        message: Some("Where is order 44718?".to_owned()),
+        draft: None,
+        coverage: Some(json!({ "covered": 0.5, "missing": ["eta"] })),
+    };
+    store.run_note("r1", Some("conv-1"), &first, T0).await.unwrap();
+    let info = store.run_get("r1").await.unwrap().unwrap();
+    assert_eq!((info.run_id.as_str(), info.conversation_id.as_deref()), ("r1", Some("conv-1")));
+    assert_eq!((info.model_calls, info.tool_calls), (0, 0));
+    assert_eq!((info.first_unix_ms, info.touched_unix_ms), (T0, T0));
+    assert_eq!(info.route.as_deref(), Some("support"));
+    assert_eq!(info.message.as_deref(), Some("Where is order 44718?"));
+    assert_eq!(info.draft, None);
+    assert_eq!(info.coverage, Some(json!({ "covered": 0.5, "missing": ["eta"] })));
+
+    // Counting keeps the notes; a later note overwrites only its Some fields and touches the run.
+    count(store, "r1", RunEvent::ModelCall, T0 + 10).await;
+    let draft = RunNote { draft: Some("It ships Monday.".to_owned()), ..RunNote::default() };
+    store.run_note("r1", None, &draft, T0 + 20).await.unwrap();
+    let info = store.run_get("r1").await.unwrap().unwrap();
+    assert_eq!(info.model_calls, 1);
+    assert_eq!((info.first_unix_ms, info.touched_unix_ms), (T0, T0 + 20));
+    assert_eq!(info.conversation_id.as_deref(), Some("conv-1"));
+    assert_eq!(info.route.as_deref(), Some("support"));
+    assert_eq!(info.message.as_deref(), Some("Where is order 44718?"));
+    assert_eq!(info.draft.as_deref(), Some("It ships Monday."));
+    assert_eq!(info.coverage, Some(json!({ "covered": 0.5, "missing": ["eta"] })));
+    let counted = count(store, "r1", RunEvent::ModelCall, T0 + 30).await;
+    assert_eq!(counted.model_calls, 2);
+    assert_eq!(
+        store.run_get("r1").await.unwrap().unwrap().draft.as_deref(),
+        Some("It ships Monday.")
+    );
+
+    // A stop is read back too.
+    store.run_stop("r1", "stopped_deadline", T0 + 40).await.unwrap();
+    let info = backend.another().await.run_get("r1").await.unwrap().unwrap();
+    assert_eq!(info.stopped.as_deref(), Some("stopped_deadline"));
+    assert_eq!(info.route.as_deref(), Some("support"));
+}
+
+async fn a_run_that_starts_afresh_forgets_its_notes_and_tool_log(backend: Backend) {
+    let store = &*backend.store;
+    count(store, "r1", RunEvent::ModelCall, T0).await;
+    let note = RunNote {
+        route: Some("support".to_owned()),
+        message: Some("hi".to_owned()),
+        draft: Some("hello".to_owned()),
+        coverage: Some(json!([])),
+    };
+    store.run_note("r1", Some("conv-1"), &note, T0 + 1).await.unwrap();
+    store.run_tool_log_add("r1", &tool_call(1)).await.unwrap();
+    let later = T0 + 1 + IDLE;
+    let fresh = count(store, "r1", RunEvent::ModelCall, later).await;
+    assert_eq!((fresh.model_calls, fresh.first_unix_ms), (1, later));
+    let info = store.run_get("r1").await.unwrap().unwrap();
+    assert_eq!((info.route, info.message, info.draft, info.coverage), (None, None, None, None));
+    assert!(store.run_tool_log("r1").await.unwrap().is_empty());
+}
+
+async fn runs_prune_forgets_the_tool_logs_of_forgotten_runs(backend: Backend) {
+    let store = &*backend.store;
+    count(store, "old", RunEvent::ModelCall, T0).await;
+    store.run_tool_log_add("old", &tool_call(1)).await.unwrap();
+    count(store, "new", RunEvent::ModelCall, T0 + 100).await;
+    // An old call of a run still in use stays with its run.
+    store.run_tool_log_add("new", &tool_call(2)).await.unwrap();
+    // A log without a run's row goes once all its calls are past the time.
+    store.run_tool_log_add("rowless", &tool_call(3)).await.unwrap();
+    store.run_tool_log_add("rowless-recent", &tool_call(60)).await.unwrap();
+    assert_eq!(store.runs_prune(T0 + 50).await.unwrap(), 1);
+    assert!(store.run_tool_log("old").await.unwrap().is_empty());
+    assert!(store.run_tool_log("rowless").await.unwrap().is_empty());
+    assert_eq!(store.run_tool_log("new").await.unwrap(), vec![tool_call(2)]);
+    assert_eq!(store.run_tool_log("rowless-recent").await.unwrap(), vec![tool_call(60)]);
+    assert_eq!(store.run_get("old").await.unwrap(), None);
+}
+
+// ---- conversations ----
+
+async fn spend_adds_up_per_conversation(backend: Backend) {
+    let replica = backend.another().await;
+    let store = &*backend.store;
+    assert_eq!(store.spend_of("conv-1").await.unwrap(), 0);
+    assert_eq!(store.spend_add("conv-1", 1_250, T0).await.unwrap(), 1_250);
+    assert_eq!(replica.spend_add("conv-1", 300, T0 + 1).await.unwrap(), 1_550);
+    assert_eq!(store.spend_add("conv-2", 7, T0 + 2).await.unwrap(), 7);
+    assert_eq!(replica.spend_of("conv-1").await.unwrap(), 1_550);
+    assert_eq!(store.spend_of("conv-2").await.unwrap(), 7);
+    // Replicas adding at once lose nothing.
+    let mut tasks = Vec::new();
+    for index in 0..10 {
+        let store = if index % 2 == 0 { Arc::clone(&backend.store) } else { Arc::clone(&replica) };
+        tasks.push(tokio::spawn(async move { store.spend_add("conv-3", 100, T0).await.unwrap() }));
+    }
+    let mut totals = BTreeSet::new();
+    for task in tasks {
+        totals.insert(task.await.unwrap());
+    }
+    assert_eq!(totals, (1..=10).map(|n| n * 100).collect::<BTreeSet<i64>>());
+    assert_eq!(store.spend_of("conv-3").await.unwrap(), 1_000);
+}
+
+async fn question_seen_counts_other_runs_only(backend: Backend) {
+    let replica = backend.another().await;
+    let store = &*backend.store;
+    assert_eq!(store.question_seen("conv-1", "r1", "q-eta", T0).await.unwrap(), 0);
+    assert_eq!(store.question_seen("conv-1", "r1", "q-eta", T0 + 1).await.unwrap(), 0, "same run");
+    assert_eq!(replica.question_seen("conv-1", "r2", "q-eta", T0 + 2).await.unwrap(), 1);
+    assert_eq!(store.question_seen("conv-1", "r2", "q-eta", T0 + 3).await.unwrap(), 1, "again");
+    assert_eq!(store.question_seen("conv-1", "r3", "q-eta", T0 + 4).await.unwrap(), 2);
+    assert_eq!(store.question_seen("conv-1", "r1", "q-eta", T0 + 5).await.unwrap(), 2);
+    // Another question, or the same one in another conversation, counts on its own.
+    assert_eq!(store.question_seen("conv-1", "r3", "q-refund", T0 + 6).await.unwrap(), 0);
+    assert_eq!(store.question_seen("conv-2", "r9", "q-eta", T0 + 7).await.unwrap(), 0);
+}
+
+async fn conversations_prune_forgets_spend_and_questions(backend: Backend) {
+    let store = &*backend.store;
+    store.spend_add("old", 10, T0).await.unwrap();
+    store.spend_add("new", 10, T0).await.unwrap();
+    store.spend_add("new", 5, T0 + 100).await.unwrap();
+    store.question_seen("old", "r1", "q", T0).await.unwrap();
+    store.question_seen("new", "r1", "q", T0).await.unwrap();
+    store.question_seen("new", "r1", "q", T0 + 100).await.unwrap();
+    store.question_seen("new", "r2", "q", T0 + 10).await.unwrap();
+    let kept = open(store, "old", "spend_limit", false, T0).await;
+    assert_eq!(store.conversations_prune(T0 + 50).await.unwrap(), 3, "old spend, two questions");
+    assert_eq!(store.spend_of("old").await.unwrap(), 0);
+    assert_eq!(store.spend_of("new").await.unwrap(), 15, "touched since: kept whole");
+    assert_eq!(store.question_seen("old", "r2", "q", T0 + 200).await.unwrap(), 0);
+    assert_eq!(store.question_seen("new", "r3", "q", T0 + 200).await.unwrap(), 1, "r1 kept");
+    assert_eq!(store.handoff_find("old").await.unwrap(), Some(kept), "hand-offs are kept");
+}
+
+// ---- hand-offs ----
+
+fn new_handoff(conversation: &str, trigger: &str, canary: bool) -> NewHandoff {
+    NewHandoff {
+        conversation_id: conversation.to_owned(),
+        run_id: Some(format!("run-of-{conversation}")),
+        route: Some("support".to_owned()),
+        trigger: trigger.to_owned(),
+        stop_status: None,
+        packet: json!({ "draft": "It ships Monday.", "score": 0.25, "tools": [] }),
+        canary,
+    }
+}
+
+async fn open(
+    store: &dyn ToolStore,
+    conversation: &str,
+    trigger: &str,
+    canary: bool,
+    now: i64,
+) -> Handoff {
+    store.handoff_open(&new_handoff(conversation, trigger, canary), now).await.unwrap().0
+}
+
+async fn a_conversation_has_one_handoff(backend: Backend) {
+    let store = &*backend.store;
+    assert_eq!(store.handoff_find("conv-1").await.unwrap(), None);
+    let mut new = new_handoff("conv-1", "same_question_twice", false);
+    new.stop_status = Some("stopped_repeated_call".to_owned());
+    let (first, created) = store.handoff_open(&new, T0).await.unwrap();
+    assert!(created);
+    assert_eq!(first.conversation_id, "conv-1");
+    assert_eq!(first.run_id.as_deref(), Some("run-of-conv-1"));
+    assert_eq!(first.route.as_deref(), Some("support"));
+    assert_eq!(first.trigger, "same_question_twice");
+    assert_eq!(first.stop_status.as_deref(), Some("stopped_repeated_call"));
+    assert_eq!(first.packet, new.packet);
+    assert!(!first.canary);
+    assert_eq!(first.delivery, HandoffDelivery::Pending);
+    assert_eq!((first.ticket.clone(), first.delivery_detail.clone()), (None, None));
+    assert_eq!((first.created_unix_ms, first.delivered_unix_ms), (T0, None));
+    assert_eq!(
+        (first.decision, first.decided_by.clone(), first.decided_unix_ms),
+        (None, None, None)
+    );
+
+    let other = NewHandoff { trigger: "spend_limit".to_owned(), ..new.clone() };
+    let (again, created) = store.handoff_open(&other, T0 + 5).await.unwrap();
+    assert!(!created);
+    assert_eq!(again, first, "the first stands, unchanged");
+    assert_eq!(store.handoff_get(first.id).await.unwrap(), Some(first.clone()));
+    assert_eq!(store.handoff_find("conv-1").await.unwrap(), Some(first.clone()));
+    assert_eq!(store.handoff_get(first.id + 100).await.unwrap(), None);
+
+    let (second, created) =
+        store.handoff_open(&new_handoff("conv-2", "spend_limit", true), T0 + 6).await.unwrap();
+    assert!(created && second.canary);
+    assert_ne!(second.id, first.id);
+    assert_eq!(store.handoff_list(&HandoffFilter::default(), 10).await.unwrap().len(), 2);
+}
+
+async fn concurrent_opens_of_one_conversation_make_one_handoff(backend: Backend) {
+    let replica = backend.another().await;
+    let mut tasks = Vec::new();
+    for index in 0..8 {
+        let store = if index % 2 == 0 { Arc::clone(&backend.store) } else { Arc::clone(&replica) };
+        tasks.push(tokio::spawn(async move {
+            let new = new_handoff("conv-1", &format!("trigger-{index}"), false);
+            store.handoff_open(&new, T0 + index).await.unwrap()
+        }));
+    }
+    let mut created = 0;
+    let mut ids = BTreeSet::new();
+    for task in tasks {
+        let (handoff, made) = task.await.unwrap();
+        created += i32::from(made);
+        ids.insert(handoff.id);
+    }
+    assert_eq!(created, 1, "exactly one open creates it");
+    assert_eq!(ids.len(), 1, "every open returns that one");
+    assert_eq!(backend.store.handoff_list(&HandoffFilter::default(), 10).await.unwrap().len(), 1);
+}
+
+async fn handoff_delivery_records_where_the_ticket_is(backend: Backend) {
+    let store = &*backend.store;
+    let handoff = open(store, "conv-1", "low_coverage", false, T0).await;
+    store
+        .handoff_delivery(handoff.id, HandoffDelivery::Queued, None, Some("helpdesk: 503"), T0 + 1)
+        .await
+        .unwrap();
+    let queued = store.handoff_get(handoff.id).await.unwrap().unwrap();
+    assert_eq!(queued.delivery, HandoffDelivery::Queued);
+    assert_eq!(queued.delivery_detail.as_deref(), Some("helpdesk: 503"));
+    assert_eq!((queued.ticket, queued.delivered_unix_ms), (None, None));
+
+    let ticket = json!({ "id": "T-4471", "url": "https://help.example/T-4471" });
+    store
+        .handoff_delivery(handoff.id, HandoffDelivery::Delivered, Some(&ticket), None, T0 + 2)
+        .await
+        .unwrap();
+    let delivered = backend.another().await.handoff_get(handoff.id).await.unwrap().unwrap();
+    assert_eq!(delivered.delivery, HandoffDelivery::Delivered);
+    assert_eq!(delivered.ticket, Some(ticket));
+    assert_eq!(delivered.delivery_detail, None);
+    assert_eq!(delivered.delivered_unix_ms, Some(T0 + 2));
+    assert_eq!(delivered.packet, handoff.packet, "the packet is untouched");
+
+    // Failing later keeps when it was delivered; a missing hand-off is left alone.
+    store
+        .handoff_delivery(handoff.id, HandoffDelivery::Failed, None, Some("closed"), T0 + 3)
+        .await
+        .unwrap();
+    let failed = store.handoff_get(handoff.id).await.unwrap().unwrap();
+    assert_eq!(
+        (failed.delivery, failed.delivered_unix_ms),
+        (HandoffDelivery::Failed, Some(T0 + 2))
+    );
+    store.handoff_delivery(handoff.id + 9, HandoffDelivery::Failed, None, None, T0).await.unwrap();
+}
+
+async fn handoff_list_filters_and_shows_newest_first(backend: Backend) {
+    let store = &*backend.store;
+    let a = open(store, "conv-a", "low_coverage", false, T0).await;
+    let b = open(store, "conv-b", "spend_limit", false, T0 + 1).await;
+    let c = open(store, "conv-c", "low_coverage", true, T0 + 2).await;
+    store.handoff_decide(a.id, ReviewDecision::Approved, "ana", None, "", T0 + 3).await.unwrap();
+    let ids = |list: Vec<Handoff>| list.iter().map(|h| h.id).collect::<Vec<_>>();
+    let all = HandoffFilter::default();
+    assert_eq!(ids(store.handoff_list(&all, 10).await.unwrap()), vec![c.id, b.id, a.id]);
+    assert_eq!(ids(store.handoff_list(&all, 2).await.unwrap()), vec![c.id, b.id]);
+    assert!(store.handoff_list(&all, 0).await.unwrap().is_empty());
+    let coverage = HandoffFilter { trigger: Some("low_coverage".to_owned()), decided: None };
+    assert_eq!(ids(store.handoff_list(&coverage, 10).await.unwrap()), vec![c.id, a.id]);
+    let undecided = HandoffFilter { trigger: None, decided: Some(false) };
+    assert_eq!(ids(store.handoff_list(&undecided, 10).await.unwrap()), vec![c.id, b.id]);
+    let decided = HandoffFilter { trigger: None, decided: Some(true) };
+    assert_eq!(ids(store.handoff_list(&decided, 10).await.unwrap()), vec![a.id]);
+    let both = HandoffFilter { trigger: Some("low_coverage".to_owned()), decided: Some(false) };
+    assert_eq!(ids(store.handoff_list(&both, 10).await.unwrap()), vec![c.id]);
+    let none = HandoffFilter { trigger: Some("nothing".to_owned()), decided: None };
+    assert!(store.handoff_list(&none, 10).await.unwrap().is_empty());
+}
+
+async fn the_first_decision_on_a_handoff_is_the_one_that_stands(backend: Backend) {
+    let store = &*backend.store;
+    let handoff = open(store, "conv-1", "low_coverage", false, T0).await;
+    let decided = store
+        .handoff_decide(
+            handoff.id,
+            ReviewDecision::Edited,
+            "ana",
+            Some("It ships Tuesday."),
+            "wrong day",
+            T0 + 5,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(decided.decision, Some(ReviewDecision::Edited));
+    assert_eq!(decided.decided_by.as_deref(), Some("ana"));
+    assert_eq!(decided.edited_draft.as_deref(), Some("It ships Tuesday."));
+    assert_eq!(decided.note.as_deref(), Some("wrong day"));
+    assert_eq!(decided.decided_unix_ms, Some(T0 + 5));
+    assert_eq!(decided.packet, handoff.packet);
+    let again =
+        store.handoff_decide(handoff.id, ReviewDecision::Approved, "bo", None, "", T0 + 6).await;
+    assert_eq!(again.unwrap(), None, "already decided");
+    assert_eq!(store.handoff_get(handoff.id).await.unwrap(), Some(decided));
+    let missing =
+        store.handoff_decide(handoff.id + 9, ReviewDecision::Rejected, "bo", None, "", T0).await;
+    assert_eq!(missing.unwrap(), None);
+}
+
+async fn concurrent_decisions_on_one_handoff_make_exactly_one(backend: Backend) {
+    let replica = backend.another().await;
+    let handoff = open(&*backend.store, "conv-1", "low_coverage", false, T0).await;
+    let mut tasks = Vec::new();
+    for index in 0..8 {
+        let store = if index % 2 == 0 { Arc::clone(&backend.store) } else { Arc::clone(&replica) };
+        tasks.push(tokio::spawn(async move {
+            let by = format!("person-{index}");
+            store.handoff_decide(handoff.id, ReviewDecision::Approved, &by, None, "", T0 + 1).await
+        }));
+    }
+    let mut decisions = Vec::new();
+    for task in tasks {
+        decisions.extend(task.await.unwrap().unwrap());
+    }
+    assert_eq!(decisions.len(), 1, "exactly one decision takes effect: {decisions:?}");
+    let stored = backend.store.handoff_get(handoff.id).await.unwrap().unwrap();
+    assert_eq!(stored.decided_by, decisions[0].decided_by);
+}
+
+async fn review_stats_count_canaries_apart(backend: Backend) {
+    let store = &*backend.store;
+    // Before the window: not counted.
+    let old = open(store, "conv-old", "low_coverage", false, T0 - 1).await;
+    store.handoff_decide(old.id, ReviewDecision::Rejected, "ana", None, "", T0).await.unwrap();
+    let mut real = Vec::new();
+    for n in 0..4 {
+        real.push(open(store, &format!("conv-{n}"), "low_coverage", false, T0 + n).await);
+    }
+    let canary_a = open(store, "canary-a", "low_coverage", true, T0 + 10).await;
+    let canary_b = open(store, "canary-b", "low_coverage", true, T0 + 11).await;
+    let other = open(store, "conv-9", "budget", false, T0 + 12).await;
+    let decide = |id: i64, decision: ReviewDecision| async move {
+        let draft = (decision == ReviewDecision::Edited).then_some("better");
+        store.handoff_decide(id, decision, "ana", draft, "", T0 + 20).await.unwrap().unwrap()
+    };
+    decide(real[0].id, ReviewDecision::Approved).await;
+    decide(real[1].id, ReviewDecision::Edited).await;
+    decide(real[2].id, ReviewDecision::Rejected).await;
+    decide(canary_a.id, ReviewDecision::Rejected).await;
+    decide(canary_b.id, ReviewDecision::Approved).await;
+    decide(other.id, ReviewDecision::Approved).await;
+    let stats = backend.another().await.handoff_review_stats(T0).await.unwrap();
+    assert_eq!(
+        stats,
+        vec![
+            ReviewStats {
+                trigger: "budget".to_owned(),
+                handoffs: 1,
+                decided: 1,
+                changed: 0,
+                canaries: 0,
+                canaries_decided: 0,
+                canaries_caught: 0,
+            },
+            ReviewStats {
+                trigger: "low_coverage".to_owned(),
+                handoffs: 4,
+                decided: 3,
+                changed: 2,
+                canaries: 2,
+                canaries_decided: 2,
+                canaries_caught: 1,
+            },
+        ]
+    );
+    assert!(store.handoff_review_stats(T0 + 100).await.unwrap().is_empty());
 }

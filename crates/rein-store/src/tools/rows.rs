@@ -1,4 +1,4 @@
-//! Reading the tool and run tables' rows into their structs, written once for both backends. Both
+//! Reading the tool, run and hand-off tables' rows into their structs, written once for both backends. Both
 //! select the same columns in the same order (the `*_COLUMNS` lists here, which the readers
 //! below index by position) and give their row type the typed reads of [`Columns`]; each
 //! backend keeps its own errors for a value that cannot be read ([`Columns::unreadable`]). JSON
@@ -8,7 +8,8 @@ use std::fmt;
 
 use serde_json::Value;
 
-use crate::runs::RunRow;
+use crate::handoffs::{Handoff, HandoffDelivery, ReviewDecision, ReviewStats};
+use crate::runs::{RunNote, RunRow, RunToolCall};
 use crate::tools::rules::{ItemStanding, KeyRecord};
 use crate::tools::{CachedResult, Hold, HoldState, KeyState, OutboxItem, OutboxState, OutboxStats};
 
@@ -33,7 +34,15 @@ pub(crate) const CACHE_COLUMNS: &str = "result, captured_unix_ms";
 
 /// A run's columns, as [`run_row`] reads them.
 pub(crate) const RUN_COLUMNS: &str = "conversation_id, first_unix_ms, touched_unix_ms, \
-     model_calls, tool_calls, last_error, same_error, stopped";
+     model_calls, tool_calls, last_error, same_error, stopped, route, message, draft, coverage";
+
+/// A run's tool call log entry's columns, as [`run_tool_call`] reads them.
+pub(crate) const TOOL_LOG_COLUMNS: &str = "tool, args, status, result, at_unix_ms";
+
+/// A hand-off's columns, as [`handoff`] reads them.
+pub(crate) const HANDOFF_COLUMNS: &str = "id, conversation_id, run_id, route, trigger, \
+     stop_status, packet, canary, delivery, ticket, delivery_detail, created_unix_ms, \
+     delivered_unix_ms, decision, decided_by, edited_draft, note, decided_unix_ms";
 
 /// A backend's result row, read by column position.
 pub(crate) trait Columns {
@@ -95,6 +104,17 @@ fn state<R: Columns, T>(
     parse(&name).ok_or_else(|| R::unreadable(index, Unreadable::State(name)))
 }
 
+/// A nullable state column's text as its enum (NULL: none); anything else is a corrupt row.
+fn state_opt<R: Columns, T>(
+    row: &R,
+    index: usize,
+    parse: fn(&str) -> Option<T>,
+) -> Result<Option<T>, R::Error> {
+    row.text_opt(index)?
+        .map(|name| parse(&name).ok_or_else(|| R::unreadable(index, Unreadable::State(name))))
+        .transpose()
+}
+
 /// An outbox row's state, from its state column and its `review` flag.
 fn outbox_state<R: Columns>(row: &R, index: usize, review: usize) -> Result<OutboxState, R::Error> {
     let name = row.text(index)?;
@@ -114,6 +134,61 @@ pub(crate) fn run_row<R: Columns>(row: &R) -> Result<RunRow, R::Error> {
         last_error: row.text_opt(5)?,
         same_error: row.int(6)?,
         stopped: row.text_opt(7)?,
+        note: RunNote {
+            route: row.text_opt(8)?,
+            message: row.text_opt(9)?,
+            draft: row.text_opt(10)?,
+            coverage: json_opt(row, 11)?,
+        },
+    })
+}
+
+/// A run's tool call from its [`TOOL_LOG_COLUMNS`].
+pub(crate) fn run_tool_call<R: Columns>(row: &R) -> Result<RunToolCall, R::Error> {
+    Ok(RunToolCall {
+        tool: row.text(0)?,
+        args: json(row, 1)?,
+        status: row.text(2)?,
+        result: json(row, 3)?,
+        at_unix_ms: row.int(4)?,
+    })
+}
+
+/// A hand-off from its [`HANDOFF_COLUMNS`].
+pub(crate) fn handoff<R: Columns>(row: &R) -> Result<Handoff, R::Error> {
+    Ok(Handoff {
+        id: row.int(0)?,
+        conversation_id: row.text(1)?,
+        run_id: row.text_opt(2)?,
+        route: row.text_opt(3)?,
+        trigger: row.text(4)?,
+        stop_status: row.text_opt(5)?,
+        packet: json(row, 6)?,
+        canary: row.flag(7)?,
+        delivery: state(row, 8, HandoffDelivery::parse)?,
+        ticket: json_opt(row, 9)?,
+        delivery_detail: row.text_opt(10)?,
+        created_unix_ms: row.int(11)?,
+        delivered_unix_ms: row.int_opt(12)?,
+        decision: state_opt(row, 13, ReviewDecision::parse)?,
+        decided_by: row.text_opt(14)?,
+        edited_draft: row.text_opt(15)?,
+        note: row.text_opt(16)?,
+        decided_unix_ms: row.int_opt(17)?,
+    })
+}
+
+/// One trigger's review counts, from a row of: the trigger, hand-offs, decided, changed,
+/// canaries, canaries decided, canaries caught.
+pub(crate) fn review_stats<R: Columns>(row: &R) -> Result<ReviewStats, R::Error> {
+    Ok(ReviewStats {
+        trigger: row.text(0)?,
+        handoffs: row.int(1)?,
+        decided: row.int(2)?,
+        changed: row.int(3)?,
+        canaries: row.int(4)?,
+        canaries_decided: row.int(5)?,
+        canaries_caught: row.int(6)?,
     })
 }
 
@@ -288,10 +363,38 @@ mod tests {
         ]
     }
 
+    fn handoff_row() -> Vec<Cell> {
+        use Cell::{Int, Null, Text};
+        vec![
+            Int(4),
+            Text("c-1"),
+            Text("r-1"),
+            Null,
+            Text("same_question_twice"),
+            Null,
+            Text(r#"{"draft":"hi"}"#),
+            Int(1),
+            Text("delivered"),
+            Text(r#"{"ticket":"T-9"}"#),
+            Null,
+            Int(10),
+            Int(11),
+            Text("edited"),
+            Text("ana"),
+            Text("hello"),
+            Text(""),
+            Int(12),
+        ]
+    }
+
     #[test]
     fn the_column_lists_match_what_the_readers_index() {
         assert_eq!(OUTBOX_COLUMNS.split(", ").count(), outbox_row().len());
         assert_eq!(HOLD_COLUMNS.split(", ").count(), hold_row().len());
+        assert_eq!(HANDOFF_COLUMNS.split(", ").count(), handoff_row().len());
+        assert_eq!(RUN_COLUMNS.split(", ").count(), 12);
+        assert_eq!(RUN_COLUMNS.split(", ").nth(11), Some("coverage"));
+        assert_eq!(TOOL_LOG_COLUMNS.split(", ").count(), 5);
         assert_eq!(OUTBOX_COLUMNS.split(", ").nth(15), Some("review"));
         assert_eq!(KEY_COLUMNS.split(", ").nth(4), Some("result"));
     }
@@ -320,6 +423,31 @@ mod tests {
         assert_eq!(hold.state, HoldState::Approved);
         assert_eq!((hold.decided_by.as_deref(), hold.outbox_id), (Some("ana"), Some(7)));
         assert_eq!(hold.conversation_id, None);
+    }
+
+    #[test]
+    fn a_handoff_row_becomes_its_handoff() {
+        let handoff = handoff(&Plain(handoff_row())).unwrap();
+        assert_eq!((handoff.id, handoff.conversation_id.as_str()), (4, "c-1"));
+        assert_eq!(handoff.packet, json!({ "draft": "hi" }));
+        assert!(handoff.canary);
+        assert_eq!(handoff.delivery, HandoffDelivery::Delivered);
+        assert_eq!(handoff.ticket, Some(json!({ "ticket": "T-9" })));
+        assert_eq!(handoff.decision, Some(ReviewDecision::Edited));
+        assert_eq!(handoff.edited_draft.as_deref(), Some("hello"));
+
+        let mut undecided = handoff_row();
+        undecided[13] = Cell::Null;
+        assert_eq!(super::handoff(&Plain(undecided)).unwrap().decision, None);
+        let mut bad_decision = handoff_row();
+        bad_decision[13] = Cell::Text("approve");
+        assert_eq!(
+            super::handoff(&Plain(bad_decision)).unwrap_err(),
+            "13: unknown state `approve`"
+        );
+        let mut bad_delivery = handoff_row();
+        bad_delivery[8] = Cell::Text("sent");
+        assert_eq!(super::handoff(&Plain(bad_delivery)).unwrap_err(), "8: unknown state `sent`");
     }
 
     #[test]

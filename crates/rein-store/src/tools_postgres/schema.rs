@@ -102,6 +102,59 @@ const MIGRATIONS: &[&str] = &[
         added_unix_ms BIGINT NOT NULL
     );
     CREATE INDEX run_evidence_run ON run_evidence (run_id, id);",
+    // 6: what a run did, for a hand-off's packet (notes on its row, its newest tool calls); the
+    // conversations handed off to a person, with their review; each conversation's spend and
+    // the questions its runs asked.
+    "ALTER TABLE runs
+        ADD COLUMN route TEXT,
+        ADD COLUMN message TEXT,
+        ADD COLUMN draft TEXT,
+        ADD COLUMN coverage TEXT;
+    CREATE TABLE run_tool_log (
+        id BIGSERIAL PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        args TEXT NOT NULL,
+        status TEXT NOT NULL,
+        result TEXT NOT NULL,
+        at_unix_ms BIGINT NOT NULL
+    );
+    CREATE INDEX run_tool_log_run ON run_tool_log (run_id, id);
+    CREATE TABLE handoffs (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        conversation_id TEXT NOT NULL UNIQUE,
+        run_id TEXT,
+        route TEXT,
+        trigger TEXT NOT NULL,
+        stop_status TEXT,
+        packet TEXT NOT NULL,
+        canary BOOLEAN NOT NULL,
+        delivery TEXT NOT NULL CHECK (delivery IN ('pending', 'delivered', 'queued', 'failed')),
+        ticket TEXT,
+        delivery_detail TEXT,
+        created_unix_ms BIGINT NOT NULL,
+        delivered_unix_ms BIGINT,
+        decision TEXT CHECK (decision IN ('approved', 'edited', 'rejected')),
+        decided_by TEXT,
+        edited_draft TEXT,
+        note TEXT,
+        decided_unix_ms BIGINT
+    );
+    CREATE INDEX handoffs_created ON handoffs (created_unix_ms);
+    CREATE TABLE conversation_spend (
+        conversation_id TEXT PRIMARY KEY,
+        micro_usd BIGINT NOT NULL,
+        touched_unix_ms BIGINT NOT NULL
+    );
+    CREATE INDEX conversation_spend_touched ON conversation_spend (touched_unix_ms);
+    CREATE TABLE conversation_questions (
+        conversation_id TEXT NOT NULL,
+        question_hash TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        touched_unix_ms BIGINT NOT NULL,
+        PRIMARY KEY (conversation_id, question_hash, run_id)
+    );
+    CREATE INDEX conversation_questions_touched ON conversation_questions (touched_unix_ms);",
 ];
 
 /// The advisory lock key that serializes migrations ("reinschm" in ASCII).

@@ -8,6 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use rein_core::{CallContext, FixedJitter};
+use rein_store::handoffs::{
+    Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
+};
 use rein_store::tools::{
     CachedResult, Decision, Hold, HoldState, KeyBegin, NewHold, NewOutboxItem, OutboxItem,
     OutboxState, OutboxStats, Pruned, ToolStore,
@@ -263,6 +266,116 @@ impl ToolStore for TestStore {
         now_unix_ms: i64,
     ) -> Result<Option<Hold>, StoreError> {
         self.inner.hold_decide(id, decision, by, note, now_unix_ms).await
+    }
+
+    async fn run_tool_log_add(
+        &self,
+        run_id: &str,
+        call: &rein_store::runs::RunToolCall,
+    ) -> Result<(), StoreError> {
+        self.inner.run_tool_log_add(run_id, call).await
+    }
+
+    async fn run_tool_log(
+        &self,
+        run_id: &str,
+    ) -> Result<Vec<rein_store::runs::RunToolCall>, StoreError> {
+        self.inner.run_tool_log(run_id).await
+    }
+
+    async fn run_note(
+        &self,
+        run_id: &str,
+        conversation_id: Option<&str>,
+        note: &rein_store::runs::RunNote,
+        now_unix_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.inner.run_note(run_id, conversation_id, note, now_unix_ms).await
+    }
+
+    async fn run_get(&self, run_id: &str) -> Result<Option<rein_store::runs::RunInfo>, StoreError> {
+        self.inner.run_get(run_id).await
+    }
+
+    async fn spend_add(
+        &self,
+        conversation_id: &str,
+        micro_usd: i64,
+        now_unix_ms: i64,
+    ) -> Result<i64, StoreError> {
+        self.inner.spend_add(conversation_id, micro_usd, now_unix_ms).await
+    }
+
+    async fn spend_of(&self, conversation_id: &str) -> Result<i64, StoreError> {
+        self.inner.spend_of(conversation_id).await
+    }
+
+    async fn question_seen(
+        &self,
+        conversation_id: &str,
+        run_id: &str,
+        question_hash: &str,
+        now_unix_ms: i64,
+    ) -> Result<i64, StoreError> {
+        self.inner.question_seen(conversation_id, run_id, question_hash, now_unix_ms).await
+    }
+
+    async fn conversations_prune(&self, before_unix_ms: i64) -> Result<u64, StoreError> {
+        self.inner.conversations_prune(before_unix_ms).await
+    }
+
+    async fn handoff_open(
+        &self,
+        new: &NewHandoff,
+        now_unix_ms: i64,
+    ) -> Result<(Handoff, bool), StoreError> {
+        self.inner.handoff_open(new, now_unix_ms).await
+    }
+
+    async fn handoff_delivery(
+        &self,
+        id: i64,
+        delivery: HandoffDelivery,
+        ticket: Option<&Value>,
+        detail: Option<&str>,
+        now_unix_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.inner.handoff_delivery(id, delivery, ticket, detail, now_unix_ms).await
+    }
+
+    async fn handoff_list(
+        &self,
+        filter: &HandoffFilter,
+        limit: i64,
+    ) -> Result<Vec<Handoff>, StoreError> {
+        self.inner.handoff_list(filter, limit).await
+    }
+
+    async fn handoff_get(&self, id: i64) -> Result<Option<Handoff>, StoreError> {
+        self.inner.handoff_get(id).await
+    }
+
+    async fn handoff_find(&self, conversation_id: &str) -> Result<Option<Handoff>, StoreError> {
+        self.inner.handoff_find(conversation_id).await
+    }
+
+    async fn handoff_decide(
+        &self,
+        id: i64,
+        decision: ReviewDecision,
+        by: &str,
+        edited_draft: Option<&str>,
+        note: &str,
+        now_unix_ms: i64,
+    ) -> Result<Option<Handoff>, StoreError> {
+        self.inner.handoff_decide(id, decision, by, edited_draft, note, now_unix_ms).await
+    }
+
+    async fn handoff_review_stats(
+        &self,
+        since_unix_ms: i64,
+    ) -> Result<Vec<ReviewStats>, StoreError> {
+        self.inner.handoff_review_stats(since_unix_ms).await
     }
 }
 
