@@ -290,12 +290,13 @@ impl Dispatcher {
         rung: &Rung,
         http: &HttpRung,
         key: Option<&str>,
+        args: &Value,
         deadline: &Deadline,
     ) -> ToolOutcome {
         let bulkhead = &http.bulkhead;
         self.observer.busy(&tool.name, &bulkhead.name);
-        let envelope =
-            envelope::busy(tool, rung, bulkhead.retry_after_ms, key, elapsed_ms(deadline));
+        let elapsed = elapsed_ms(deadline);
+        let envelope = envelope::busy(tool, rung, bulkhead.retry_after_ms, key, args, elapsed);
         outcome(envelope, Some(rung), false)
     }
 

@@ -5,6 +5,7 @@
 //! happened, what it may claim and what it can still do. Every envelope is built here, so the
 //! provenance discipline has one home.
 
+use rein_store::tools::Hold;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -155,14 +156,15 @@ fn rung_ref(rung: &Rung) -> Option<RungRef> {
     Some(RungRef { index: rung.index, source: rung.source.clone() })
 }
 
-/// A rung answered with `result` (`age_ms` for a cached one). Only the first rung at fidelity
-/// `exact` answers without provenance.
+/// A rung answered with `result` (`age_ms` for a cached one) to a call with `args`. Only the
+/// first rung at fidelity `exact` answers without provenance.
 pub(crate) fn served(
     tool: &Tool,
     rung: &Rung,
     result: Value,
     age_ms: Option<i64>,
     key: Option<&str>,
+    args: &Value,
     elapsed_ms: u64,
 ) -> Envelope {
     let mut envelope = Envelope::new(ToolStatus::Ok, &tool.name, elapsed_ms);
@@ -182,6 +184,7 @@ pub(crate) fn served(
             age: age_ms.map(human_age),
             source: Some(&rung.source),
             key,
+            args: Some(args),
             ..Vars::default()
         };
         envelope.fidelity = Some(rung.fidelity);
@@ -199,6 +202,7 @@ pub(crate) fn queued(
     rung: &Rung,
     key: &str,
     outcome_unknown: bool,
+    args: &Value,
     elapsed_ms: u64,
 ) -> Envelope {
     let mut envelope = Envelope::new(ToolStatus::Queued, &tool.name, elapsed_ms);
@@ -207,33 +211,52 @@ pub(crate) fn queued(
     envelope.idempotency_key = Some(key.to_string());
     envelope.rung = rung_ref(rung);
     envelope.outcome_unknown = outcome_unknown;
-    let vars =
-        Vars { tool: &tool.name, source: Some(&rung.source), key: Some(key), ..Vars::default() };
+    let vars = Vars {
+        tool: &tool.name,
+        source: Some(&rung.source),
+        key: Some(key),
+        args: Some(args),
+        ..Vars::default()
+    };
     let situation = if outcome_unknown { Situation::QueuedUnknown } else { Situation::Queued };
     envelope.detail = Some(tool.wording.render(situation, &vars));
     envelope
 }
 
 /// A write whose outcome is unknown, held in the outbox for a person (`idempotency = "none"`).
-pub(crate) fn held_for_review(tool: &Tool, source: &str, key: &str, elapsed_ms: u64) -> Envelope {
+pub(crate) fn held_for_review(
+    tool: &Tool,
+    source: &str,
+    key: &str,
+    args: &Value,
+    elapsed_ms: u64,
+) -> Envelope {
     let mut envelope = Envelope::new(ToolStatus::Queued, &tool.name, elapsed_ms);
     envelope.fidelity = Some(Fidelity::Deferred);
     envelope.source = Some(source.to_string());
     envelope.idempotency_key = Some(key.to_string());
     envelope.outcome_unknown = true;
-    let vars = Vars { tool: &tool.name, source: Some(source), key: Some(key), ..Vars::default() };
+    let vars = Vars {
+        tool: &tool.name,
+        source: Some(source),
+        key: Some(key),
+        args: Some(args),
+        ..Vars::default()
+    };
     envelope.detail = Some(tool.wording.render(Situation::HeldForReview, &vars));
     envelope
 }
 
 /// The ladder ran out (`Refused`, `RefusedWrite`, `UnknownOutcome`) or a backend rejected the
-/// arguments (`RejectedArgs`, with its message as `reason` and its rung as `source`).
+/// arguments (`RejectedArgs`, with its message as `reason` and its rung as `source`); `args`
+/// are the call's, for the wording's `{arg.NAME}`.
 pub(crate) fn refused(
     tool: &Tool,
     situation: Situation,
     source: Option<&Rung>,
     reason: Option<&str>,
     key: Option<&str>,
+    args: &Value,
     elapsed_ms: u64,
 ) -> Envelope {
     let mut envelope = Envelope::new(ToolStatus::Refused, &tool.name, elapsed_ms);
@@ -246,6 +269,7 @@ pub(crate) fn refused(
         source: source.map(|rung| rung.source.as_str()),
         key,
         reason,
+        args: Some(args),
         ..Vars::default()
     };
     envelope.detail = Some(tool.wording.render(situation, &vars));
@@ -270,6 +294,7 @@ pub(crate) fn busy(
     rung: &Rung,
     retry_after_ms: u64,
     key: Option<&str>,
+    args: &Value,
     elapsed_ms: u64,
 ) -> Envelope {
     let mut envelope = Envelope::new(ToolStatus::Busy, &tool.name, elapsed_ms);
@@ -281,6 +306,7 @@ pub(crate) fn busy(
         source: Some(&rung.source),
         retry_after_ms: Some(retry_after_ms),
         key,
+        args: Some(args),
         ..Vars::default()
     };
     envelope.detail = Some(tool.wording.render(Situation::Busy, &vars));
@@ -293,49 +319,62 @@ pub(crate) fn pending_approval(
     key: &str,
     hold_id: Option<i64>,
     reason: &str,
+    args: &Value,
     elapsed_ms: u64,
 ) -> Envelope {
     let mut envelope = Envelope::new(ToolStatus::PendingApproval, &tool.name, elapsed_ms);
     envelope.idempotency_key = Some(key.to_string());
     envelope.hold_id = hold_id;
-    let vars = Vars { tool: &tool.name, key: Some(key), reason: Some(reason), ..Vars::default() };
+    let vars = Vars {
+        tool: &tool.name,
+        key: Some(key),
+        reason: Some(reason),
+        args: Some(args),
+        ..Vars::default()
+    };
     envelope.detail = Some(tool.wording.render(Situation::PendingApproval, &vars));
     envelope
 }
 
-/// A person's decision on a hold: approved (queued) or rejected (refused, final). Takes the
+/// A person's decision on `hold`: approved (queued) or rejected (refused, final). Takes the
 /// wording rather than the tool, so a hold still gets an honest sentence after its tool left
 /// the config.
 pub(crate) fn decided(
-    tool: &str,
+    hold: &Hold,
     wording: &Wording,
     queue_source: Option<&str>,
-    key: &str,
-    hold_id: i64,
     approved: bool,
     reason: &str,
 ) -> Envelope {
+    let (tool, key) = (hold.tool.as_str(), hold.idempotency_key.as_str());
     let status = if approved { ToolStatus::Queued } else { ToolStatus::Refused };
     let mut envelope = Envelope::new(status, tool, 0);
     envelope.idempotency_key = Some(key.to_string());
-    envelope.hold_id = Some(hold_id);
+    envelope.hold_id = Some(hold.id);
     if approved {
         envelope.fidelity = Some(Fidelity::Deferred);
         envelope.source = Some(queue_source.unwrap_or("outbox").to_string());
     }
     let situation = if approved { Situation::Approved } else { Situation::Rejected };
-    let vars = Vars { tool, key: Some(key), reason: Some(reason), ..Vars::default() };
+    let vars = Vars {
+        tool,
+        key: Some(key),
+        reason: Some(reason),
+        args: Some(&hold.args),
+        ..Vars::default()
+    };
     envelope.detail = Some(wording.render(situation, &vars));
     envelope
 }
 
-/// The replay worker's final word on a queued write: executed by `rung` with `result`, or
-/// refused for good with the backend's `reason`.
+/// The replay worker's final word on a queued write with `args`: executed by `rung` with
+/// `result`, or refused for good with the backend's `reason`.
 pub(crate) fn replay_final(
     tool: &Tool,
     rung: &Rung,
     key: &str,
     outcome: Result<Value, &str>,
+    args: &Value,
     elapsed_ms: u64,
 ) -> Envelope {
     let (status, situation) = match outcome {
@@ -362,6 +401,7 @@ pub(crate) fn replay_final(
         source: Some(&rung.source),
         key: Some(key),
         reason,
+        args: Some(args),
         ..Vars::default()
     };
     envelope.detail = Some(tool.wording.render(situation, &vars));

@@ -45,10 +45,10 @@ pub(crate) async fn call_read(
             tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: breaker open");
             continue;
         };
-        let rung_read = RungRead { dispatcher, tool, rung, deadline, budget };
+        let rung_read = RungRead { dispatcher, tool, rung, args, deadline, budget };
         let step = match &rung.action {
             RungAction::Http(http) => match url {
-                Some(url) => rung_read.http(http, url, args, &hash, permit).await,
+                Some(url) => rung_read.http(http, url, &hash, permit).await,
                 None => {
                     resolve(permit, Resolution::Unused);
                     Step::Down
@@ -70,7 +70,7 @@ pub(crate) async fn call_read(
         }
     }
     let envelope =
-        envelope::refused(tool, Situation::Refused, None, None, None, elapsed_ms(deadline));
+        envelope::refused(tool, Situation::Refused, None, None, None, args, elapsed_ms(deadline));
     dispatcher.finish(tool, envelope, None)
 }
 
@@ -79,24 +79,19 @@ struct RungRead<'a> {
     dispatcher: &'a Dispatcher,
     tool: &'a Tool,
     rung: &'a Rung,
+    /// The call's arguments.
+    args: &'a Value,
     deadline: &'a Deadline,
     /// The rung's timeout, cut to what the call has left.
     budget: std::time::Duration,
 }
 
 impl RungRead<'_> {
-    async fn http(
-        &self,
-        http: &HttpRung,
-        url: &str,
-        args: &Value,
-        hash: &str,
-        permit: Option<Permit>,
-    ) -> Step {
-        let (tool, rung, dispatcher) = (self.tool, self.rung, self.dispatcher);
+    async fn http(&self, http: &HttpRung, url: &str, hash: &str, permit: Option<Permit>) -> Step {
+        let (tool, rung, dispatcher, args) = (self.tool, self.rung, self.dispatcher, self.args);
         let Some(_slot) = http.bulkhead.try_enter() else {
             resolve(permit, Resolution::Unused);
-            return Step::Served(dispatcher.busy(tool, rung, http, None, self.deadline));
+            return Step::Served(dispatcher.busy(tool, rung, http, None, args, self.deadline));
         };
         let sent = http::send(
             &dispatcher.http,
@@ -122,6 +117,7 @@ impl RungRead<'_> {
                     Some(rung),
                     Some(&message),
                     None,
+                    args,
                     elapsed_ms(self.deadline),
                 );
                 return Step::Served(dispatcher.finish(tool, envelope, Some(rung)));
@@ -178,8 +174,8 @@ impl RungRead<'_> {
     /// The rung serves `result` (`age_ms` old, for a cache entry).
     fn served(&self, result: Value, age_ms: Option<i64>) -> Step {
         let (tool, rung) = (self.tool, self.rung);
-        let envelope =
-            envelope::served(tool, rung, result, age_ms, None, elapsed_ms(self.deadline));
+        let elapsed = elapsed_ms(self.deadline);
+        let envelope = envelope::served(tool, rung, result, age_ms, None, self.args, elapsed);
         Step::Served(self.dispatcher.finish(tool, envelope, Some(rung)))
     }
 }

@@ -125,8 +125,14 @@ async fn replay_one(
                 // An earlier send may have executed: "refused for good" would say it did not.
                 return review(dispatcher, &item, tool, &problem).await;
             }
-            let envelope =
-                envelope::replay_final(tool, rung, &item.idempotency_key, Err(&problem), 0);
+            let envelope = envelope::replay_final(
+                tool,
+                rung,
+                &item.idempotency_key,
+                Err(&problem),
+                &item.args,
+                0,
+            );
             return fail(dispatcher, &item, &problem, &envelope.to_json()).await;
         }
     };
@@ -185,7 +191,8 @@ async fn replay_one(
         }
         HttpOutcome::Rejected { status, message } => {
             resolve(permit, Resolution::Succeeded);
-            let envelope = envelope::replay_final(tool, rung, key, Err(&message), elapsed_ms);
+            let envelope =
+                envelope::replay_final(tool, rung, key, Err(&message), &item.args, elapsed_ms);
             let error = format!("status {status}: {message}");
             fail(dispatcher, &item, &error, &envelope.to_json()).await
         }
@@ -218,7 +225,7 @@ async fn complete(
     elapsed_ms: u64,
 ) -> Result<Option<ReplayResult>, StoreError> {
     let key = item.idempotency_key.as_str();
-    let envelope = envelope::replay_final(tool, rung, key, Ok(result), elapsed_ms);
+    let envelope = envelope::replay_final(tool, rung, key, Ok(result), &item.args, elapsed_ms);
     let now = dispatcher.clock.now_unix_ms();
     let completed = dispatcher.store.outbox_complete(item.id, &envelope.to_json(), now).await?;
     dispatcher.observer.replayed(&tool.name, ReplayResult::Done);
@@ -249,7 +256,7 @@ async fn review(
 ) -> Result<Option<ReplayResult>, StoreError> {
     tracing::warn!(tool = %item.tool, id = item.id, %error, "queued write's outcome unknown: held for review");
     let source = tool.queue_source().unwrap_or(crate::write::REVIEW_SOURCE);
-    let envelope = envelope::held_for_review(tool, source, &item.idempotency_key, 0);
+    let envelope = envelope::held_for_review(tool, source, &item.idempotency_key, &item.args, 0);
     let now = dispatcher.clock.now_unix_ms();
     let held = dispatcher.store.outbox_review(item.id, error, &envelope.to_json(), now).await?;
     dispatcher.observer.replayed(&item.tool, ReplayResult::Review);

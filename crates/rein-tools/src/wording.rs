@@ -3,8 +3,25 @@
 //! what a model says; an error code does not), so each situation has a built-in default close to
 //! the spec's, a per-tool override in `[tools.<name>.detail]`, and placeholders checked when the
 //! config loads.
+//!
+//! Besides the fixed placeholders (`{tool}`, `{age}`, `{source}`, `{key}`, `{retry_after_ms}`,
+//! `{reason}`), a template may name one of the call's top-level arguments as `{arg.NAME}`
+//! (NAME: letters, digits, `_`, `-`), so a refusal can give the model a next step: with
+//! `rejected_args = "No order {arg.order_id}. Ask the customer to check the number."` a lookup
+//! of `{"order_id": "44718"}` that the backend answers 404 says `No order 44718. Ask the
+//! customer to check the number.` Argument names are not known when the config loads, so any
+//! well-formed name is accepted there. A string is inserted as it is, a number or a boolean as
+//! its JSON text; a missing argument, `null`, an object, an array or a string with nothing
+//! printable in it renders as `(unknown)`. The values come from the model, so each is cleaned
+//! before it becomes steering text: line breaks, tabs and runs of whitespace become single
+//! spaces, other control characters and invisible formatting characters (zero-width,
+//! bidirectional overrides) are dropped, and what is left is cut to [`MAX_ARG_CHARS`] (200)
+//! characters, the last one `…` when it was cut. An inserted value is never read as a template
+//! itself: `{reason}` inside it stays as typed.
 
 use std::collections::BTreeMap;
+
+use serde_json::Value;
 
 use crate::config::DetailConfig;
 use rein_core::problems::Problems;
@@ -32,6 +49,15 @@ pub(crate) enum Situation {
 }
 
 const PLACEHOLDERS: &[&str] = &["tool", "age", "source", "key", "retry_after_ms", "reason"];
+
+/// The prefix of a placeholder naming one of the call's top-level arguments: `{arg.NAME}`.
+const ARG_PREFIX: &str = "arg.";
+
+/// The most characters of one argument a `detail` sentence carries.
+pub(crate) const MAX_ARG_CHARS: usize = 200;
+
+/// What `{arg.NAME}` renders as when the argument is missing or not a string, number or bool.
+pub(crate) const UNKNOWN_ARG: &str = "(unknown)";
 
 impl Situation {
     fn default_template(self) -> &'static str {
@@ -89,7 +115,8 @@ impl Situation {
     }
 }
 
-/// The values a template may use; a missing one renders as nothing.
+/// The values a template may use; a missing one renders as nothing (a missing argument as
+/// [`UNKNOWN_ARG`]).
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Vars<'a> {
     pub tool: &'a str,
@@ -98,6 +125,8 @@ pub(crate) struct Vars<'a> {
     pub key: Option<&'a str>,
     pub retry_after_ms: Option<u64>,
     pub reason: Option<&'a str>,
+    /// The call's arguments (a JSON object), for `{arg.NAME}`.
+    pub args: Option<&'a Value>,
 }
 
 /// A tool's wording: its overrides over the defaults.
@@ -162,7 +191,13 @@ fn check_template(template: &str) -> Result<(), String> {
             return Err(format!("has a `{{` without its `}}` (placeholders: {})", list()));
         };
         let name = &after[..close];
-        if !PLACEHOLDERS.contains(&name) {
+        if let Some(argument) = name.strip_prefix(ARG_PREFIX) {
+            if !is_arg_name(argument) {
+                return Err(format!(
+                    "`{{{name}}}` does not name an argument: `{{arg.NAME}}` takes a top-level argument's name (letters, digits, _, -)"
+                ));
+            }
+        } else if !PLACEHOLDERS.contains(&name) {
             return Err(format!("`{{{name}}}` is not a placeholder: use {}", list()));
         }
         rest = &after[close + 1..];
@@ -170,8 +205,14 @@ fn check_template(template: &str) -> Result<(), String> {
     Ok(())
 }
 
+fn is_arg_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
+}
+
 fn list() -> String {
-    PLACEHOLDERS.iter().map(|p| format!("{{{p}}}")).collect::<Vec<_>>().join(", ")
+    let mut names: Vec<String> = PLACEHOLDERS.iter().map(|p| format!("{{{p}}}")).collect();
+    names.push("{arg.NAME} (a top-level argument of the call)".into());
+    names.join(", ")
 }
 
 fn render(template: &str, vars: &Vars<'_>) -> String {
@@ -193,6 +234,9 @@ fn render(template: &str, vars: &Vars<'_>) -> String {
                 out.push_str(&vars.retry_after_ms.map(|ms| ms.to_string()).unwrap_or_default())
             }
             "reason" => out.push_str(vars.reason.unwrap_or_default()),
+            other if other.starts_with(ARG_PREFIX) => {
+                out.push_str(&argument(vars.args, &other[ARG_PREFIX.len()..]))
+            }
             other => {
                 out.push('{');
                 out.push_str(other);
@@ -203,6 +247,53 @@ fn render(template: &str, vars: &Vars<'_>) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// The top-level argument `name` of `args` as a `detail` sentence may carry it: cleaned and
+/// cut to [`MAX_ARG_CHARS`], or [`UNKNOWN_ARG`].
+fn argument(args: Option<&Value>, name: &str) -> String {
+    let text = match args.and_then(|args| args.get(name)) {
+        Some(Value::String(text)) => clean(text),
+        Some(value @ (Value::Number(_) | Value::Bool(_))) => value.to_string(),
+        Some(Value::Null | Value::Array(_) | Value::Object(_)) | None => String::new(),
+    };
+    if text.is_empty() { UNKNOWN_ARG.to_string() } else { text }
+}
+
+/// `text` on one line: line breaks, tabs and every other run of whitespace become one space
+/// (none at the ends), other control characters and invisible formatting characters go, and
+/// the result is at most [`MAX_ARG_CHARS`] characters, ending in `…` when it was cut.
+fn clean(text: &str) -> String {
+    let visible: String = text
+        .chars()
+        .filter(|&c| c.is_whitespace() || !(c.is_control() || is_invisible(c)))
+        .collect();
+    let line = visible.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.chars().count() <= MAX_ARG_CHARS {
+        return line;
+    }
+    let mut cut: String = line.chars().take(MAX_ARG_CHARS - 1).collect();
+    cut.truncate(cut.trim_end().len());
+    cut.push('…');
+    cut
+}
+
+/// Characters that render as nothing but can reorder or hide text: zero-width characters,
+/// bidirectional embeddings, overrides and isolates, the byte order mark, soft hyphen, and
+/// other format characters a model has no business putting in an argument shown to it.
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{061C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
+    )
 }
 
 /// An age in words for people and models: "45 seconds", "12 minutes", "3.6 hours", "2.5 days".
@@ -223,6 +314,7 @@ pub(crate) fn human_age(age_ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn ages_read_like_the_spec() {
@@ -256,6 +348,59 @@ mod tests {
         );
         let default = wording.render(Situation::Busy, &Vars { retry_after_ms: Some(250), ..vars });
         assert!(default.contains("retry after 250 ms"), "{default}");
+    }
+
+    #[test]
+    fn arguments_fill_their_placeholders_cleaned_and_cut() {
+        let detail = DetailConfig {
+            rejected_args: Some("No order {arg.order_id}. Ask the customer ({arg.who}).".into()),
+            ..DetailConfig::default()
+        };
+        let mut problems = Problems::default();
+        let wording = Wording::compile(&detail, "tools.o.detail", &mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
+        let render = |args: Value| {
+            let vars = Vars { tool: "look_up_order", args: Some(&args), ..Vars::default() };
+            wording.render(Situation::RejectedArgs, &vars)
+        };
+        let said = |order: &str, who: &str| format!("No order {order}. Ask the customer ({who}).");
+        assert_eq!(render(json!({"order_id": "44718", "who": "Ann"})), said("44718", "Ann"));
+        assert_eq!(render(json!({"order_id": 44718, "who": true})), said("44718", "true"));
+        assert_eq!(render(json!({"order_id": 4.5})), said("4.5", "(unknown)"));
+        assert_eq!(
+            render(json!({"order_id": null, "who": {"name": "Ann"}})),
+            said("(unknown)", "(unknown)")
+        );
+        assert_eq!(
+            render(json!({"order_id": [1], "who": "\n\u{200b}"})),
+            said("(unknown)", "(unknown)")
+        );
+        assert_eq!(
+            render(json!({"order_id": " 447\u{0}18\r\n\u{85}x\u{2029}", "who": "A\u{2066}nn"})),
+            said("44718 x", "Ann")
+        );
+        // Multi-byte characters are counted as characters, never split.
+        let cut = render(json!({"order_id": "é".repeat(300)}));
+        assert_eq!(cut, said(&format!("{}…", "é".repeat(MAX_ARG_CHARS - 1)), "(unknown)"));
+        // A cut never leaves a space before its ellipsis.
+        let word = "a".repeat(MAX_ARG_CHARS - 2);
+        let cut = render(json!({"order_id": format!("{word}  bcd")}));
+        assert_eq!(cut, said(&format!("{word}…"), "(unknown)"));
+        let fits = "b".repeat(MAX_ARG_CHARS);
+        assert_eq!(render(json!({ "order_id": fits })), said(&fits, "(unknown)"));
+        // Without arguments at hand every argument is unknown.
+        let vars = Vars { tool: "look_up_order", ..Vars::default() };
+        assert_eq!(wording.render(Situation::RejectedArgs, &vars), said("(unknown)", "(unknown)"));
+    }
+
+    #[test]
+    fn argument_placeholders_are_checked_for_form_only() {
+        for ok in ["{arg.order_id}", "{arg.x}", "{arg.Order-ID_2} for {tool}"] {
+            assert_eq!(check_template(ok), Ok(()), "{ok}");
+        }
+        for bad in ["{arg.}", "{arg.order.id}", "{arg.order id}", "{arg}", "{args.x}", "{nope}"] {
+            assert!(check_template(bad).is_err(), "{bad} was accepted");
+        }
     }
 
     #[test]

@@ -90,7 +90,8 @@ pub(crate) async fn call_write(
         release_key(dispatcher, &key, false).await;
         Situation::RefusedWrite
     };
-    let envelope = envelope::refused(tool, situation, None, None, Some(&key), elapsed_ms(deadline));
+    let elapsed = elapsed_ms(deadline);
+    let envelope = envelope::refused(tool, situation, None, None, Some(&key), &args, elapsed);
     Ok(dispatcher.finish(tool, envelope, None))
 }
 
@@ -179,7 +180,7 @@ impl Sends<'_> {
                 match duplicate_guard(dispatcher, tool, self.write, budget).await {
                     Guard::Send => {}
                     Guard::Found(result) => {
-                        let done = write_done(dispatcher, tool, rung, key, result, deadline);
+                        let done = write_done(self, rung, result);
                         return Sent::Done(done.await);
                     }
                     Guard::Wait(reason) => {
@@ -201,7 +202,8 @@ impl Sends<'_> {
                     break;
                 }
                 release_key(dispatcher, key, false).await;
-                return Sent::Done(dispatcher.busy(tool, rung, http, Some(key), deadline));
+                let args = self.write.args;
+                return Sent::Done(dispatcher.busy(tool, rung, http, Some(key), args, deadline));
             };
             let args = self.write.args;
             let sent = http::send(
@@ -216,16 +218,12 @@ impl Sends<'_> {
             match sent.await {
                 HttpOutcome::Answered(result) => {
                     resolve(permit, Resolution::Succeeded);
-                    return Sent::Done(
-                        write_done(dispatcher, tool, rung, key, result, deadline).await,
-                    );
+                    return Sent::Done(write_done(self, rung, result).await);
                 }
                 HttpOutcome::Unparseable { body } => {
                     // A 2xx executed the write; its body is reported as it came.
                     resolve(permit, Resolution::Succeeded);
-                    let done =
-                        write_done(dispatcher, tool, rung, key, Value::String(body), deadline);
-                    return Sent::Done(done.await);
+                    return Sent::Done(write_done(self, rung, Value::String(body)).await);
                 }
                 HttpOutcome::Rejected { status, message } => {
                     resolve(permit, Resolution::Succeeded);
@@ -236,6 +234,7 @@ impl Sends<'_> {
                         Some(rung),
                         Some(&message),
                         Some(key),
+                        args,
                         elapsed_ms(deadline),
                     );
                     store_final(dispatcher, key, &envelope).await;
@@ -275,11 +274,10 @@ async fn defer(
     let (dispatcher, tool, key, deadline) =
         (sends.dispatcher, sends.tool, sends.key, sends.deadline);
     let source = queue.map_or(REVIEW_SOURCE, |rung| rung.source.as_str());
+    let (args, elapsed) = (sends.write.args, elapsed_ms(deadline));
     let envelope = match queue {
-        Some(rung) if !review => {
-            envelope::queued(tool, rung, key, maybe_executed, elapsed_ms(deadline))
-        }
-        _ => envelope::held_for_review(tool, source, key, elapsed_ms(deadline)),
+        Some(rung) if !review => envelope::queued(tool, rung, key, maybe_executed, args, elapsed),
+        _ => envelope::held_for_review(tool, source, key, args, elapsed),
     };
     let item = NewOutboxItem {
         idempotency_key: key.to_string(),
@@ -312,16 +310,12 @@ async fn defer(
     }
 }
 
-/// The write executed: its result becomes the key's final result.
-async fn write_done(
-    dispatcher: &Dispatcher,
-    tool: &Tool,
-    rung: &Rung,
-    key: &str,
-    result: Value,
-    deadline: &Deadline,
-) -> ToolOutcome {
-    let envelope = envelope::served(tool, rung, result, None, Some(key), elapsed_ms(deadline));
+/// The write executed (by `rung`): its result becomes the key's final result.
+async fn write_done(sends: &Sends<'_>, rung: &Rung, result: Value) -> ToolOutcome {
+    let (dispatcher, tool, key) = (sends.dispatcher, sends.tool, sends.key);
+    let elapsed = elapsed_ms(sends.deadline);
+    let args = sends.write.args;
+    let envelope = envelope::served(tool, rung, result, None, Some(key), args, elapsed);
     store_final(dispatcher, key, &envelope).await;
     dispatcher.finish(tool, envelope, Some(rung))
 }
@@ -356,7 +350,8 @@ async fn hold(
     gate: &Gate,
     deadline: &Deadline,
 ) -> Result<ToolOutcome, ToolError> {
-    let held = envelope::pending_approval(tool, key, None, &gate.reason, elapsed_ms(deadline));
+    let held =
+        envelope::pending_approval(tool, key, None, &gate.reason, &args, elapsed_ms(deadline));
     let new_hold = NewHold {
         idempotency_key: key.to_string(),
         tool: tool.name.clone(),
@@ -373,8 +368,9 @@ async fn hold(
         }
     };
     dispatcher.observer.gate_held(&tool.name);
+    let elapsed = elapsed_ms(deadline);
     let envelope =
-        envelope::pending_approval(tool, key, Some(hold.id), &gate.reason, elapsed_ms(deadline));
+        envelope::pending_approval(tool, key, Some(hold.id), &gate.reason, &hold.args, elapsed);
     Ok(outcome(envelope, None, false))
 }
 
@@ -400,16 +396,8 @@ pub(crate) async fn decide(
         (false, "") => "no reason given",
         (false, note) => note,
     };
-    let envelope = envelope::decided(
-        &hold.tool,
-        wording,
-        tool.and_then(Tool::queue_source),
-        &hold.idempotency_key,
-        hold.id,
-        approve,
-        reason,
-    )
-    .to_json();
+    let queue_source = tool.and_then(Tool::queue_source);
+    let envelope = envelope::decided(&hold, wording, queue_source, approve, reason).to_json();
     let decision = if approve {
         Decision::Approve { queued_result: envelope }
     } else {

@@ -306,7 +306,15 @@ pub struct GateRule {
 }
 
 /// Wording overrides for the `detail` sentence, one per situation. Placeholders: `{tool}`,
-/// `{age}`, `{source}`, `{key}`, `{retry_after_ms}`, `{reason}`.
+/// `{age}`, `{source}`, `{key}`, `{retry_after_ms}`, `{reason}`, and `{arg.NAME}` for the
+/// call's top-level argument `NAME` (letters, digits, `_`, `-`), so a refusal can say what to do
+/// next: `rejected_args = "No order {arg.order_id}. Ask the customer to check the number."`.
+/// Any other placeholder is refused when the config loads, naming the key; argument names are
+/// not known then, so any well-formed `{arg.NAME}` is accepted. A string argument is inserted
+/// as it is, a number or a boolean as its JSON text; a missing argument (or `null`, an object,
+/// an array, a blank string) renders as `(unknown)`. An inserted value is put on one line (line
+/// breaks and other control characters do not survive) and cut to 200 characters: it comes
+/// from the model and must not grow into a paragraph of steering text.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DetailConfig {
@@ -330,7 +338,9 @@ pub struct DetailConfig {
     pub queued_unknown: Option<String>,
     /// A write whose outcome is unknown, held for a person (`idempotency = "none"`).
     pub held_for_review: Option<String>,
-    /// The backend rejected the arguments (a 4xx); `{reason}` is its message.
+    /// The backend rejected the arguments: a 4xx that waiting cannot fix (not 401/403, 408, 409,
+    /// 425 or 429), such as a read's 404 for an order that does not exist. The status is
+    /// `refused`; `{reason}` is the backend's message.
     pub rejected_args: Option<String>,
     /// A full bulkhead.
     pub busy: Option<String>,

@@ -138,6 +138,21 @@ fn validation_errors_name_the_key() {
             "tools.t.detail.stale",
         ),
         (
+            "an unknown placeholder in a next step",
+            format!("{READ}[tools.t.detail]\nrejected_args = \"No order {{arg.q}}. {{nope}}\"\n"),
+            "tools.t.detail.rejected_args",
+        ),
+        (
+            "an argument placeholder names a top-level argument",
+            format!("{READ}[tools.t.detail]\nrejected_args = \"No order {{arg.order.id}}\"\n"),
+            "tools.t.detail.rejected_args",
+        ),
+        (
+            "an argument placeholder needs a name",
+            format!("{READ}[tools.t.detail]\nrefused = \"No order {{arg.}}\"\n"),
+            "tools.t.detail.refused",
+        ),
+        (
             "fields of another kind",
             READ.replace("timeout_ms = 100", "timeout_ms = 100\nmax_age_ms = 5"),
             "tools.t.rungs[0].max_age_ms",
@@ -229,6 +244,23 @@ fn validation_errors_name_the_key() {
         let keys: Vec<&str> = error.problems.iter().map(|p| p.key.as_str()).collect();
         assert!(keys.contains(key), "{what}: expected a problem at `{key}`, got {error}");
     }
+}
+
+#[test]
+fn argument_placeholders_are_accepted_in_every_situation() {
+    let toml = format!(
+        "{READ}[tools.t.detail]\nrejected_args = \"No order {{arg.order_id}}. Ask the customer to check the number.\"\nrefused = \"{{tool}} is down; {{arg.x}} and {{arg.Order-ID_2}} stay unknown\"\n"
+    );
+    parse_tools(&toml).unwrap_or_else(|e| panic!("{e}"));
+
+    let toml =
+        format!("{READ}[tools.t.detail]\nrejected_args = \"No order {{arg.q}}. {{nope}}\"\n");
+    let error = parse_tools(&toml).unwrap_err();
+    assert_eq!(error.problems.len(), 1, "{error}");
+    let message = error.to_string();
+    assert!(message.contains("`tools.t.detail.rejected_args`"), "{message}");
+    assert!(message.contains("`{nope}` is not a placeholder"), "{message}");
+    assert!(message.contains("{arg.NAME}"), "the message says how to name an argument: {message}");
 }
 
 #[test]
