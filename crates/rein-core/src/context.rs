@@ -34,6 +34,20 @@ pub struct CallContext {
     /// The run is stopped, with this status (`stopped_repeated_call`, ...): the call gets the
     /// route's decided reply, and no provider is asked.
     pub run_stopped: Option<String>,
+    /// rein's id for the request that made this call (`x-rein-request-id`).
+    pub request_id: Option<String>,
+    /// The call was decided before any model was asked (a hand-off, a clarifying question):
+    /// its reply, outcome and status.
+    pub decided: Option<Decided>,
+}
+
+/// A call answered by a decision made before any model was asked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decided {
+    pub outcome: crate::report::Outcome,
+    /// What the response says happened (`handoff_rule:asks_for_person`, `coverage`, ...).
+    pub status: String,
+    pub reply: crate::degraded::DegradedReply,
 }
 
 impl Default for CallContext {
@@ -55,6 +69,8 @@ impl CallContext {
             evidence: Evidence::new(),
             trace: None,
             run_stopped: None,
+            request_id: None,
+            decided: None,
         }
     }
 
@@ -114,6 +130,8 @@ impl CallContext {
             evidence: Evidence::new(),
             trace: self.trace.clone(),
             run_stopped: None,
+            request_id: self.request_id.clone(),
+            decided: None,
         }
     }
 }

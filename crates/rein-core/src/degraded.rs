@@ -7,11 +7,43 @@
 //! an error instead of an answer ([`Delivery::Error`]), so an SDK caller can tell an outage from
 //! an answer; a route with no degraded reply at all never makes one up: its call fails, saying
 //! why.
+//!
+//! A degraded mode can also act ([`DegradedActs`]): rules that rein runs itself, without a
+//! model, through its tool ladders (an order number → the order's status in a fixed template; a
+//! policy question → the top help-center article's link; anything else → "a person will reply"
+//! and a hand-off). The runtime implements them over its tool dispatcher; the engine asks them
+//! first whenever a call would get the degraded reply.
 
 use std::collections::BTreeMap;
+use std::fmt;
+
+use futures_util::future::BoxFuture;
+
+use crate::context::CallContext;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+/// What a degraded mode's rule did: the reply, which rule, and whether it sent the
+/// conversation to a person.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acted {
+    pub text: String,
+    pub rule: String,
+    pub handoff: bool,
+}
+
+/// A degraded mode that acts without a model. `act` gets the route, the call's context and the
+/// customer's message (the last user message), and answers `None` when no rule applies (the
+/// route's degraded reply then goes out as before).
+pub trait DegradedActs: Send + Sync + fmt::Debug {
+    fn act<'a>(
+        &'a self,
+        route: &'a str,
+        ctx: &'a CallContext,
+        message: &'a str,
+    ) -> BoxFuture<'a, Option<Acted>>;
+}
 
 /// How a degraded reply reaches the caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

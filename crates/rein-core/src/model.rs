@@ -138,6 +138,13 @@ pub struct ChatRequest {
     pub extra_format: Option<crate::failure::WireFormat>,
 }
 
+impl ChatRequest {
+    /// The text of the last user message: the customer's message in an agent's loop.
+    pub fn last_user_text(&self) -> Option<&str> {
+        self.messages.iter().rev().find(|m| m.role == Role::User).map(|m| m.content.as_str())
+    }
+}
+
 /// Why the model stopped writing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

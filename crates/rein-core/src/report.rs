@@ -26,6 +26,11 @@ pub enum Outcome {
     Interrupted,
     /// The model refused; the route's safe reply was sent.
     Declined,
+    /// The conversation went to a person before a model was asked (a hand-off rule, the
+    /// coverage check); the route's hand-off reply was sent.
+    HandedOff,
+    /// The question was unclear; the customer was asked what they meant.
+    Clarified,
 }
 
 impl Outcome {
@@ -37,6 +42,8 @@ impl Outcome {
             Outcome::Stopped => "stopped",
             Outcome::Interrupted => "interrupted",
             Outcome::Declined => "declined",
+            Outcome::HandedOff => "handed_off",
+            Outcome::Clarified => "clarified",
         }
     }
 }
@@ -135,9 +142,19 @@ pub enum Step {
     RunStopped {
         status: String,
     },
+    /// Decided before any model was asked (a hand-off rule, the coverage check).
+    Decided {
+        status: String,
+    },
     /// The degraded reply (or, after a refusal, the safe reply) was sent.
     Degraded {
         at_ms: u64,
+    },
+    /// The route's degraded mode acted (rule `rule`), without a model; `handoff`: it also sent
+    /// the conversation to a person.
+    DegradedActed {
+        rule: String,
+        handoff: bool,
     },
     /// An answer went through the validation ladder.
     Checked {
@@ -191,6 +208,10 @@ pub struct CallReport {
     pub steps: Vec<Step>,
     pub alerts: Vec<Alert>,
     pub elapsed_ms: u64,
+    /// The last answer thrown away for failing its checks after its one repair: the draft a
+    /// hand-off shows the reviewer. Never sent to the caller.
+    #[serde(skip)]
+    pub rejected_draft: Option<String>,
 }
 
 impl CallReport {

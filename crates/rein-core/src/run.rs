@@ -2,7 +2,8 @@
 //! sharing one `x-rein-run-id` within an `x-rein-conversation-id`), and the stop conditions that
 //! bound it. The spec's defaults: at most 8 model calls per message, the same tool with the same
 //! arguments at most twice, a stop on the same tool error twice in a row, and the message's
-//! 20 s deadline. The counts are rein's own (the store keeps them, so replicas share them); these
+//! 20 s deadline, and a spend cap per conversation (each answer's usage priced by a
+//! [`ModelPrice`]). The counts are rein's own (the store keeps them, so replicas share them); these
 //! functions only decide, from a run's tally, whether the next step may go ahead.
 
 use std::time::Duration;
@@ -22,6 +23,9 @@ pub struct RunLimits {
     /// From the run's first call to its last step.
     #[serde(rename = "deadline_ms", with = "crate::clock::millis")]
     pub deadline: Duration,
+    /// What one conversation may spend, in millionths of a dollar (none: no cap).
+    #[serde(default)]
+    pub max_spend_micro_usd: Option<u64>,
 }
 
 impl Default for RunLimits {
@@ -31,6 +35,7 @@ impl Default for RunLimits {
             max_same_call: 2,
             max_same_error: 2,
             deadline: Duration::from_secs(20),
+            max_spend_micro_usd: None,
         }
     }
 }
@@ -45,6 +50,8 @@ pub struct RunTally {
     pub same_error: u32,
     /// Since the run's first call.
     pub elapsed: Duration,
+    /// What the run's conversation has spent so far, in millionths of a dollar.
+    pub spend_micro_usd: u64,
 }
 
 /// Why a run was stopped.
@@ -89,6 +96,9 @@ pub fn before_model_call(tally: RunTally, limits: &RunLimits) -> Option<RunStop>
     if tally.elapsed >= limits.deadline {
         return Some(RunStop::Deadline);
     }
+    if limits.max_spend_micro_usd.is_some_and(|cap| tally.spend_micro_usd >= cap) {
+        return Some(RunStop::Spend);
+    }
     (tally.model_calls > limits.max_model_calls).then_some(RunStop::MaxModelCalls)
 }
 
@@ -114,12 +124,50 @@ pub fn after_tool_result(tally: RunTally, limits: &RunLimits) -> Option<RunStop>
     })
 }
 
+/// What a model's tokens cost, in dollars per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelPrice {
+    pub input_per_mtok: f64,
+    pub output_per_mtok: f64,
+}
+
+impl ModelPrice {
+    /// What an answer's usage cost, in millionths of a dollar (rounded up: a priced call never
+    /// costs nothing).
+    pub fn cost_micro_usd(&self, usage: &crate::model::Usage) -> u64 {
+        let cost = f64::from(usage.input_tokens) * self.input_per_mtok
+            + f64::from(usage.output_tokens) * self.output_per_mtok;
+        // Dollars per million tokens times tokens is millionths of a dollar.
+        if cost.is_finite() && cost > 0.0 { cost.ceil() as u64 } else { 0 }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn tally(model_calls: u32, same_call: u32, same_error: u32, elapsed_ms: u64) -> RunTally {
-        RunTally { model_calls, same_call, same_error, elapsed: Duration::from_millis(elapsed_ms) }
+        RunTally {
+            model_calls,
+            same_call,
+            same_error,
+            elapsed: Duration::from_millis(elapsed_ms),
+            spend_micro_usd: 0,
+        }
+    }
+
+    #[test]
+    fn a_conversation_at_its_spend_cap_is_stopped_and_usage_is_priced() {
+        let limits = RunLimits { max_spend_micro_usd: Some(50_000), ..RunLimits::default() };
+        let under = RunTally { spend_micro_usd: 49_999, ..tally(1, 0, 0, 0) };
+        assert_eq!(before_model_call(under, &limits), None);
+        let at = RunTally { spend_micro_usd: 50_000, ..tally(1, 0, 0, 0) };
+        assert_eq!(before_model_call(at, &limits), Some(RunStop::Spend));
+        assert_eq!(before_model_call(at, &RunLimits::default()), None, "no cap by default");
+        let price = ModelPrice { input_per_mtok: 2.5, output_per_mtok: 10.0 };
+        let usage = crate::model::Usage { input_tokens: 1000, output_tokens: 200 };
+        assert_eq!(price.cost_micro_usd(&usage), 4_500);
     }
 
     #[test]

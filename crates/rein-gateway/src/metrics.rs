@@ -94,6 +94,31 @@ struct StatusLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TriggerLabel {
+    route: String,
+    trigger: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CoverageLabel {
+    route: String,
+    method: String,
+    verdict: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReviewLabel {
+    trigger: String,
+    decision: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleLabel {
+    route: String,
+    rule: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HttpLabels {
     api: String,
     status: String,
@@ -129,6 +154,10 @@ pub struct Metrics {
     connections_open: Gauge,
     connections_closed: Family<ReasonLabel, Counter>,
     run_stops: Family<StatusLabel, Counter>,
+    escalations: Family<TriggerLabel, Counter>,
+    coverage_checks: Family<CoverageLabel, Counter>,
+    degraded_acted: Family<RuleLabel, Counter>,
+    handoff_reviews: Family<ReviewLabel, Counter>,
     /// The first rung's source per tool: a call served by any other rung is a fallback.
     primaries: std::sync::RwLock<std::collections::HashMap<String, String>>,
 }
@@ -251,8 +280,32 @@ impl Metrics {
         let run_stops = Family::<StatusLabel, Counter>::default();
         registry.register(
             "run_stops",
-            "Agent runs stopped by a stop condition, by status (stopped_max_model_calls, stopped_repeated_call, stopped_repeated_error, stopped_deadline)",
+            "Agent runs stopped by a stop condition, by status (stopped_max_model_calls, stopped_repeated_call, stopped_repeated_error, stopped_deadline, stopped_spend)",
             run_stops.clone(),
+        );
+        let escalations = Family::<TriggerLabel, Counter>::default();
+        registry.register(
+            "escalations",
+            "Conversations sent to a person, by route and trigger (handoff_rule, coverage, checks_failed, stop_condition, gate, degraded)",
+            escalations.clone(),
+        );
+        let coverage_checks = Family::<CoverageLabel, Counter>::default();
+        registry.register(
+            "coverage_checks",
+            "Coverage checks, by route, method (logprobs, samples, error) and verdict (covered, not_covered, error)",
+            coverage_checks.clone(),
+        );
+        let degraded_acted = Family::<RuleLabel, Counter>::default();
+        registry.register(
+            "degraded_acted",
+            "Degraded replies made by a degraded rule acting without a model, by route and rule",
+            degraded_acted.clone(),
+        );
+        let handoff_reviews = Family::<ReviewLabel, Counter>::default();
+        registry.register(
+            "handoff_reviews",
+            "Reviewers' decisions on hand-off drafts, by trigger and decision (approve, edit, reject)",
+            handoff_reviews.clone(),
         );
         Self {
             registry,
@@ -276,6 +329,10 @@ impl Metrics {
             connections_open,
             connections_closed,
             run_stops,
+            escalations,
+            coverage_checks,
+            degraded_acted,
+            handoff_reviews,
             primaries: Default::default(),
         }
     }
@@ -309,6 +366,34 @@ impl Metrics {
     /// Count a run a stop condition stopped, by its status.
     pub fn run_stopped(&self, status: &str) {
         self.run_stops.get_or_create(&StatusLabel { status: status.to_string() }).inc();
+    }
+
+    /// Count a conversation sent to a person, by what triggered it.
+    pub fn escalated(&self, route: &str, trigger: &str) {
+        let label = TriggerLabel { route: route.to_string(), trigger: trigger.to_string() };
+        self.escalations.get_or_create(&label).inc();
+    }
+
+    /// Count a coverage check's verdict.
+    pub fn coverage_checked(&self, route: &str, method: &str, verdict: &str) {
+        let label = CoverageLabel {
+            route: route.to_string(),
+            method: method.to_string(),
+            verdict: verdict.to_string(),
+        };
+        self.coverage_checks.get_or_create(&label).inc();
+    }
+
+    /// Count a reviewer's decision on a hand-off's draft.
+    pub fn handoff_reviewed(&self, trigger: &str, decision: &str) {
+        let label = ReviewLabel { trigger: trigger.to_string(), decision: decision.to_string() };
+        self.handoff_reviews.get_or_create(&label).inc();
+    }
+
+    /// Count a degraded reply a rule made without a model.
+    pub fn degraded_rule_acted(&self, route: &str, rule: &str) {
+        let label = RuleLabel { route: route.to_string(), rule: rule.to_string() };
+        self.degraded_acted.get_or_create(&label).inc();
     }
 
     /// A client connection opened (+1) or closed (-1).
@@ -384,6 +469,14 @@ impl Observer for MetricsObserver {
         };
         self.0.requests.get_or_create(&labels).inc();
         self.0.latency.get_or_create(&labels).observe(report.elapsed_ms as f64 / 1000.0);
+        for step in &report.steps {
+            if let rein_core::Step::DegradedActed { rule, handoff } = step {
+                self.0.degraded_rule_acted(&report.route, rule);
+                if *handoff {
+                    self.0.escalated(&report.route, rein_core::handoff::Trigger::Degraded.as_str());
+                }
+            }
+        }
     }
 
     fn on_retry_budget_exhausted(&self, provider: &str) {

@@ -40,6 +40,8 @@
 //! ```
 
 pub mod config;
+mod degraded;
+pub mod escalation;
 pub mod runs;
 mod runtime;
 pub mod upstreams;

@@ -10,10 +10,10 @@
 use std::sync::Arc;
 
 use rein_core::CallContext;
-use rein_core::run::{after_tool_result, before_model_call, before_tool_call};
+use rein_core::run::{RunLimits, after_tool_result, before_model_call, before_tool_call};
 use rein_core::validate::EvidenceItem;
 use rein_store::StoreError;
-use rein_store::runs::RunEvent;
+use rein_store::runs::{RunEvent, RunInfo, RunNote, RunToolCall};
 use rein_store::tools::ToolStore;
 use serde_json::Value;
 
@@ -40,11 +40,13 @@ impl RunStops {
         Self { store }
     }
 
-    /// A model call in the call's run (none: nothing to count): stopped when the run is, or
-    /// when this call passes a limit.
+    /// A model call in the call's run (none: nothing to count), held to `limits` (the route's):
+    /// stopped when the run is, or when this call passes a limit (the conversation's spend
+    /// included).
     pub async fn model_call(
         &self,
         config: &RunsConfig,
+        limits: &RunLimits,
         ctx: &CallContext,
     ) -> Result<RunStep, StoreError> {
         let Some(run) = &ctx.run_id else { return Ok(RunStep::Go { same_call: 0 }) };
@@ -53,7 +55,12 @@ impl RunStops {
         if let Some(status) = counts.stopped.clone() {
             return Ok(RunStep::Stopped { status, now: false });
         }
-        match before_model_call(counts.tally(now), &config.limits) {
+        let mut tally = counts.tally(now);
+        if limits.max_spend_micro_usd.is_some() {
+            let spent = self.store.spend_of(spender(ctx, run)).await?;
+            tally.spend_micro_usd = u64::try_from(spent).unwrap_or(0);
+        }
+        match before_model_call(tally, limits) {
             Some(stop) => self.stop(run, stop.status(), now).await,
             None => Ok(RunStep::Go { same_call: 0 }),
         }
@@ -75,7 +82,7 @@ impl RunStops {
         if let Some(status) = counts.stopped.clone() {
             return Ok(RunStep::Stopped { status, now: false });
         }
-        match before_tool_call(counts.tally(now), &config.limits) {
+        match before_tool_call(counts.tally(now), &config.for_tool(tool)) {
             Some(stop) => self.stop(run, stop.status(), now).await,
             None => Ok(RunStep::Go { same_call: counts.same_call }),
         }
@@ -96,16 +103,88 @@ impl RunStops {
         let event = RunEvent::ToolResult { tool, error };
         let mut counts = self.count(config, ctx, run, event, now).await?;
         counts.same_call = same_call;
-        match after_tool_result(counts.tally(now), &config.limits) {
+        match after_tool_result(counts.tally(now), &config.for_tool(tool)) {
             Some(stop) => Ok(Some(self.store.run_stop(run, stop.status(), now).await?)),
             None => Ok(None),
         }
     }
 
-    /// Forget the runs idle past `idle_ms`, with their evidence; how many.
+    /// Forget the runs idle past `idle_ms`, with their evidence, and the conversations idle
+    /// past `conversation_idle_ms`; how many runs.
     pub async fn prune(&self, config: &RunsConfig) -> Result<u64, StoreError> {
         let idle = i64::try_from(config.idle.as_millis()).unwrap_or(i64::MAX);
-        self.store.runs_prune(now_ms().saturating_sub(idle)).await
+        let forgotten = self.store.runs_prune(now_ms().saturating_sub(idle)).await?;
+        let idle = i64::try_from(config.conversation_idle.as_millis()).unwrap_or(i64::MAX);
+        self.store.conversations_prune(now_ms().saturating_sub(idle)).await?;
+        Ok(forgotten)
+    }
+
+    /// Add what an answer cost to its conversation's spend (its run's, without a conversation).
+    pub async fn spend(&self, ctx: &CallContext, micro_usd: u64) -> Result<(), StoreError> {
+        let Some(run) = &ctx.run_id else { return Ok(()) };
+        let micro = i64::try_from(micro_usd).unwrap_or(i64::MAX);
+        self.store.spend_add(spender(ctx, run), micro, now_ms()).await.map(|_| ())
+    }
+
+    /// Note on the call's run what its packet will need (the route, the customer's message, the
+    /// draft, the coverage verdict).
+    pub async fn note(&self, ctx: &CallContext, note: &RunNote) -> Result<(), StoreError> {
+        let Some(run) = &ctx.run_id else { return Ok(()) };
+        self.store.run_note(run, ctx.conversation_id.as_deref(), note, now_ms()).await
+    }
+
+    /// What is kept of a run.
+    pub async fn info(&self, ctx: &CallContext) -> Result<Option<RunInfo>, StoreError> {
+        match &ctx.run_id {
+            Some(run) => self.store.run_get(run).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Keep a tool call and its result in the run's log (for its hand-off packet).
+    pub async fn log_tool(
+        &self,
+        ctx: &CallContext,
+        tool: &str,
+        args: &Value,
+        status: &str,
+        result: &Value,
+    ) -> Result<(), StoreError> {
+        let Some(run) = &ctx.run_id else { return Ok(()) };
+        let call = RunToolCall {
+            tool: tool.to_string(),
+            args: args.clone(),
+            status: status.to_string(),
+            result: result.clone(),
+            at_unix_ms: now_ms(),
+        };
+        self.store.run_tool_log_add(run, &call).await
+    }
+
+    /// The run's tool calls, oldest first.
+    pub async fn tool_log(&self, ctx: &CallContext) -> Result<Vec<RunToolCall>, StoreError> {
+        match &ctx.run_id {
+            Some(run) => self.store.run_tool_log(run).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Whether another run of the call's conversation asked this question (normalised) before;
+    /// this run's asking is recorded. False without a conversation and a run.
+    pub async fn question_repeated(
+        &self,
+        ctx: &CallContext,
+        message: &str,
+    ) -> Result<bool, StoreError> {
+        let (Some(conversation), Some(run)) = (&ctx.conversation_id, &ctx.run_id) else {
+            return Ok(false);
+        };
+        let normalised = rein_core::handoff::normalise(message);
+        if normalised.is_empty() {
+            return Ok(false);
+        }
+        let hash = rein_tools::keys::args_hash(&Value::String(normalised));
+        Ok(self.store.question_seen(conversation, run, &hash, now_ms()).await? > 0)
     }
 
     /// Keep `items` as seen in `run`.
@@ -179,6 +258,11 @@ impl RunStops {
     }
 }
 
+/// Whose spend a call adds to: its conversation's, else its run's.
+fn spender<'a>(ctx: &'a CallContext, run: &'a str) -> &'a str {
+    ctx.conversation_id.as_deref().unwrap_or(run)
+}
+
 /// The wall clock, in the store's units.
 fn now_ms() -> i64 {
     i64::try_from(rein_core::clock::unix_ms()).unwrap_or(i64::MAX)
@@ -204,6 +288,8 @@ mod tests {
             limits: rein_core::run::RunLimits::default(),
             idle: Duration::from_secs(3600),
             stopped_detail: String::new(),
+            conversation_idle: Duration::from_secs(3600),
+            tools: Default::default(),
         }
     }
 

@@ -18,6 +18,7 @@ use rein_store::tools::ToolStore;
 use rein_tools::{Dispatcher, NoopObserver, ToolObserver};
 
 use crate::config::{Config, ConfigError, ConfigProblem, Secret, process_env};
+use crate::escalation::Escalations;
 use crate::runs::RunStops;
 pub use crate::upstreams::CONFIG_AUTHOR;
 use crate::upstreams::{BuildError, Upstreams, record_config_settings};
@@ -211,9 +212,11 @@ impl RuntimeBuilder {
         }
         let fixed = Fixed::of(&config);
         let upstreams = Upstreams::new(&config)?;
+        let acts = Arc::new(crate::degraded::DegradedRules::default());
         let mut engine = Engine::builder()
             .retry_budget(config.retry_budget)
-            .jitter(Arc::new(rein_core::SeededJitter::new(rand::rng().random())));
+            .jitter(Arc::new(rein_core::SeededJitter::new(rand::rng().random())))
+            .degraded_acts(acts.clone());
         if let Some(observer) = self.observer {
             engine = engine.observer(observer);
         }
@@ -242,10 +245,14 @@ impl RuntimeBuilder {
             .build()
             .map_err(|error| BuildError::Client(error.to_string()))?;
         let stops_store = tool_store.clone();
+        let escalations = Escalations::new(tool_store.clone());
         let parts = ToolParts { store: tool_store, http: tool_http, observer: self.tool_observer };
         let tools = parts.dispatcher(&config);
+        let current = Arc::new(ArcSwap::from_pointee(Snapshot { config, version: 1, tools }));
+        acts.connect(current.clone(), escalations.clone());
         Ok(Runtime {
-            current: ArcSwap::from_pointee(Snapshot { config, version: 1, tools }),
+            current,
+            escalations,
             engine,
             store,
             tools: parts,
@@ -286,7 +293,7 @@ impl ToolParts {
 
 /// The assembled application (see the module docs).
 pub struct Runtime {
-    current: ArcSwap<Snapshot>,
+    current: Arc<ArcSwap<Snapshot>>,
     pub engine: Engine,
     /// The embedded store (route settings versions).
     pub store: Arc<rein_store::Store>,
@@ -300,6 +307,8 @@ pub struct Runtime {
     reloads: AtomicU64,
     /// Every agent run's stop conditions, counted in the tool store (shared by replicas).
     pub stops: RunStops,
+    /// Hand-offs to a person: kept in the tool store, delivered through the hand-off tool.
+    pub escalations: Escalations,
     /// Wakes the outbox replay worker (an approval or an operator's replay made an item due).
     pub replay_kick: tokio::sync::Notify,
     /// What was fixed at start and a reload cannot change (the socket, the stores, TLS on/off).

@@ -92,6 +92,7 @@ impl RunCounts {
             same_call: whole(self.same_call),
             same_error: whole(self.same_error),
             elapsed: std::time::Duration::from_millis(elapsed),
+            spend_micro_usd: 0,
         }
     }
 }

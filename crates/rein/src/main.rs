@@ -10,6 +10,7 @@ use anyhow::Context;
 mod admin;
 mod approvals;
 mod check;
+mod handoffs;
 mod outbox;
 mod serve;
 
@@ -45,6 +46,9 @@ enum Command {
     /// The writes a gate holds for a person, on a running gateway (through its admin API):
     /// list, approve (sent once, with its original key), reject.
     Approvals(approvals::ApprovalsArgs),
+    /// The conversations sent to a person, on a running gateway (through its admin API): list,
+    /// show the packet, record a reviewer's decision, the edit rate and canaries caught.
+    Handoffs(handoffs::HandoffsArgs),
     #[cfg(feature = "sim")]
     /// Run the fault-injecting OpenAI/Anthropic simulator, for tests and drills.
     ///
@@ -134,7 +138,8 @@ struct SimArgs {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// A scenario file (TOML): a timeline of fault phases starting when the simulator starts.
+    /// A scenario file (TOML): a timeline of fault phases starting when the simulator starts,
+    /// and `[[reply]]` rules that script what an answer says (with its logprobs).
     #[arg(long)]
     scenario: Option<PathBuf>,
     /// Append the attempt log to this file, one JSON line per request.
@@ -183,6 +188,7 @@ fn main() -> std::process::ExitCode {
             Command::Versions(args) => versions(args).await,
             Command::Outbox(args) => outbox::run(args).await,
             Command::Approvals(args) => approvals::run(args).await,
+            Command::Handoffs(args) => handoffs::run(args).await,
             #[cfg(feature = "sim")]
             Command::Sim(args) => sim(args).await,
         }

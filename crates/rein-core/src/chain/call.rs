@@ -85,6 +85,8 @@ pub(super) enum Ended {
     Stopped,
     /// The model refused: the route's safe reply, counted as a refusal.
     Declined,
+    /// Decided before any model was asked (`CallContext::decided`).
+    Decided,
     Error(CallError),
 }
 
@@ -124,6 +126,8 @@ pub(super) struct CallState {
     pub(super) reasked: bool,
     /// The one re-ask with a higher token ceiling has been used.
     pub(super) ceiling_raised: bool,
+    /// The last answer that failed its checks for good.
+    pub(super) rejected_draft: Option<String>,
 }
 
 impl CallState {
@@ -141,6 +145,7 @@ impl CallState {
             served_by: None,
             reasked: false,
             ceiling_raised: false,
+            rejected_draft: None,
         }
     }
 
@@ -162,6 +167,7 @@ impl CallState {
             steps: self.steps.clone(),
             alerts: self.alerts.clone(),
             elapsed_ms: millis(self.deadline.elapsed()),
+            rejected_draft: self.rejected_draft.clone(),
         }
     }
 
@@ -180,6 +186,24 @@ impl CallState {
         self.safe_reply(route, ctx, Outcome::Degraded, structured)
     }
 
+    /// No tier answered and the route's degraded mode acted (a tool through its ladder, a
+    /// fixed template): its reply, counted as degraded.
+    pub(super) fn acted(
+        &mut self,
+        route: &Route,
+        ctx: &CallContext,
+        structured: bool,
+        acted: crate::degraded::Acted,
+    ) -> Result<Completion, CallError> {
+        self.steps.push(Step::DegradedActed { rule: acted.rule.clone(), handoff: acted.handoff });
+        let reply = DegradedReply { json: None, ..DegradedReply::text(acted.text) };
+        let reply = DegradedReply {
+            deliver: route.degraded.as_ref().map_or(Delivery::Reply, |d| d.deliver),
+            ..reply
+        };
+        self.reply(route, ctx, Outcome::Degraded, structured, Some(&reply))
+    }
+
     /// The run is stopped: the route's decided reply (its stopped reply, else its degraded one),
     /// counted as stopped.
     pub(super) fn stopped(
@@ -190,6 +214,17 @@ impl CallState {
     ) -> Result<Completion, CallError> {
         let reply = route.stopped_reply.as_ref().or(route.degraded.as_ref());
         self.reply(route, ctx, Outcome::Stopped, structured, reply)
+    }
+
+    /// The call was decided before any model was asked: the decision's reply and outcome.
+    pub(super) fn decided(
+        &mut self,
+        route: &Route,
+        ctx: &CallContext,
+        structured: bool,
+    ) -> Result<Completion, CallError> {
+        let Some(decided) = &ctx.decided else { return self.degraded(route, ctx, structured) };
+        self.reply(route, ctx, decided.outcome, structured, Some(&decided.reply))
     }
 
     /// The model refused: the route's safe reply, like [`CallState::degraded`].

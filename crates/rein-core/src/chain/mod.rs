@@ -31,6 +31,7 @@ use crate::budget::{RetryBudget, RetryBudgetPolicy};
 use crate::classify::Classified;
 use crate::classify::Disposition;
 use crate::context::CallContext;
+use crate::degraded::DegradedActs;
 use crate::model::{ChatRequest, Message};
 use crate::release::{self, ReleaseStream};
 use crate::report::{Outcome, SkipReason, Step};
@@ -57,6 +58,7 @@ struct Inner {
     jitter: Arc<dyn Jitter>,
     kill: KillSwitch,
     observer: Option<Arc<dyn Observer>>,
+    acts: Option<Arc<dyn DegradedActs>>,
 }
 
 /// The engine. Cheap to clone; clones share routes, budgets, breakers and the kill switch.
@@ -73,6 +75,7 @@ pub struct EngineBuilder {
     jitter: Arc<dyn Jitter>,
     kill: KillSwitch,
     observer: Option<Arc<dyn Observer>>,
+    acts: Option<Arc<dyn DegradedActs>>,
 }
 
 impl EngineBuilder {
@@ -102,6 +105,12 @@ impl EngineBuilder {
         self
     }
 
+    /// The degraded mode's rules that act without a model, asked before any degraded reply.
+    pub fn degraded_acts(mut self, acts: Arc<dyn DegradedActs>) -> Self {
+        self.acts = Some(acts);
+        self
+    }
+
     pub fn build(self) -> Engine {
         let engine = Engine {
             inner: Arc::new(Inner {
@@ -111,6 +120,7 @@ impl EngineBuilder {
                 jitter: self.jitter,
                 kill: self.kill,
                 observer: self.observer,
+                acts: self.acts,
             }),
         };
         engine.replace_routes(self.routes);
@@ -144,6 +154,7 @@ impl Engine {
             jitter: Arc::new(SeededJitter::new(0x5eed_2e1a)),
             kill: KillSwitch::default(),
             observer: None,
+            acts: None,
         }
     }
 
@@ -264,12 +275,23 @@ impl Engine {
             .response_format
             .as_ref()
             .is_some_and(|format| !matches!(format, crate::model::ResponseFormat::Text));
+        let message = match &self.inner.acts {
+            Some(_) => request.last_user_text().map(str::to_string),
+            None => None,
+        };
         let result = self.run_tiers(&ctx, state, &mut call, request, forward).await;
         let result = match result {
             Ok(done) => Ok(done),
             Err(Ended::Error(error)) => Err(error),
-            Err(Ended::Degraded) => call.degraded(route, &ctx, structured),
+            Err(Ended::Degraded) => match (&self.inner.acts, message) {
+                (Some(acts), Some(message)) => match acts.act(&route.name, &ctx, &message).await {
+                    Some(acted) => call.acted(route, &ctx, structured, acted),
+                    None => call.degraded(route, &ctx, structured),
+                },
+                _ => call.degraded(route, &ctx, structured),
+            },
             Err(Ended::Stopped) => call.stopped(route, &ctx, structured),
+            Err(Ended::Decided) => call.decided(route, &ctx, structured),
             Err(Ended::Declined) => call.declined(route, &ctx, structured),
         };
         let report = match &result {
@@ -293,6 +315,10 @@ impl Engine {
         mut forward: Option<&mut Forwarder>,
     ) -> Result<Completion, Ended> {
         let route = &state.0.route;
+        if let Some(decided) = &ctx.decided {
+            call.steps.push(Step::Decided { status: decided.status.clone() });
+            return Err(Ended::Decided);
+        }
         if let Some(status) = &ctx.run_stopped {
             call.steps.push(Step::RunStopped { status: status.clone() });
             return Err(Ended::Stopped);

@@ -230,6 +230,7 @@ impl TierRun<'_> {
             }
             Checked::Reask(next) => return Next::Reask(next),
             Checked::Rejected => {
+                call.rejected_draft = Some(response.text.clone());
                 call.skip(index, &tier.name, SkipReason::ChecksFailed);
                 return Next::Rejected;
             }

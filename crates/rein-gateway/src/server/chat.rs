@@ -19,10 +19,9 @@ use rein_core::{CallContext, CallReport, ChatRequest, ReleaseMode, ReleaseStream
 use super::Gateway;
 use super::error::{Api, ApiError};
 use super::intake::{self, Admitted, BodyError, Refusal};
+use super::run::{self, Followup};
 use crate::wire::{self, ErrorKind, ResponseMeta};
-use rein_runtime::Snapshot;
 use rein_runtime::config::ServerConfig;
-use rein_runtime::runs::RunStep;
 
 // The whole request is taken (not a `HeaderMap` extractor, which clones the headers).
 pub(super) async fn openai_chat(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
@@ -53,16 +52,21 @@ async fn handle(gateway: Arc<Gateway>, api: Api, headers: HeaderMap, body: Body)
         .map_err(|refusal| refused(api, refusal, &runtime.config.server, &request_id))
         .and_then(|call| prepare(api, call, &request_id));
     let prepared = match prepared {
-        Ok((parsed, ctx)) => counted(&gateway, &runtime, api, parsed, ctx, &request_id).await,
+        Ok((parsed, ctx)) => {
+            let (route, request) = (&parsed.route, &parsed.request);
+            run::before(&gateway, &runtime, api, route, request, ctx, &request_id)
+                .await
+                .map(|(ctx, followup)| (parsed, ctx, followup))
+        }
         Err(error) => Err(error),
     };
     match prepared {
-        Ok((parsed, ctx)) => {
+        Ok((parsed, ctx, followup)) => {
             let mut abandoned = Abandoned::new(&gateway, &parsed.route, &request_id);
             if parsed.stream {
-                stream(gateway, api, parsed, ctx, request_id, abandoned).await
+                stream(gateway, api, parsed, ctx, request_id, abandoned, followup).await
             } else {
-                let response = complete(gateway, api, parsed, ctx, request_id).await;
+                let response = complete(gateway, api, parsed, ctx, request_id, followup).await;
                 abandoned.finished();
                 response
             }
@@ -96,43 +100,6 @@ fn prepare(api: Api, call: Admitted, request_id: &str) -> Result<(Parsed, CallCo
     .map_err(|error| ApiError::wire(api, &error, request_id))?;
 
     ctx.evidence = std::mem::take(&mut parsed.evidence);
-    Ok((parsed, ctx))
-}
-
-/// The model call counted in its run (rein's own count, in the store): a call past a stop
-/// condition, or in a stopped run, gets the route's decided reply instead of a provider.
-async fn counted(
-    gateway: &Gateway,
-    runtime: &Snapshot,
-    api: Api,
-    parsed: Parsed,
-    mut ctx: CallContext,
-    request_id: &str,
-) -> Result<(Parsed, CallContext), ApiError> {
-    let Some(run) = ctx.run_id.clone() else { return Ok((parsed, ctx)) };
-    let stops = &gateway.runtime.stops;
-    let unavailable = |error: rein_store::StoreError| {
-        tracing::error!(request_id, "run store failed: {error}");
-        let message = "rein's run store is unavailable; the call was not made.";
-        ApiError::new(api, ErrorKind::Unavailable, message, request_id)
-    };
-    // What the run's tool calls returned through rein comes first, then what the caller sent.
-    let mut items = stops.evidence(&runtime.config.runs, &run).await.map_err(unavailable)?;
-    if !items.is_empty() {
-        items.extend(ctx.evidence.items().iter().cloned());
-        ctx.evidence = Evidence::from_items(items);
-    }
-    let step = stops.model_call(&runtime.config.runs, &ctx).await;
-    match step {
-        Ok(RunStep::Go { .. }) => {}
-        Ok(RunStep::Stopped { status, now }) => {
-            if now {
-                gateway.metrics.run_stopped(&status);
-            }
-            ctx.run_stopped = Some(status);
-        }
-        Err(error) => return Err(unavailable(error)),
-    }
     Ok((parsed, ctx))
 }
 
@@ -216,9 +183,21 @@ async fn complete(
     parsed: Parsed,
     ctx: CallContext,
     request_id: String,
+    followup: Option<Followup>,
 ) -> Response {
     let engine = gateway.runtime.engine.clone();
-    match engine.complete(ctx, &parsed.route, parsed.request).await {
+    let result = engine.complete(ctx, &parsed.route, parsed.request).await;
+    if let Some(followup) = followup {
+        match &result {
+            Ok(done) => followup.finished(&gateway, Some(done), &done.report).await,
+            Err(error) => {
+                if let Some(report) = error.report() {
+                    followup.finished(&gateway, None, report).await;
+                }
+            }
+        }
+    }
+    match result {
         Ok(completion) => {
             let meta = meta(api);
             let body: Vec<u8> = match api {
@@ -278,6 +257,7 @@ async fn stream(
     ctx: CallContext,
     request_id: String,
     mut abandoned: Abandoned,
+    followup: Option<Followup>,
 ) -> Response {
     let engine = gateway.runtime.engine.clone();
     let mode = engine.release_mode(&parsed.route);
@@ -319,6 +299,9 @@ async fn stream(
             Some(Released::Failed(error)) if held.is_empty() => {
                 if let Some(report) = error.report() {
                     log_call(&request_id, report);
+                    if let Some(followup) = followup {
+                        followup.finished(&gateway, None, report).await;
+                    }
                 }
                 abandoned.finished();
                 let mut response = ApiError::call(api, &error, &request_id).into_response();
@@ -348,6 +331,16 @@ async fn stream(
     if let Some(report) = &report {
         log_call(&request_id, report);
     }
+    let mut followup = followup;
+    if let Some(report) = &report
+        && let Some(followup) = followup.take()
+    {
+        let done = held.iter().find_map(|item| match item {
+            Released::Completed(done) => Some(&**done),
+            _ => None,
+        });
+        followup.finished(&gateway, done, report).await;
+    }
     let mut encoder = match api {
         Api::OpenAi => Encoder::OpenAi(wire::OpenAiStream::new(meta(api), parsed.include_usage)),
         Api::Anthropic => Encoder::Anthropic(wire::AnthropicStream::new(meta(api))),
@@ -375,6 +368,7 @@ async fn stream(
         encoder,
         request_id: request_id.clone(),
         abandoned,
+        followup: followup.map(|followup| (gateway.clone(), followup)),
     };
     let body_stream = rest;
     let mut response = Response::new(Body::from_stream(body_stream));
@@ -405,6 +399,8 @@ struct Rest {
     request_id: String,
     /// Disarmed when the stream ends; dropped armed when the client goes away first.
     abandoned: Abandoned,
+    /// What the run does once the answer is over (spawned: the body must not wait on it).
+    followup: Option<(Arc<Gateway>, Followup)>,
 }
 
 impl futures_util::Stream for Rest {
@@ -426,11 +422,23 @@ impl futures_util::Stream for Rest {
                 Poll::Ready(Some(item)) => {
                     if let Released::Completed(done) = &item {
                         log_call(&this.request_id, &done.report);
+                        if let Some((gateway, followup)) = this.followup.take() {
+                            let done = done.clone();
+                            tokio::spawn(async move {
+                                followup.finished(&gateway, Some(&*done), &done.report).await;
+                            });
+                        }
                     }
                     if let Released::Failed(error) = &item
                         && let Some(report) = error.report()
                     {
                         log_call(&this.request_id, report);
+                        if let Some((gateway, followup)) = this.followup.take() {
+                            let report = report.clone();
+                            tokio::spawn(async move {
+                                followup.finished(&gateway, None, &report).await;
+                            });
+                        }
                     }
                     for frame in this.encoder.encode(&item) {
                         batch.extend_from_slice(&frame);

@@ -52,7 +52,11 @@ pub(super) async fn admit(
     body: Body,
 ) -> (String, Result<Admitted, Refusal>) {
     let request_id = new_id("req_");
-    (request_id, admitted(runtime, headers, body).await)
+    let admitted = admitted(runtime, headers, body).await.map(|mut call| {
+        call.ctx.request_id = Some(request_id.clone());
+        call
+    });
+    (request_id, admitted)
 }
 
 async fn admitted(

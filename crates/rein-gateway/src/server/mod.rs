@@ -3,11 +3,13 @@
 //! runtime owns the config, its reload and the background workers.
 
 mod admin;
+mod admin_handoffs;
 mod admin_tools;
 mod chat;
 mod edge;
 mod error;
 mod intake;
+mod run;
 pub(crate) mod tls;
 mod tools;
 

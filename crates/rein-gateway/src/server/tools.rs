@@ -107,12 +107,14 @@ async fn dispatch(
             RunStep::Stopped { status, now } => {
                 if now {
                     gateway.metrics.run_stopped(&status);
+                    stop_handoff(gateway, runtime, &ctx, request_id, &status).await;
                 }
                 return Ok(stopped(tool, &status, &runs.stopped_detail, request_id));
             }
         },
         false => 0,
     };
+    let logged_args = ctx.run_id.as_ref().map(|_| args.clone());
     let outcome = runtime
         .tools
         .call(&ctx, tool, args)
@@ -122,6 +124,9 @@ async fn dispatch(
     if let Some(run) = &ctx.run_id {
         let items = runtime.tools.evidence_of(tool, &outcome.envelope);
         stops.record_evidence(run, items).await.map_err(store_down)?;
+        let args = logged_args.unwrap_or_default();
+        let status = outcome.status.as_str();
+        stops.log_tool(&ctx, tool, &args, status, &outcome.envelope).await.map_err(store_down)?;
         let error = (outcome.status != ToolStatus::Ok).then(|| failure_of(&outcome.envelope));
         run_status = stops
             .tool_result(runs, &ctx, tool, same_call, error.as_deref())
@@ -130,6 +135,12 @@ async fn dispatch(
     }
     if let Some(status) = &run_status {
         gateway.metrics.run_stopped(status);
+        stop_handoff(gateway, runtime, &ctx, request_id, status).await;
+    }
+    if outcome.status == ToolStatus::PendingApproval && !outcome.replayed {
+        // A gate in code held the action for a person: an escalation of its own.
+        let route = run_route(gateway, &ctx).await;
+        gateway.metrics.escalated(&route, rein_core::handoff::Trigger::Gate.as_str());
     }
     let mut response = answered(tool, outcome, request_id);
     if let Some(status) = run_status
@@ -138,6 +149,32 @@ async fn dispatch(
         response.headers_mut().insert("x-rein-run-status", value);
     }
     Ok(response)
+}
+
+/// The route the call's run last made a model call on (`-` when none is known).
+async fn run_route(gateway: &Gateway, ctx: &rein_core::CallContext) -> String {
+    match gateway.runtime.stops.info(ctx).await {
+        Ok(Some(info)) => info.route.unwrap_or_else(|| "-".to_string()),
+        _ => "-".to_string(),
+    }
+}
+
+/// A run this tool call stopped goes to a person, with the stop as its trigger.
+async fn stop_handoff(
+    gateway: &Gateway,
+    runtime: &Snapshot,
+    ctx: &rein_core::CallContext,
+    request_id: &str,
+    status: &str,
+) {
+    let route = run_route(gateway, ctx).await;
+    let mut stop = rein_runtime::escalation::Escalation::new(
+        rein_core::handoff::Trigger::StopCondition,
+        status,
+    );
+    stop.stop_status = Some(status.to_string());
+    stop.route = (route != "-").then(|| route.clone());
+    super::run::hand_off(gateway, runtime, ctx, request_id, &route, stop).await;
 }
 
 /// What a tool result failed with, for the run's same-error count: its status and detail.

@@ -54,6 +54,7 @@ pub(crate) fn report(outcome: Outcome, served: Option<(usize, &str)>) -> CallRep
         steps,
         alerts: Vec::new(),
         elapsed_ms: 30,
+        rejected_draft: None,
     }
 }
 

@@ -4,7 +4,9 @@
 
 mod config;
 mod continuation;
+mod coverage;
 mod gateway;
+mod handoffs;
 mod keepalive;
 mod ladder;
 mod runs;

@@ -257,3 +257,103 @@ async fn two_replicas_on_one_postgres_stop_a_run_at_the_same_count() {
     a.stop().await.unwrap();
     b.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_conversation_past_its_spend_cap_is_stopped_in_every_later_run() {
+    let (backend, _) = order_backend().await;
+    // $1,000 per million tokens: each sim answer costs about a cent, over the $0.005 cap.
+    let text = config(&backend, "max_spend_usd = 0.005").replace(
+        "[routes.support]",
+        "[prices.sim-agent]\ninput_per_mtok = 1000.0\noutput_per_mtok = 1000.0\n\n[routes.support]",
+    );
+    let gw = start_with(&text, None).await;
+    let messages = [json!({"role": "user", "content": "hello"})];
+    let first = model_call(&gw, &messages).await;
+    assert_eq!(header(&first, "x-rein-outcome").as_deref(), Some("answered"));
+    let second = model_call(&gw, &messages).await;
+    assert_eq!(header(&second, "x-rein-run-status").as_deref(), Some("stopped_spend"));
+    assert_eq!(header(&second, "x-rein-attempts").as_deref(), Some("0"));
+    // The cap is the conversation's: a new message in it is stopped too.
+    let next_run = gw
+        .client
+        .post(gw.url("/v1/chat/completions"))
+        .bearer_auth("client-secret-1")
+        .header("x-rein-run-id", "run-2")
+        .header("x-rein-conversation-id", "conv-1")
+        .json(&json!({"model": "support", "messages": messages}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(header(&next_run, "x-rein-run-status").as_deref(), Some("stopped_spend"));
+    // Another conversation is not.
+    let other = gw
+        .client
+        .post(gw.url("/v1/chat/completions"))
+        .bearer_auth("client-secret-1")
+        .header("x-rein-run-id", "run-3")
+        .header("x-rein-conversation-id", "conv-2")
+        .json(&json!({"model": "support", "messages": messages}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(header(&other, "x-rein-outcome").as_deref(), Some("answered"));
+    assert_eq!(stops(&gw, "stopped_spend").await, 2);
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_tool_may_have_its_own_limit_on_identical_calls() {
+    let (backend, hits) = order_backend().await;
+    let text = config(&backend, "[runs.tools.look_up_order]\nmax_same_call = 3");
+    let gw = start_with(&text, None).await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let response = tool_call(&gw, &json!({"order_id": "44781"})).await;
+        statuses.push(header(&response, "x-rein-run-status"));
+    }
+    // The default would stop the third; this tool allows three.
+    assert_eq!(statuses, [None, None, None, Some("stopped_repeated_call".into())]);
+    assert_eq!(hits.load(Ordering::SeqCst), 3);
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn counts_a_caller_sends_are_never_trusted() {
+    let (backend, _) = order_backend().await;
+    let gw = start_with(&config(&backend, "max_model_calls = 2"), None).await;
+    let messages = [json!({"role": "user", "content": "hello"})];
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        // A caller claiming the run is fresh, in headers and in the body's `rein` object.
+        let response = gw
+            .client
+            .post(gw.url("/v1/chat/completions"))
+            .bearer_auth("client-secret-1")
+            .header("x-rein-run-id", "run-1")
+            .header("x-rein-conversation-id", "conv-1")
+            .header("x-rein-model-calls", "0")
+            .header("x-rein-run-model-calls", "0")
+            .header("x-rein-run-status", "running")
+            .json(&json!({"model": "support", "messages": messages}))
+            .send()
+            .await
+            .unwrap();
+        statuses.push(header(&response, "x-rein-run-status"));
+    }
+    assert_eq!(statuses, [None, None, Some("stopped_max_model_calls".into())]);
+    let spoofed = gw
+        .client
+        .post(gw.url("/v1/chat/completions"))
+        .bearer_auth("client-secret-1")
+        .header("x-rein-run-id", "run-1")
+        .json(
+            &json!({"model": "support", "messages": messages, "rein": {"run": {"model_calls": 0}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(spoofed.status(), 400, "rein's own object takes no counts");
+    let body: Value = spoofed.json().await.unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("rein.run"), "{body}");
+    gw.stop().await.unwrap();
+}

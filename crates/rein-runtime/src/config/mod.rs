@@ -4,6 +4,7 @@
 //! [`Secret`], and never printed.
 
 mod cli;
+pub mod escalation;
 mod output;
 pub mod raw;
 mod tls;
@@ -47,6 +48,10 @@ pub struct Config {
     pub tools: rein_tools::ToolsConfig,
     /// `[runs]`: agent runs' stop conditions.
     pub runs: RunsConfig,
+    /// `[handoffs]`: where escalated conversations go.
+    pub handoffs: escalation::HandoffsConfig,
+    /// `[prices]`: dollars per million tokens, per model.
+    pub prices: BTreeMap<String, rein_core::run::ModelPrice>,
     /// The same sections validated and compiled by `rein_tools`, once: what the dispatcher runs.
     #[serde(skip)]
     pub tools_plan: Arc<rein_tools::ToolsPlan>,
@@ -184,6 +189,9 @@ pub struct RouteConfig {
     pub stopped_reply: Option<DegradedReply>,
     /// The output contract (`[routes.<name>.output]`); `None` uses any whole answer as it is.
     pub output: Option<OutputConfig>,
+    /// Hand-off rules, the coverage check, the hand-off reply, run limits, acting degraded
+    /// rules.
+    pub escalation: escalation::RouteEscalation,
     pub tiers: Vec<TierConfig>,
 }
 
@@ -194,6 +202,34 @@ pub struct RunsConfig {
     #[serde(rename = "idle_ms", with = "rein_core::clock::millis")]
     pub idle: Duration,
     pub stopped_detail: String,
+    /// How long a conversation's spend and questions are kept.
+    #[serde(rename = "conversation_idle_ms", with = "rein_core::clock::millis")]
+    pub conversation_idle: Duration,
+    /// Per tool: its own limits over `limits`.
+    pub tools: BTreeMap<String, escalation::ToolLimits>,
+}
+
+impl RunsConfig {
+    /// The limits a call of `tool` is held to.
+    pub fn for_tool(&self, tool: &str) -> rein_core::run::RunLimits {
+        let mut limits = self.limits;
+        if let Some(own) = self.tools.get(tool) {
+            limits.max_same_call = own.max_same_call.unwrap_or(limits.max_same_call);
+            limits.max_same_error = own.max_same_error.unwrap_or(limits.max_same_error);
+        }
+        limits
+    }
+
+    /// The limits a model call on `route` is held to.
+    pub fn for_route(&self, route: Option<&RouteConfig>) -> rein_core::run::RunLimits {
+        let mut limits = self.limits;
+        if let Some(own) = route.map(|route| &route.escalation) {
+            limits.max_model_calls = own.max_model_calls.unwrap_or(limits.max_model_calls);
+            limits.deadline = own.deadline.unwrap_or(limits.deadline);
+            limits.max_spend_micro_usd = own.max_spend_micro_usd.or(limits.max_spend_micro_usd);
+        }
+        limits
+    }
 }
 
 /// The default `stream_keepalive_ms`: well inside the read timeouts clients and proxies use
@@ -373,11 +409,43 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
         }
     }
     let mut routes = BTreeMap::new();
+    let route_names: Vec<&str> = raw.routes.keys().map(String::as_str).collect();
     for (name, route) in &raw.routes {
-        if let Some(config) = validate_route(name, route, &raw.providers, &mut problems) {
+        if let Some(mut config) = validate_route(name, route, &raw.providers, &mut problems) {
+            let written = escalation::RawRouteEscalation {
+                handoff_rules: route.handoff_rules.as_ref(),
+                coverage: route.coverage.as_ref(),
+                handoff_reply: route.handoff_reply.as_ref().map(reply_of),
+                runs: route.runs.as_ref(),
+                degraded_rules: &route.degraded_rules,
+            };
+            config.escalation = escalation::validate_route_escalation(
+                name,
+                written,
+                &route_names,
+                &tools,
+                &mut problems,
+            );
             routes.insert(name.clone(), config);
         }
     }
+    let handoffs = escalation::validate_handoffs(&raw.handoffs, &tools, &mut problems);
+    let prices = escalation::validate_prices(&raw.prices, &mut problems);
+    for tool in raw.runs.tools.keys() {
+        if !tools.tools.contains_key(tool) {
+            problems.add(format!("runs.tools.{tool}"), "is not a configured tool");
+        }
+    }
+    let max_spend_micro_usd = match raw.runs.max_spend_usd {
+        Some(dollars) => {
+            let micro = escalation::micro_usd(dollars);
+            if micro.is_none() {
+                problems.add("runs.max_spend_usd", "must be an amount of 0 or more");
+            }
+            micro
+        }
+        None => None,
+    };
 
     let Some(listen) = listen else {
         problems.add("server.listen", "invalid");
@@ -445,12 +513,27 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
                 max_same_call: raw.runs.max_same_call,
                 max_same_error: raw.runs.max_same_error,
                 deadline: ms(raw.runs.deadline_ms),
+                max_spend_micro_usd,
             },
             idle: ms(raw.runs.idle_ms),
             stopped_detail: raw.runs.stopped_detail.clone(),
+            conversation_idle: ms(raw.runs.conversation_idle_ms),
+            tools: raw.runs.tools.clone(),
         },
+        handoffs,
+        prices,
         tools_plan,
     })
+}
+
+/// A decided reply as written, validated.
+fn reply_of(d: &raw::RawDegraded) -> DegradedReply {
+    DegradedReply {
+        template: d.template.clone(),
+        fallback_text: d.fallback_text.clone().unwrap_or_else(|| d.template.clone()),
+        json: d.json.clone(),
+        deliver: d.deliver.unwrap_or_default(),
+    }
 }
 
 fn validate_provider(
@@ -815,12 +898,6 @@ fn validate_route(
         }
     };
 
-    let reply_of = |d: &raw::RawDegraded| DegradedReply {
-        template: d.template.clone(),
-        fallback_text: d.fallback_text.clone().unwrap_or_else(|| d.template.clone()),
-        json: d.json.clone(),
-        deliver: d.deliver.unwrap_or_default(),
-    };
     let degraded = raw.degraded.as_ref().map(reply_of);
     let stopped_reply = raw.stopped_reply.as_ref().map(reply_of);
     if let Some(json) = raw.degraded.as_ref().and_then(|d| d.json.as_ref())
@@ -845,6 +922,7 @@ fn validate_route(
         failover,
         degraded,
         output,
+        escalation: escalation::RouteEscalation::default(),
         tiers,
     })
 }

@@ -34,6 +34,12 @@ pub struct RawConfig {
     /// Agent runs (`x-rein-run-id`): their stop conditions and how long an idle run is kept.
     #[serde(default)]
     pub runs: RawRuns,
+    /// Where escalated conversations go: the hand-off tool, the trace link, canary drafts.
+    #[serde(default)]
+    pub handoffs: super::escalation::RawHandoffs,
+    /// Dollars per million tokens, per model id, for the spend cap.
+    #[serde(default)]
+    pub prices: BTreeMap<String, rein_core::run::ModelPrice>,
 }
 
 /// `[runs]`: the stop conditions of every agent run (the spec's defaults), what a tool call in a
@@ -48,6 +54,13 @@ pub struct RawRuns {
     pub idle_ms: u64,
     /// What the model is told when a tool call is refused in a stopped run.
     pub stopped_detail: String,
+    /// What one conversation may spend, in dollars (each answer's usage priced by `[prices]`);
+    /// absent: no cap.
+    pub max_spend_usd: Option<f64>,
+    /// How long a conversation's spend and questions are remembered.
+    pub conversation_idle_ms: u64,
+    /// Per tool: its own `max_same_call` / `max_same_error`.
+    pub tools: BTreeMap<String, super::escalation::ToolLimits>,
 }
 
 impl Default for RawRuns {
@@ -60,6 +73,9 @@ impl Default for RawRuns {
             deadline_ms: u64::try_from(limits.deadline.as_millis()).unwrap_or(u64::MAX),
             idle_ms: 3_600_000,
             stopped_detail: "This run was stopped: do not call tools again. Tell the customer you could not finish, and that their message has been passed on.".into(),
+            max_spend_usd: None,
+            conversation_idle_ms: 7 * 24 * 3_600_000,
+            tools: BTreeMap::new(),
         }
     }
 }
@@ -369,6 +385,22 @@ pub struct RawRoute {
     /// whole answer is used as it is.
     #[serde(default)]
     pub output: Option<RawOutput>,
+    /// Rules on the customer's message that send the conversation to a person before any model
+    /// is asked (present: on, with the defaults for what it leaves out).
+    #[serde(default)]
+    pub handoff_rules: Option<rein_core::handoff::HandoffRules>,
+    /// The coverage check before drafting.
+    #[serde(default)]
+    pub coverage: Option<rein_core::coverage::CoverageCheck>,
+    /// What a customer whose conversation went to a person is told.
+    #[serde(default)]
+    pub handoff_reply: Option<RawDegraded>,
+    /// This route's own run limits (over `[runs]`).
+    #[serde(default)]
+    pub runs: Option<super::escalation::RawRouteRuns>,
+    /// The degraded mode's rules that act without a model, in order.
+    #[serde(default)]
+    pub degraded_rules: Vec<super::escalation::RawDegradedRule>,
     #[serde(default)]
     pub tiers: Vec<RawTier>,
 }

@@ -27,7 +27,7 @@ fn check_prints_the_effective_config_with_secrets_masked() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
-    assert!(stdout.contains("is valid: 1 route(s), 2 provider(s)"), "{stdout}");
+    assert!(stdout.contains("is valid: 2 route(s), 2 provider(s)"), "{stdout}");
     assert!(stdout.contains("\"deadline_ms\": 20000"), "durations print in the keys' units");
     for secret in ["sk-cli-secret", "sk-ant-cli-secret", "client-cli-secret", "admin-cli-secret"] {
         assert!(!stdout.contains(secret), "{secret} printed");
@@ -642,4 +642,58 @@ fn the_build_compiles_no_aws_lc() {
         assert!(!lock.contains(&format!("name = \"{package}\"\n")), "{package} is in Cargo.lock");
     }
     assert!(lock.contains("name = \"ring\"\n"));
+}
+
+#[tokio::test]
+async fn handoffs_lists_shows_and_decides_through_the_admin_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = sim_config(dir.path(), "127.0.0.1:0");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text = text.replace(
+        "[routes.chat]\n",
+        "[routes.chat]\nhandoff_reply = { template = \"A person will reply within 2 hours.\" }\n[routes.chat.handoff_rules]\n",
+    );
+    std::fs::write(&config, text).unwrap();
+    let gateway = serve(&config);
+    let url = gateway.url.clone();
+    rein_providers::install_crypto_provider();
+    let response = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .header("x-rein-conversation-id", "conv-cli")
+        .header("x-rein-run-id", "run-cli")
+        .json(&serde_json::json!({"model": "chat", "messages": [{"role": "user", "content": "I want to talk to a person"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["x-rein-outcome"], "handed_off");
+    let key = ["--admin-key-env", "REIN_CLI_ADMIN", "--url", url.as_str()];
+
+    let (code, stdout, stderr) = admin_command(&[&["handoffs", "list"], &key[..]].concat());
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("TRIGGER") && stdout.contains("handoff_rule"), "{stdout}");
+    assert!(stdout.contains("conv-cli") && stdout.contains("1 shown"), "{stdout}");
+    let (code, stdout, _) = admin_command(&[&["handoffs", "show", "1"], &key[..]].concat());
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("customer      I want to talk to a person"), "{stdout}");
+    assert!(
+        stdout.contains("trigger       handoff_rule: the customer asked for a person"),
+        "{stdout}"
+    );
+    let (code, stdout, _) = admin_command(
+        &[
+            &["handoffs", "decide", "1", "edit", "--by", "ana", "--draft", "We'll call you."],
+            &key[..],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.contains("\"decision\": \"edited\""), "{stdout}");
+    // Only the first decision counts.
+    let (code, stdout, _) =
+        admin_command(&[&["handoffs", "decide", "1", "approve", "--by", "ben"], &key[..]].concat());
+    assert_eq!(code, Some(1));
+    assert!(stdout.contains("409"), "{stdout}");
+    let (code, stdout, _) = admin_command(&[&["handoffs", "stats"], &key[..]].concat());
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("handoff_rule") && stdout.contains("100.0%"), "{stdout}");
 }

@@ -1,0 +1,320 @@
+//! What happens around a model call that is part of an agent run, in the spec's order. Before
+//! the engine: the run's evidence joins the call's, the call is counted against the run's stop
+//! conditions (its route's limits and the conversation's spend), then the hand-off rules read
+//! the customer's message (asks for a person, the same question again, nothing found), then the
+//! coverage check scores the evidence. A stop, a hand-off or a clarifying question is a
+//! decision the engine answers with the route's decided reply, without a provider. After the
+//! engine ([`Followup`]): what the answer cost is added to the conversation's spend, the draft
+//! is noted for the run's packet, and an answer that failed its checks after its one repair
+//! sends the conversation to a person.
+
+use rein_core::coverage::{Declined, Verdict};
+use rein_core::handoff::{AttemptsSummary, HandoffRule, Trigger};
+use rein_core::validate::Evidence;
+use rein_core::{CallContext, CallReport, ChatRequest, Completion, Decided, Outcome, Step};
+use rein_runtime::Snapshot;
+use rein_runtime::escalation::Escalation;
+use rein_runtime::runs::RunStep;
+use rein_store::StoreError;
+use rein_store::runs::RunNote;
+
+use super::Gateway;
+use super::error::{Api, ApiError};
+use crate::wire::ErrorKind;
+
+/// What is left to do once the call is answered.
+#[derive(Debug, Clone)]
+pub(super) struct Followup {
+    route: String,
+    ctx: CallContext,
+}
+
+/// The run's steps before the engine. Returns the context the engine runs with (a decision in
+/// it, if one was made) and what to do after.
+pub(super) async fn before(
+    gateway: &Gateway,
+    runtime: &Snapshot,
+    api: Api,
+    route: &str,
+    request: &ChatRequest,
+    mut ctx: CallContext,
+    request_id: &str,
+) -> Result<(CallContext, Option<Followup>), ApiError> {
+    let unavailable = |error: StoreError| {
+        tracing::error!(request_id, "run store failed: {error}");
+        let message = "rein's run store is unavailable; the call was not made.";
+        ApiError::new(api, ErrorKind::Unavailable, message, request_id)
+    };
+    let route_config = runtime.config.routes.get(route);
+    let escalation = route_config
+        .map(|config| &config.escalation)
+        .filter(|e| e.coverage.is_some() || e.rules != rein_core::handoff::HandoffRules::off());
+    if ctx.run_id.is_none() && escalation.is_none() {
+        // Nothing to count or to escalate before the call (the common case: no cost).
+        let followup = Followup { route: route.to_string(), ctx: ctx.child() };
+        return Ok((ctx, Some(followup)));
+    }
+    let message = request.last_user_text().map(str::to_string);
+    let stops = &gateway.runtime.stops;
+    let mut tool_calls = 0;
+    if let Some(run) = ctx.run_id.clone() {
+        // What the run's tool calls returned through rein comes first, then what the caller
+        // sent.
+        let mut items = stops.evidence(&runtime.config.runs, &run).await.map_err(unavailable)?;
+        if !items.is_empty() {
+            items.extend(ctx.evidence.items().iter().cloned());
+            ctx.evidence = Evidence::from_items(items);
+        }
+        let limits = runtime.config.runs.for_route(route_config);
+        match stops.model_call(&runtime.config.runs, &limits, &ctx).await.map_err(unavailable)? {
+            RunStep::Go { .. } => {}
+            RunStep::Stopped { status, now } => {
+                if now {
+                    gateway.metrics.run_stopped(&status);
+                    let mut stop = Escalation::new(Trigger::StopCondition, status.clone());
+                    stop.stop_status = Some(status.clone());
+                    stop.route = Some(route.to_string());
+                    stop.message = message.clone();
+                    hand_off(gateway, runtime, &ctx, request_id, route, stop).await;
+                }
+                stop_facts(&mut ctx, stops, &status).await;
+                ctx.run_stopped = Some(status);
+                return Ok((ctx, None));
+            }
+        }
+        let note = RunNote {
+            route: Some(route.to_string()),
+            message: message.clone(),
+            ..RunNote::default()
+        };
+        stops.note(&ctx, &note).await.map_err(unavailable)?;
+        tool_calls = stops.info(&ctx).await.map_err(unavailable)?.map_or(0, |info| info.tool_calls);
+    }
+    let followup = Some(Followup { route: route.to_string(), ctx: ctx.clone() });
+    let Some(escalation) = escalation else { return Ok((ctx, followup)) };
+    let Some(message) = message else { return Ok((ctx, followup)) };
+
+    // The hand-off rules read the customer's message alone.
+    let rules = &escalation.rules;
+    let fired = if let Some(phrase) = rules.asks_for_person(&message) {
+        Some((
+            HandoffRule::AsksForPerson,
+            format!("the customer asked for a person (\"{phrase}\")"),
+        ))
+    } else if rules.repeated_question
+        && stops.question_repeated(&ctx, &message).await.map_err(unavailable)?
+    {
+        Some((
+            HandoffRule::RepeatedQuestion,
+            "the customer asked the same question again in this conversation".to_string(),
+        ))
+    } else if rules.no_evidence && ctx.evidence.is_empty() && tool_calls > 0 {
+        Some((HandoffRule::NoEvidence, "the run's tools found nothing to answer from".to_string()))
+    } else {
+        None
+    };
+    if let Some((rule, reason)) = fired {
+        let mut handoff = Escalation::new(Trigger::HandoffRule, reason);
+        handoff.route = Some(route.to_string());
+        handoff.message = Some(message.clone());
+        handoff.evidence = ctx.evidence.items().to_vec();
+        hand_off(gateway, runtime, &ctx, request_id, route, handoff).await;
+        let status = format!("{}:{}", Trigger::HandoffRule.as_str(), rule.as_str());
+        ctx.decided = escalation.handoff_reply.clone().map(|reply| Decided {
+            outcome: Outcome::HandedOff,
+            status,
+            reply,
+        });
+        return Ok((ctx, followup));
+    }
+
+    // The coverage check, after retrieval and before drafting: once per run.
+    let Some(check) = &escalation.coverage else { return Ok((ctx, followup)) };
+    if ctx.evidence.is_empty() {
+        return Ok((ctx, followup));
+    }
+    let known = match stops.info(&ctx).await.map_err(unavailable)? {
+        Some(info) => info.coverage.and_then(|value| serde_json::from_value::<Verdict>(value).ok()),
+        None => None,
+    };
+    let verdict = match known {
+        Some(verdict) => verdict,
+        None => {
+            let engine = &gateway.runtime.engine;
+            match check.judge(engine, &ctx, &message, ctx.evidence.items()).await {
+                Ok(verdict) => {
+                    let method = serde_json::to_value(verdict.method).unwrap_or_default();
+                    let label = if verdict.covered { "covered" } else { "not_covered" };
+                    gateway.metrics.coverage_checked(route, method.as_str().unwrap_or("-"), label);
+                    tracing::info!(
+                        request_id,
+                        route,
+                        score = verdict.score,
+                        cutoff = verdict.cutoff,
+                        method = method.as_str().unwrap_or("-"),
+                        "coverage checked"
+                    );
+                    let note = RunNote {
+                        coverage: serde_json::to_value(&verdict).ok(),
+                        ..RunNote::default()
+                    };
+                    stops.note(&ctx, &note).await.map_err(unavailable)?;
+                    verdict
+                }
+                Err(error) => {
+                    // The check could not be made: the answer's own checks still hold it.
+                    gateway.metrics.coverage_checked(route, "error", "error");
+                    tracing::warn!(
+                        request_id,
+                        route,
+                        "coverage check failed, not applied: {error}"
+                    );
+                    return Ok((ctx, followup));
+                }
+            }
+        }
+    };
+    if verdict.covered {
+        return Ok((ctx, followup));
+    }
+    match check.declined(&message) {
+        Declined::Clarify(question) => {
+            ctx.decided = Some(Decided {
+                outcome: Outcome::Clarified,
+                status: "coverage:clarify".to_string(),
+                reply: rein_core::DegradedReply::text(question),
+            });
+        }
+        Declined::Handoff => {
+            let reason = format!(
+                "coverage {:.3} under the cutoff {:.2} ({})",
+                verdict.score,
+                verdict.cutoff,
+                serde_json::to_value(verdict.method)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            );
+            let mut handoff = Escalation::new(Trigger::Coverage, reason);
+            handoff.route = Some(route.to_string());
+            handoff.message = Some(message.clone());
+            handoff.evidence = ctx.evidence.items().to_vec();
+            handoff.coverage = serde_json::to_value(&verdict).ok();
+            hand_off(gateway, runtime, &ctx, request_id, route, handoff).await;
+            ctx.decided = escalation.handoff_reply.clone().map(|reply| Decided {
+                outcome: Outcome::HandedOff,
+                status: Trigger::Coverage.as_str().to_string(),
+                reply,
+            });
+        }
+    }
+    Ok((ctx, followup))
+}
+
+/// The facts of a stop, for the decided reply's template: `{{status}}`, and the arguments of
+/// the run's last tool call (`{{order_id}}` of the lookup it kept repeating), where the caller
+/// did not set them.
+async fn stop_facts(ctx: &mut CallContext, stops: &rein_runtime::runs::RunStops, status: &str) {
+    ctx.vars.entry("status".to_string()).or_insert_with(|| status.to_string());
+    let Ok(log) = stops.tool_log(ctx).await else { return };
+    let Some(last) = log.last() else { return };
+    ctx.vars.entry("tool".to_string()).or_insert_with(|| last.tool.clone());
+    if let Some(args) = last.args.as_object() {
+        for (name, value) in args {
+            let text = match value {
+                serde_json::Value::String(text) => {
+                    text.chars().filter(|c| !c.is_control()).take(200).collect()
+                }
+                serde_json::Value::Number(n) => n.to_string(),
+                serde_json::Value::Bool(b) => b.to_string(),
+                _ => continue,
+            };
+            ctx.vars.entry(name.clone()).or_insert(text);
+        }
+    }
+}
+
+/// Send the call's conversation to a person (once per conversation), counting it when this
+/// made the hand-off. A store failure is logged: the customer still gets the decided reply.
+pub(super) async fn hand_off(
+    gateway: &Gateway,
+    runtime: &Snapshot,
+    ctx: &CallContext,
+    request_id: &str,
+    route: &str,
+    escalation: Escalation,
+) {
+    let trigger = escalation.trigger;
+    let handed = gateway
+        .runtime
+        .escalations
+        .hand_off(&runtime.config.handoffs, &runtime.tools, ctx, request_id, escalation)
+        .await;
+    match handed {
+        Ok(handed) if handed.created => gateway.metrics.escalated(route, trigger.as_str()),
+        Ok(_) => {}
+        Err(error) => tracing::error!(request_id, route, "hand-off not kept: {error}"),
+    }
+}
+
+impl Followup {
+    /// The call is over: its spend, its draft, and a hand-off when its answer failed its checks
+    /// for good.
+    pub(super) async fn finished(
+        self,
+        gateway: &Gateway,
+        completion: Option<&Completion>,
+        report: &CallReport,
+    ) {
+        let runtime = gateway.current();
+        let stops = &gateway.runtime.stops;
+        let request_id = self.ctx.request_id.clone().unwrap_or_default();
+        if let Some(done) = completion
+            && let Some(served) = &report.served_by
+        {
+            if let Some(price) = price_of(&runtime.config.prices, &served.model) {
+                let cost = price.cost_micro_usd(&done.response.usage);
+                if let Err(error) = stops.spend(&self.ctx, cost).await {
+                    tracing::error!(request_id, "spend not recorded: {error}");
+                }
+            }
+            if !done.response.text.is_empty() {
+                let note =
+                    RunNote { draft: Some(done.response.text.clone()), ..RunNote::default() };
+                if let Err(error) = stops.note(&self.ctx, &note).await {
+                    tracing::error!(request_id, "draft not noted: {error}");
+                }
+            }
+        }
+        let failed_checks = report
+            .steps
+            .iter()
+            .any(|step| matches!(step, Step::TierSkipped { reason, .. } if *reason == rein_core::SkipReason::ChecksFailed));
+        if report.served_by.is_none() && failed_checks {
+            let mut handoff = Escalation::new(
+                Trigger::ChecksFailed,
+                "the answer failed its checks after its one repair",
+            );
+            handoff.route = Some(self.route.clone());
+            handoff.draft = report.rejected_draft.clone();
+            handoff.attempts = Some(AttemptsSummary::of(report));
+            handoff.evidence = self.ctx.evidence.items().to_vec();
+            hand_off(gateway, &runtime, &self.ctx, &request_id, &self.route, handoff).await;
+        }
+    }
+}
+
+/// The price of a model: its own entry, else the longest entry it starts with (a dated
+/// snapshot of a priced model).
+fn price_of<'a>(
+    prices: &'a std::collections::BTreeMap<String, rein_core::run::ModelPrice>,
+    model: &str,
+) -> Option<&'a rein_core::run::ModelPrice> {
+    prices.get(model).or_else(|| {
+        prices
+            .iter()
+            .filter(|(name, _)| model.starts_with(name.as_str()))
+            .max_by_key(|(name, _)| name.len())
+            .map(|(_, price)| price)
+    })
+}
