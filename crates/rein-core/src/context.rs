@@ -38,7 +38,7 @@ pub struct CallContext {
     pub request_id: Option<String>,
     /// The call was decided before any model was asked (a hand-off, a clarifying question):
     /// its reply, outcome and status.
-    pub decided: Option<Decided>,
+    pub decided: Option<Box<Decided>>,
 }
 
 /// A call answered by a decision made before any model was asked.

@@ -275,16 +275,12 @@ impl Engine {
             .response_format
             .as_ref()
             .is_some_and(|format| !matches!(format, crate::model::ResponseFormat::Text));
-        let message = match &self.inner.acts {
-            Some(_) => request.last_user_text().map(str::to_string),
-            None => None,
-        };
-        let result = self.run_tiers(&ctx, state, &mut call, request, forward).await;
+        let result = self.run_tiers(&ctx, state, &mut call, &request, forward).await;
         let result = match result {
             Ok(done) => Ok(done),
             Err(Ended::Error(error)) => Err(error),
-            Err(Ended::Degraded) => match (&self.inner.acts, message) {
-                (Some(acts), Some(message)) => match acts.act(&route.name, &ctx, &message).await {
+            Err(Ended::Degraded) => match (&self.inner.acts, request.last_user_text()) {
+                (Some(acts), Some(message)) => match acts.act(&route.name, &ctx, message).await {
                     Some(acted) => call.acted(route, &ctx, structured, acted),
                     None => call.degraded(route, &ctx, structured),
                 },
@@ -311,7 +307,7 @@ impl Engine {
         ctx: &CallContext,
         state: &RouteHandle,
         call: &mut CallState,
-        request: ChatRequest,
+        request: &ChatRequest,
         mut forward: Option<&mut Forwarder>,
     ) -> Result<Completion, Ended> {
         let route = &state.0.route;
@@ -366,7 +362,7 @@ impl Engine {
                 jitter: self.inner.jitter.as_ref(),
                 observer: self.inner.observer.as_deref(),
             };
-            let asked = continued.as_ref().map_or(&request, |(asked, _)| asked);
+            let asked = continued.as_ref().map_or(request, |(asked, _)| asked);
             match run.attempts(call, asked, forward.as_deref_mut()).await {
                 TierEnd::Answered(mut completion) => {
                     permit.succeeded();

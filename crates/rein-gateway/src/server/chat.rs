@@ -422,7 +422,9 @@ impl futures_util::Stream for Rest {
                 Poll::Ready(Some(item)) => {
                     if let Released::Completed(done) = &item {
                         log_call(&this.request_id, &done.report);
-                        if let Some((gateway, followup)) = this.followup.take() {
+                        if let Some((gateway, followup)) = this.followup.take()
+                            && followup.needed(&done.report)
+                        {
                             let done = done.clone();
                             tokio::spawn(async move {
                                 followup.finished(&gateway, Some(&*done), &done.report).await;
@@ -433,7 +435,9 @@ impl futures_util::Stream for Rest {
                         && let Some(report) = error.report()
                     {
                         log_call(&this.request_id, report);
-                        if let Some((gateway, followup)) = this.followup.take() {
+                        if let Some((gateway, followup)) = this.followup.take()
+                            && followup.needed(report)
+                        {
                             let report = report.clone();
                             tokio::spawn(async move {
                                 followup.finished(&gateway, None, &report).await;

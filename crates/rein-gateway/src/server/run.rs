@@ -22,10 +22,10 @@ use super::Gateway;
 use super::error::{Api, ApiError};
 use crate::wire::ErrorKind;
 
-/// What is left to do once the call is answered.
+/// What is left to do once the call is answered: the call's context (for a call outside a run,
+/// only what a hand-off needs of it).
 #[derive(Debug, Clone)]
 pub(super) struct Followup {
-    route: String,
     ctx: CallContext,
 }
 
@@ -51,7 +51,7 @@ pub(super) async fn before(
         .filter(|e| e.coverage.is_some() || e.rules != rein_core::handoff::HandoffRules::off());
     if ctx.run_id.is_none() && escalation.is_none() {
         // Nothing to count or to escalate before the call (the common case: no cost).
-        let followup = Followup { route: route.to_string(), ctx: ctx.child() };
+        let followup = Followup { ctx: ctx.child() };
         return Ok((ctx, Some(followup)));
     }
     let message = request.last_user_text().map(str::to_string);
@@ -90,7 +90,7 @@ pub(super) async fn before(
         stops.note(&ctx, &note).await.map_err(unavailable)?;
         tool_calls = stops.info(&ctx).await.map_err(unavailable)?.map_or(0, |info| info.tool_calls);
     }
-    let followup = Some(Followup { route: route.to_string(), ctx: ctx.clone() });
+    let followup = Some(Followup { ctx: ctx.clone() });
     let Some(escalation) = escalation else { return Ok((ctx, followup)) };
     let Some(message) = message else { return Ok((ctx, followup)) };
 
@@ -120,11 +120,10 @@ pub(super) async fn before(
         handoff.evidence = ctx.evidence.items().to_vec();
         hand_off(gateway, runtime, &ctx, request_id, route, handoff).await;
         let status = format!("{}:{}", Trigger::HandoffRule.as_str(), rule.as_str());
-        ctx.decided = escalation.handoff_reply.clone().map(|reply| Decided {
-            outcome: Outcome::HandedOff,
-            status,
-            reply,
-        });
+        ctx.decided = escalation
+            .handoff_reply
+            .clone()
+            .map(|reply| Box::new(Decided { outcome: Outcome::HandedOff, status, reply }));
         return Ok((ctx, followup));
     }
 
@@ -179,11 +178,11 @@ pub(super) async fn before(
     }
     match check.declined(&message) {
         Declined::Clarify(question) => {
-            ctx.decided = Some(Decided {
+            ctx.decided = Some(Box::new(Decided {
                 outcome: Outcome::Clarified,
                 status: "coverage:clarify".to_string(),
                 reply: rein_core::DegradedReply::text(question),
-            });
+            }));
         }
         Declined::Handoff => {
             let reason = format!(
@@ -201,10 +200,12 @@ pub(super) async fn before(
             handoff.evidence = ctx.evidence.items().to_vec();
             handoff.coverage = serde_json::to_value(&verdict).ok();
             hand_off(gateway, runtime, &ctx, request_id, route, handoff).await;
-            ctx.decided = escalation.handoff_reply.clone().map(|reply| Decided {
-                outcome: Outcome::HandedOff,
-                status: Trigger::Coverage.as_str().to_string(),
-                reply,
+            ctx.decided = escalation.handoff_reply.clone().map(|reply| {
+                Box::new(Decided {
+                    outcome: Outcome::HandedOff,
+                    status: Trigger::Coverage.as_str().to_string(),
+                    reply,
+                })
             });
         }
     }
@@ -258,6 +259,12 @@ pub(super) async fn hand_off(
 }
 
 impl Followup {
+    /// Whether [`Followup::finished`] has anything to do for this call: always in a run (its
+    /// spend and draft), else only for an answer that failed its checks for good.
+    pub(super) fn needed(&self, report: &CallReport) -> bool {
+        self.ctx.run_id.is_some() || failed_checks(report)
+    }
+
     /// The call is over: its spend, its draft, and a hand-off when its answer failed its checks
     /// for good.
     pub(super) async fn finished(
@@ -266,11 +273,15 @@ impl Followup {
         completion: Option<&Completion>,
         report: &CallReport,
     ) {
+        if !self.needed(report) {
+            return;
+        }
         let runtime = gateway.current();
         let stops = &gateway.runtime.stops;
         let request_id = self.ctx.request_id.clone().unwrap_or_default();
         if let Some(done) = completion
             && let Some(served) = &report.served_by
+            && self.ctx.run_id.is_some()
         {
             if let Some(price) = price_of(&runtime.config.prices, &served.model) {
                 let cost = price.cost_micro_usd(&done.response.usage);
@@ -286,22 +297,27 @@ impl Followup {
                 }
             }
         }
-        let failed_checks = report
-            .steps
-            .iter()
-            .any(|step| matches!(step, Step::TierSkipped { reason, .. } if *reason == rein_core::SkipReason::ChecksFailed));
-        if report.served_by.is_none() && failed_checks {
+        if failed_checks(report) {
             let mut handoff = Escalation::new(
                 Trigger::ChecksFailed,
                 "the answer failed its checks after its one repair",
             );
-            handoff.route = Some(self.route.clone());
+            handoff.route = Some(report.route.clone());
             handoff.draft = report.rejected_draft.clone();
             handoff.attempts = Some(AttemptsSummary::of(report));
             handoff.evidence = self.ctx.evidence.items().to_vec();
-            hand_off(gateway, &runtime, &self.ctx, &request_id, &self.route, handoff).await;
+            hand_off(gateway, &runtime, &self.ctx, &request_id, &report.route, handoff).await;
         }
     }
+}
+
+/// No tier served the call and an answer was thrown away for failing its checks after its
+/// repair.
+fn failed_checks(report: &CallReport) -> bool {
+    report.served_by.is_none()
+        && report.steps.iter().any(|step| {
+            matches!(step, Step::TierSkipped { reason, .. } if *reason == rein_core::SkipReason::ChecksFailed)
+        })
 }
 
 /// The price of a model: its own entry, else the longest entry it starts with (a dated
