@@ -30,8 +30,30 @@ pub(super) struct Followup {
 }
 
 /// The run's steps before the engine. Returns the context the engine runs with (a decision in
-/// it, if one was made) and what to do after.
+/// it, if one was made) and what to do after. A call outside a run on a route that escalates
+/// nothing has no step to take: it is answered at once, without entering the (boxed) steps, so
+/// the common call carries none of their state.
 pub(super) async fn before(
+    gateway: &Gateway,
+    runtime: &Snapshot,
+    api: Api,
+    route: &str,
+    request: &ChatRequest,
+    ctx: CallContext,
+    request_id: &str,
+) -> Result<(CallContext, Option<Followup>), ApiError> {
+    let escalates = runtime.config.routes.get(route).is_some_and(|config| {
+        let escalation = &config.escalation;
+        escalation.coverage.is_some() || escalation.rules != rein_core::handoff::HandoffRules::off()
+    });
+    if ctx.run_id.is_none() && !escalates {
+        let followup = Followup { ctx: ctx.child() };
+        return Ok((ctx, Some(followup)));
+    }
+    Box::pin(steps(gateway, runtime, api, route, request, ctx, request_id)).await
+}
+
+async fn steps(
     gateway: &Gateway,
     runtime: &Snapshot,
     api: Api,
@@ -49,11 +71,6 @@ pub(super) async fn before(
     let escalation = route_config
         .map(|config| &config.escalation)
         .filter(|e| e.coverage.is_some() || e.rules != rein_core::handoff::HandoffRules::off());
-    if ctx.run_id.is_none() && escalation.is_none() {
-        // Nothing to count or to escalate before the call (the common case: no cost).
-        let followup = Followup { ctx: ctx.child() };
-        return Ok((ctx, Some(followup)));
-    }
     let message = request.last_user_text().map(str::to_string);
     let stops = &gateway.runtime.stops;
     let mut tool_calls = 0;
@@ -266,16 +283,19 @@ impl Followup {
     }
 
     /// The call is over: its spend, its draft, and a hand-off when its answer failed its checks
-    /// for good.
+    /// for good (boxed: the common call carries none of that state).
     pub(super) async fn finished(
         self,
         gateway: &Gateway,
         completion: Option<&Completion>,
         report: &CallReport,
     ) {
-        if !self.needed(report) {
-            return;
+        if self.needed(report) {
+            Box::pin(self.finish(gateway, completion, report)).await;
         }
+    }
+
+    async fn finish(self, gateway: &Gateway, completion: Option<&Completion>, report: &CallReport) {
         let runtime = gateway.current();
         let stops = &gateway.runtime.stops;
         let request_id = self.ctx.request_id.clone().unwrap_or_default();
