@@ -22,11 +22,19 @@ use super::Gateway;
 use super::error::{Api, ApiError};
 use crate::wire::ErrorKind;
 
-/// What is left to do once the call is answered: the call's context (for a call outside a run,
-/// only what a hand-off needs of it).
+/// What is left to do once a call in a run or a conversation is answered: its context, boxed
+/// (it travels with the call's futures). A call in neither has no one to hand off to and nothing
+/// to count, so it has none.
 #[derive(Debug, Clone)]
 pub(super) struct Followup {
-    ctx: CallContext,
+    ctx: Box<CallContext>,
+}
+
+impl Followup {
+    fn of(ctx: &CallContext) -> Option<Followup> {
+        (ctx.run_id.is_some() || ctx.conversation_id.is_some())
+            .then(|| Followup { ctx: Box::new(ctx.clone()) })
+    }
 }
 
 /// The run's steps before the engine. Returns the context the engine runs with (a decision in
@@ -47,8 +55,8 @@ pub(super) async fn before(
         escalation.coverage.is_some() || escalation.rules != rein_core::handoff::HandoffRules::off()
     });
     if ctx.run_id.is_none() && !escalates {
-        let followup = Followup { ctx: ctx.child() };
-        return Ok((ctx, Some(followup)));
+        let followup = Followup::of(&ctx);
+        return Ok((ctx, followup));
     }
     Box::pin(steps(gateway, runtime, api, route, request, ctx, request_id)).await
 }
@@ -107,7 +115,7 @@ async fn steps(
         stops.note(&ctx, &note).await.map_err(unavailable)?;
         tool_calls = stops.info(&ctx).await.map_err(unavailable)?.map_or(0, |info| info.tool_calls);
     }
-    let followup = Some(Followup { ctx: ctx.clone() });
+    let followup = Followup::of(&ctx);
     let Some(escalation) = escalation else { return Ok((ctx, followup)) };
     let Some(message) = message else { return Ok((ctx, followup)) };
 
