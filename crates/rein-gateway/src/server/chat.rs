@@ -186,7 +186,9 @@ async fn complete(
     followup: Option<Followup>,
 ) -> Response {
     let engine = gateway.runtime.engine.clone();
-    let result = engine.complete(ctx, &parsed.route, parsed.request).await;
+    // Boxed: the engine's future is most of a call's state, and the handler's future is moved
+    // on its way to the connection; this way it moves a pointer.
+    let result = Box::pin(engine.complete(ctx, &parsed.route, parsed.request)).await;
     if let Some(followup) = followup {
         match &result {
             Ok(done) => followup.finished(&gateway, Some(done), &done.report).await,

@@ -29,6 +29,10 @@ async fn order_backend() -> (String, Arc<AtomicUsize>) {
         hits.fetch_add(1, Ordering::SeqCst);
         if id == "44781" {
             (StatusCode::OK, axum::Json(json!({"order_id": id, "status": "out for delivery"})))
+        } else if id.starts_with('9') {
+            // Orders 9xxx live in an archive that is down: the same error for any of them.
+            let body = json!({"error": "the order archive is unavailable"});
+            (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body))
         } else {
             (StatusCode::NOT_FOUND, axum::Json(json!({"error": format!("no order {id}")})))
         }
@@ -355,5 +359,24 @@ async fn counts_a_caller_sends_are_never_trusted() {
     assert_eq!(spoofed.status(), 400, "rein's own object takes no counts");
     let body: Value = spoofed.json().await.unwrap();
     assert!(body["error"]["message"].as_str().unwrap().contains("rein.run"), "{body}");
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_same_tool_error_twice_in_a_row_stops_the_run() {
+    let (backend, hits) = order_backend().await;
+    let gw = start_with(&config(&backend, ""), None).await;
+    // Two different orders, the same failure: the next call would fail the same way.
+    let first = tool_call(&gw, &json!({"order_id": "9001"})).await;
+    assert_eq!(header(&first, "x-rein-run-status"), None);
+    let second = tool_call(&gw, &json!({"order_id": "9002"})).await;
+    assert_eq!(header(&second, "x-rein-run-status").as_deref(), Some("stopped_repeated_error"));
+    let third = tool_call(&gw, &json!({"order_id": "44781"})).await;
+    let envelope: Value = third.json().await.unwrap();
+    assert_eq!(envelope["status"], "stopped");
+    assert_eq!(hits.load(Ordering::SeqCst), 2, "nothing runs in a stopped run");
+    let response = model_call(&gw, &[json!({"role": "user", "content": "hello"})]).await;
+    assert_eq!(header(&response, "x-rein-run-status").as_deref(), Some("stopped_repeated_error"));
+    assert_eq!(stops(&gw, "stopped_repeated_error").await, 1);
     gw.stop().await.unwrap();
 }
