@@ -158,6 +158,7 @@ pub struct Metrics {
     coverage_checks: Family<CoverageLabel, Counter>,
     degraded_acted: Family<RuleLabel, Counter>,
     handoff_reviews: Family<ReviewLabel, Counter>,
+    kill_diversions: Family<RouteLabel, Counter>,
     /// The first rung's source per tool: a call served by any other rung is a fallback.
     primaries: std::sync::RwLock<std::collections::HashMap<String, String>>,
 }
@@ -301,6 +302,12 @@ impl Metrics {
             "Degraded replies made by a degraded rule acting without a model, by route and rule",
             degraded_acted.clone(),
         );
+        let kill_diversions = Family::<RouteLabel, Counter>::default();
+        registry.register(
+            "kill_switch_diversions",
+            "Calls the kill switch sent to the degraded mode instead of a model, by route",
+            kill_diversions.clone(),
+        );
         let handoff_reviews = Family::<ReviewLabel, Counter>::default();
         registry.register(
             "handoff_reviews",
@@ -333,6 +340,7 @@ impl Metrics {
             coverage_checks,
             degraded_acted,
             handoff_reviews,
+            kill_diversions,
             primaries: Default::default(),
         }
     }
@@ -470,11 +478,20 @@ impl Observer for MetricsObserver {
         self.0.requests.get_or_create(&labels).inc();
         self.0.latency.get_or_create(&labels).observe(report.elapsed_ms as f64 / 1000.0);
         for step in &report.steps {
-            if let rein_core::Step::DegradedActed { rule, handoff } = step {
-                self.0.degraded_rule_acted(&report.route, rule);
-                if *handoff {
-                    self.0.escalated(&report.route, rein_core::handoff::Trigger::Degraded.as_str());
+            match step {
+                rein_core::Step::DegradedActed { rule, handoff } => {
+                    self.0.degraded_rule_acted(&report.route, rule);
+                    if *handoff {
+                        let trigger = rein_core::handoff::Trigger::Degraded;
+                        self.0.escalated(&report.route, trigger.as_str());
+                    }
                 }
+                rein_core::Step::KillSwitch { reason } => {
+                    let route = RouteLabel { route: report.route.clone() };
+                    self.0.kill_diversions.get_or_create(&route).inc();
+                    tracing::warn!(route = %report.route, reason = %reason, "kill switch diverted a call to the degraded mode");
+                }
+                _ => {}
             }
         }
     }

@@ -692,9 +692,22 @@ attempts = 1
     assert_eq!(listed[0]["conversation_id"], "dc-4");
     backends.wait_for_tickets(1).await;
 
+    // The kill switch sends the route to the same degraded mode, counted and logged.
+    let (status, _) = admin_post(
+        &gw,
+        "/admin/kill",
+        json!({"route": "shop", "engaged": true, "reason": "answers went bad after the prompt edit"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (outcome, reply) = shop("d-5", "dc-5", "Where is order 44781?").await;
+    assert_eq!(outcome.as_deref(), Some("degraded"));
+    assert_eq!(reply, "Order 44781 is out for delivery and should arrive by 6 p.m.");
+
     let metrics = gw.client.get(gw.url("/metrics")).send().await.unwrap().text().await.unwrap();
     for series in [
-        "rein_degraded_acted_total{route=\"shop\",rule=\"order_status\"} 1",
+        "rein_kill_switch_diversions_total{route=\"shop\"} 1",
+        "rein_degraded_acted_total{route=\"shop\",rule=\"order_status\"} 2",
         "rein_degraded_acted_total{route=\"shop\",rule=\"policy_link\"} 2",
         "rein_degraded_acted_total{route=\"shop\",rule=\"person\"} 1",
         "rein_escalations_total{route=\"shop\",trigger=\"degraded\"} 1",
