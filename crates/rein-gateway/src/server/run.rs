@@ -81,7 +81,6 @@ async fn steps(
         .filter(|e| e.coverage.is_some() || e.rules != rein_core::handoff::HandoffRules::off());
     let message = request.last_user_text().map(str::to_string);
     let stops = &gateway.runtime.stops;
-    let mut tool_calls = 0;
     if let Some(run) = ctx.run_id.clone() {
         // What the run's tool calls returned through rein comes first, then what the caller
         // sent.
@@ -113,7 +112,6 @@ async fn steps(
             ..RunNote::default()
         };
         stops.note(&ctx, &note).await.map_err(unavailable)?;
-        tool_calls = stops.info(&ctx).await.map_err(unavailable)?.map_or(0, |info| info.tool_calls);
     }
     let followup = Followup::of(&ctx);
     let Some(escalation) = escalation else { return Ok((ctx, followup)) };
@@ -133,7 +131,10 @@ async fn steps(
             HandoffRule::RepeatedQuestion,
             "the customer asked the same question again in this conversation".to_string(),
         ))
-    } else if rules.no_evidence && ctx.evidence.is_empty() && tool_calls > 0 {
+    } else if rules.no_evidence
+        && ctx.evidence.is_empty()
+        && stops.info(&ctx).await.map_err(unavailable)?.is_some_and(|info| info.tool_calls > 0)
+    {
         Some((HandoffRule::NoEvidence, "the run's tools found nothing to answer from".to_string()))
     } else {
         None
