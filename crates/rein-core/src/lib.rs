@@ -23,6 +23,7 @@ pub mod retry;
 pub mod route;
 pub mod run;
 pub mod secret;
+pub mod sli;
 pub mod validate;
 
 pub use breaker::{BreakerState, Cooldown, CooldownPolicy, KillFlip, KillScope, KillSwitch};

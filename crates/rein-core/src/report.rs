@@ -4,14 +4,14 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::classify::Classified;
 use crate::failure::Failure;
 use crate::validate::{CodeRepair, Problem};
 
 /// How a call ended, as the caller is told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// The first tier answered (or the failover share's tier, by plan).
