@@ -36,6 +36,9 @@ pub struct CallContext {
     pub run_stopped: Option<String>,
     /// rein's id for the request that made this call (`x-rein-request-id`).
     pub request_id: Option<String>,
+    /// The caller's tags for the call (`x-rein-labels: question_type=delivery, locale=de`), for
+    /// the slices the SLIs are broken down by.
+    pub labels: BTreeMap<String, String>,
     /// The call was decided before any model was asked (a hand-off, a clarifying question):
     /// its reply, outcome and status.
     pub decided: Option<Box<Decided>>,
@@ -48,6 +51,52 @@ pub struct Decided {
     /// What the response says happened (`handoff_rule:asks_for_person`, `coverage`, ...).
     pub status: String,
     pub reply: crate::degraded::DegradedReply,
+}
+
+/// The most labels one call may carry.
+pub const MAX_LABELS: usize = 16;
+/// The longest label key.
+pub const MAX_LABEL_KEY: usize = 64;
+/// The longest label value.
+pub const MAX_LABEL_VALUE: usize = 128;
+
+/// Whether `key` is a label key: 1 to 64 of `a-z`, `0-9`, `_`, `.`, `-`, starting with a letter.
+pub fn is_label_key(key: &str) -> bool {
+    key.len() <= MAX_LABEL_KEY
+        && key.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+        && key.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.-".contains(c))
+}
+
+/// Labels as a caller writes them: `key=value` pairs separated by commas, spaces around them
+/// ignored. The error says what is wrong, for the caller.
+pub fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut labels = BTreeMap::new();
+    for pair in text.split(',').map(str::trim).filter(|pair| !pair.is_empty()) {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(format!("`{pair}` is not `key=value`"));
+        };
+        let (key, value) = (key.trim(), value.trim());
+        if !is_label_key(key) {
+            return Err(format!(
+                "label key `{key}` must be 1 to {MAX_LABEL_KEY} of a-z, 0-9, `_`, `.`, `-`, starting with a letter"
+            ));
+        }
+        if value.is_empty()
+            || value.len() > MAX_LABEL_VALUE
+            || value.chars().any(|c| c.is_control() || c == '=')
+        {
+            return Err(format!(
+                "label `{key}` needs a value of 1 to {MAX_LABEL_VALUE} printable characters"
+            ));
+        }
+        if labels.insert(key.to_string(), value.to_string()).is_some() {
+            return Err(format!("label `{key}` is given twice"));
+        }
+        if labels.len() > MAX_LABELS {
+            return Err(format!("at most {MAX_LABELS} labels per call"));
+        }
+    }
+    Ok(labels)
 }
 
 impl Default for CallContext {
@@ -70,6 +119,7 @@ impl CallContext {
             trace: None,
             run_stopped: None,
             request_id: None,
+            labels: BTreeMap::new(),
             decided: None,
         }
     }
@@ -131,6 +181,7 @@ impl CallContext {
             trace: self.trace.clone(),
             run_stopped: None,
             request_id: self.request_id.clone(),
+            labels: self.labels.clone(),
             decided: None,
         }
     }

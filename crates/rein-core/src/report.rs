@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::classify::Classified;
@@ -212,6 +214,9 @@ pub struct CallReport {
     /// hand-off shows the reviewer. Never sent to the caller.
     #[serde(skip)]
     pub rejected_draft: Option<String>,
+    /// The caller's labels whose keys the route slices by.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl CallReport {

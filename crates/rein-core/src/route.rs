@@ -161,6 +161,9 @@ pub struct Route {
     /// Passthrough only: when the stream breaks after text reached the caller, a later tier that
     /// takes a prefill continues from that text, and the caller sees one stream.
     pub continuation: bool,
+    /// The label keys of the caller's tags the call's report keeps (the slices metrics are
+    /// broken down by; a bounded set, so series cannot explode).
+    pub labels: Vec<String>,
 }
 
 impl Route {
@@ -179,6 +182,7 @@ impl Route {
             contract: None,
             max_tokens_cap: 8192,
             continuation: false,
+            labels: Vec::new(),
         }
     }
 }

@@ -336,6 +336,7 @@ mod tests {
             alerts: Vec::new(),
             elapsed_ms: 1_234,
             rejected_draft: None,
+            labels: BTreeMap::new(),
         };
         let record = CallRecord::of_report(&report, BTreeMap::new(), 20_000);
         assert_eq!(record.tier.as_deref(), Some("fallback"));

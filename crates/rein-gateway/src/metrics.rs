@@ -107,6 +107,17 @@ struct CoverageLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LabeledOutcome {
+    route: String,
+    label: String,
+    value: String,
+    outcome: String,
+}
+
+/// The most distinct values one route's label keeps as series; later ones count as `other`.
+pub const MAX_LABEL_VALUES: usize = 50;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReviewLabel {
     trigger: String,
     decision: String,
@@ -159,6 +170,11 @@ pub struct Metrics {
     degraded_acted: Family<RuleLabel, Counter>,
     handoff_reviews: Family<ReviewLabel, Counter>,
     kill_diversions: Family<RouteLabel, Counter>,
+    labeled: Family<LabeledOutcome, Counter>,
+    /// Per (route, label key): the values that have a series of their own.
+    label_values: std::sync::Mutex<
+        std::collections::HashMap<(String, String), std::collections::HashSet<String>>,
+    >,
     /// The first rung's source per tool: a call served by any other rung is a fallback.
     primaries: std::sync::RwLock<std::collections::HashMap<String, String>>,
 }
@@ -308,6 +324,12 @@ impl Metrics {
             "Calls the kill switch sent to the degraded mode instead of a model, by route",
             kill_diversions.clone(),
         );
+        let labeled = Family::<LabeledOutcome, Counter>::default();
+        registry.register(
+            "labeled_calls",
+            "Calls by route, by each label key the route slices by (`[routes.<name>] labels`) and its value (the first 50 values of a key, then `other`), and by outcome",
+            labeled.clone(),
+        );
         let handoff_reviews = Family::<ReviewLabel, Counter>::default();
         registry.register(
             "handoff_reviews",
@@ -341,6 +363,8 @@ impl Metrics {
             degraded_acted,
             handoff_reviews,
             kill_diversions,
+            labeled,
+            label_values: Default::default(),
             primaries: Default::default(),
         }
     }
@@ -390,6 +414,32 @@ impl Metrics {
             verdict: verdict.to_string(),
         };
         self.coverage_checks.get_or_create(&label).inc();
+    }
+
+    /// Count a call in each slice its labels put it in.
+    fn labeled_call(&self, report: &CallReport) {
+        let mut values = match self.label_values.lock() {
+            Ok(values) => values,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        for (key, value) in &report.labels {
+            let seen = values.entry((report.route.clone(), key.clone())).or_default();
+            let value = if seen.contains(value) {
+                value.clone()
+            } else if seen.len() < MAX_LABEL_VALUES {
+                seen.insert(value.clone());
+                value.clone()
+            } else {
+                "other".to_string()
+            };
+            let label = LabeledOutcome {
+                route: report.route.clone(),
+                label: key.clone(),
+                value,
+                outcome: report.outcome.as_str().to_string(),
+            };
+            self.labeled.get_or_create(&label).inc();
+        }
     }
 
     /// Count a reviewer's decision on a hand-off's draft.
@@ -477,6 +527,9 @@ impl Observer for MetricsObserver {
         };
         self.0.requests.get_or_create(&labels).inc();
         self.0.latency.get_or_create(&labels).observe(report.elapsed_ms as f64 / 1000.0);
+        if !report.labels.is_empty() {
+            self.0.labeled_call(report);
+        }
         for step in &report.steps {
             match step {
                 rein_core::Step::DegradedActed { rule, handoff } => {

@@ -247,6 +247,7 @@ impl Upstreams {
             built.continuation = route.continuation;
             built.degraded = route.degraded.clone();
             built.stopped_reply = route.stopped_reply.clone();
+            built.labels = route.labels.clone();
             built.failover = route.failover.map(|(tier, share)| FailoverShare { tier, share });
             built.settings_version = active.map(|v| v.version);
             if let Some(output) = &route.output {

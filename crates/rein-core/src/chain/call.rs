@@ -128,6 +128,8 @@ pub(super) struct CallState {
     pub(super) ceiling_raised: bool,
     /// The last answer that failed its checks for good.
     pub(super) rejected_draft: Option<String>,
+    /// The caller's labels the route slices by.
+    pub(super) labels: std::collections::BTreeMap<String, String>,
 }
 
 impl CallState {
@@ -146,6 +148,15 @@ impl CallState {
             reasked: false,
             ceiling_raised: false,
             rejected_draft: None,
+            labels: if ctx.labels.is_empty() || route.labels.is_empty() {
+                std::collections::BTreeMap::new()
+            } else {
+                ctx.labels
+                    .iter()
+                    .filter(|(key, _)| route.labels.contains(key))
+                    .map(|(key, value)| (key.clone(), value.clone()))
+                    .collect()
+            },
         }
     }
 
@@ -168,6 +179,7 @@ impl CallState {
             alerts: self.alerts.clone(),
             elapsed_ms: millis(self.deadline.elapsed()),
             rejected_draft: self.rejected_draft.clone(),
+            labels: self.labels.clone(),
         }
     }
 

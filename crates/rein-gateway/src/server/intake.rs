@@ -136,6 +136,8 @@ pub const CONVERSATION_HEADER: &str = "x-rein-conversation-id";
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 /// The W3C trace the call is part of.
 pub const TRACEPARENT_HEADER: &str = "traceparent";
+/// The caller's tags for the call: `key=value` pairs, comma-separated.
+pub(super) const LABELS_HEADER: &str = "x-rein-labels";
 
 /// A context header the caller got wrong: which one, and what it must be.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,6 +177,12 @@ pub(super) fn call_context(headers: &HeaderMap) -> Result<CallContext, HeaderPro
         if let Some(value) = value {
             ctx.vars.insert(var.to_string(), value.clone());
         }
+    }
+    if let Some(text) = text(headers, LABELS_HEADER)? {
+        ctx.labels = rein_core::context::parse_labels(text).map_err(|why| HeaderProblem {
+            header: LABELS_HEADER,
+            message: format!("Header `{LABELS_HEADER}`: {why}."),
+        })?;
     }
     ctx.trace = headers
         .get(TRACEPARENT_HEADER)

@@ -55,6 +55,7 @@ pub(crate) fn report(outcome: Outcome, served: Option<(usize, &str)>) -> CallRep
         alerts: Vec::new(),
         elapsed_ms: 30,
         rejected_draft: None,
+        labels: Default::default(),
     }
 }
 

@@ -8,6 +8,7 @@ mod coverage;
 mod gateway;
 mod handoffs;
 mod keepalive;
+mod labels;
 mod ladder;
 mod runs;
 mod tools;

@@ -192,8 +192,13 @@ pub struct RouteConfig {
     /// Hand-off rules, the coverage check, the hand-off reply, run limits, acting degraded
     /// rules.
     pub escalation: escalation::RouteEscalation,
+    /// The label keys this route's metrics are sliced by (at most [`MAX_ROUTE_LABELS`]).
+    pub labels: Vec<String>,
     pub tiers: Vec<TierConfig>,
 }
+
+/// The most label keys a route's metrics are sliced by.
+pub const MAX_ROUTE_LABELS: usize = 8;
 
 /// `[runs]`, validated.
 #[derive(Debug, Clone, Serialize)]
@@ -907,6 +912,24 @@ fn validate_route(
             .add(key("degraded.json"), "must be a table: the JSON object a structured caller gets");
     }
 
+    if raw.labels.len() > MAX_ROUTE_LABELS {
+        problems.add(
+            key("labels"),
+            format!(
+                "at most {MAX_ROUTE_LABELS} label keys: each one multiplies the route's series"
+            ),
+        );
+    }
+    for label in &raw.labels {
+        if !rein_core::context::is_label_key(label) {
+            problems.add(
+                key("labels"),
+                format!(
+                    "`{label}` is not a label key (a-z, 0-9, `_`, `.`, `-`, starting with a letter)"
+                ),
+            );
+        }
+    }
     let output = raw.output.as_ref().and_then(|output| {
         output::validate_output(name, output, &raw.tiers, clocks.deadline, problems)
     });
@@ -923,6 +946,7 @@ fn validate_route(
         degraded,
         output,
         escalation: escalation::RouteEscalation::default(),
+        labels: raw.labels.clone(),
         tiers,
     })
 }

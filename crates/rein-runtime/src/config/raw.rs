@@ -401,6 +401,10 @@ pub struct RawRoute {
     /// The degraded mode's rules that act without a model, in order.
     #[serde(default)]
     pub degraded_rules: Vec<super::escalation::RawDegradedRule>,
+    /// The label keys (`x-rein-labels`) this route's metrics are sliced by; others are kept
+    /// with the call but never become a metric label.
+    #[serde(default)]
+    pub labels: Vec<String>,
     #[serde(default)]
     pub tiers: Vec<RawTier>,
 }
