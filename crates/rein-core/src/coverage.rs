@@ -80,6 +80,15 @@ pub enum Method {
     Samples,
 }
 
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Logprobs => "logprobs",
+            Method::Samples => "samples",
+        }
+    }
+}
+
 /// The check's verdict on one question.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Verdict {

@@ -85,23 +85,25 @@ impl DegradedReply {
 
     /// Fill the template, or return the fallback text when a placeholder has no value.
     pub fn render(&self, vars: &BTreeMap<String, String>) -> String {
-        let mut out = String::with_capacity(self.template.len());
-        let mut rest = self.template.as_str();
-        while let Some(start) = rest.find("{{") {
-            out.push_str(&rest[..start]);
-            let after = &rest[start + 2..];
-            let Some(end) = after.find("}}") else {
-                return self.fallback_text.clone();
-            };
-            match vars.get(after[..end].trim()) {
-                Some(value) => out.push_str(value),
-                None => return self.fallback_text.clone(),
-            }
-            rest = &after[end + 2..];
-        }
-        out.push_str(rest);
-        out
+        fill(&self.template, |name| vars.get(name).cloned())
+            .unwrap_or_else(|| self.fallback_text.clone())
     }
+}
+
+/// `template` with every `{{name}}` replaced by `lookup(name)` (the name trimmed); `None` when a
+/// placeholder has no value or is not closed.
+pub fn fill(template: &str, lookup: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find("}}")?;
+        out.push_str(&lookup(after[..end].trim())?);
+        rest = &after[end + 2..];
+    }
+    out.push_str(rest);
+    Some(out)
 }
 
 #[cfg(test)]

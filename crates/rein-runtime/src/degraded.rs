@@ -146,35 +146,16 @@ fn fill_args(args: &Map<String, Value>, vars: &BTreeMap<String, String>) -> Map<
 }
 
 /// The template with `{{name}}` filled from the variables, else from the tool's result by a
-/// dotted path (`results.0.url`); `None` when a placeholder has no value.
+/// dotted path (`results.0.url`, the JSON Pointer `/results/0/url`); `None` when a placeholder
+/// has no value.
 fn render(
     template: &str,
     vars: &BTreeMap<String, String>,
     result: Option<&Value>,
 ) -> Option<String> {
-    let mut out = String::with_capacity(template.len());
-    let mut rest = template;
-    while let Some(start) = rest.find("{{") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let end = after.find("}}")?;
-        let name = after[..end].trim();
-        let value = match vars.get(name) {
-            Some(value) => value.clone(),
-            None => text_of(path(result?, name)?)?,
-        };
-        out.push_str(&value);
-        rest = &after[end + 2..];
-    }
-    out.push_str(rest);
-    Some(out)
-}
-
-fn path<'v>(value: &'v Value, dotted: &str) -> Option<&'v Value> {
-    dotted.split('.').try_fold(value, |value, part| match value {
-        Value::Object(map) => map.get(part),
-        Value::Array(items) => part.parse::<usize>().ok().and_then(|n| items.get(n)),
-        _ => None,
+    rein_core::degraded::fill(template, |name| match vars.get(name) {
+        Some(value) => Some(value.clone()),
+        None => text_of(result?.pointer(&format!("/{}", name.replace('.', "/")))?),
     })
 }
 

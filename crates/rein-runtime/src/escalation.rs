@@ -44,6 +44,15 @@ pub struct Escalation {
 }
 
 impl Escalation {
+    /// A stop condition's escalation: the stop's status is its reason.
+    pub fn stopped(status: &str, route: Option<String>) -> Self {
+        Self {
+            stop_status: Some(status.to_string()),
+            route,
+            ..Self::new(Trigger::StopCondition, status)
+        }
+    }
+
     pub fn new(trigger: Trigger, reason: impl Into<String>) -> Self {
         Self {
             trigger,
@@ -99,6 +108,8 @@ impl Escalations {
         escalation: Escalation,
     ) -> Result<HandedOff, StoreError> {
         let conversation = Self::conversation_of(ctx, request_id);
+        // A conversation handed off already needs no packet (three reads of the run); the open
+        // below still settles a race between replicas.
         if let Some(found) = self.store.handoff_find(&conversation).await? {
             return Ok(HandedOff { id: found.id, conversation_id: conversation, created: false });
         }

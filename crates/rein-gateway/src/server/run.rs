@@ -50,35 +50,39 @@ pub(super) async fn before(
     ctx: CallContext,
     request_id: &str,
 ) -> Result<(CallContext, Option<Followup>), ApiError> {
-    let escalates = runtime.config.routes.get(route).is_some_and(|config| {
-        let escalation = &config.escalation;
-        escalation.coverage.is_some() || escalation.rules != rein_core::handoff::HandoffRules::off()
-    });
-    if ctx.run_id.is_none() && !escalates {
+    let route_config = runtime.config.routes.get(route);
+    let escalation = route_config.map(|config| &config.escalation).filter(|e| e.acts_before_call());
+    if ctx.run_id.is_none() && escalation.is_none() {
         let followup = Followup::of(&ctx);
         return Ok((ctx, followup));
     }
-    Box::pin(steps(gateway, runtime, api, route, request, ctx, request_id)).await
+    let call = Call { api, route, route_config, escalation, request, request_id };
+    Box::pin(steps(gateway, runtime, call, ctx)).await
+}
+
+/// What the steps before a call read of it.
+struct Call<'a> {
+    api: Api,
+    route: &'a str,
+    route_config: Option<&'a rein_runtime::config::RouteConfig>,
+    /// The route's escalation settings, when something runs before its calls.
+    escalation: Option<&'a rein_runtime::config::escalation::RouteEscalation>,
+    request: &'a ChatRequest,
+    request_id: &'a str,
 }
 
 async fn steps(
     gateway: &Gateway,
     runtime: &Snapshot,
-    api: Api,
-    route: &str,
-    request: &ChatRequest,
+    call: Call<'_>,
     mut ctx: CallContext,
-    request_id: &str,
 ) -> Result<(CallContext, Option<Followup>), ApiError> {
+    let Call { api, route, route_config, escalation, request, request_id } = call;
     let unavailable = |error: StoreError| {
         tracing::error!(request_id, "run store failed: {error}");
         let message = "rein's run store is unavailable; the call was not made.";
         ApiError::new(api, ErrorKind::Unavailable, message, request_id)
     };
-    let route_config = runtime.config.routes.get(route);
-    let escalation = route_config
-        .map(|config| &config.escalation)
-        .filter(|e| e.coverage.is_some() || e.rules != rein_core::handoff::HandoffRules::off());
     let message = request.last_user_text().map(str::to_string);
     let stops = &gateway.runtime.stops;
     if let Some(run) = ctx.run_id.clone() {
@@ -95,9 +99,7 @@ async fn steps(
             RunStep::Stopped { status, now } => {
                 if now {
                     gateway.metrics.run_stopped(&status);
-                    let mut stop = Escalation::new(Trigger::StopCondition, status.clone());
-                    stop.stop_status = Some(status.clone());
-                    stop.route = Some(route.to_string());
+                    let mut stop = Escalation::stopped(&status, Some(route.to_string()));
                     stop.message = message.clone();
                     hand_off(gateway, runtime, &ctx, request_id, route, stop).await;
                 }
@@ -168,15 +170,15 @@ async fn steps(
             let engine = &gateway.runtime.engine;
             match check.judge(engine, &ctx, &message, ctx.evidence.items()).await {
                 Ok(verdict) => {
-                    let method = serde_json::to_value(verdict.method).unwrap_or_default();
+                    let method = verdict.method.as_str();
                     let label = if verdict.covered { "covered" } else { "not_covered" };
-                    gateway.metrics.coverage_checked(route, method.as_str().unwrap_or("-"), label);
+                    gateway.metrics.coverage_checked(route, method, label);
                     tracing::info!(
                         request_id,
                         route,
                         score = verdict.score,
                         cutoff = verdict.cutoff,
-                        method = method.as_str().unwrap_or("-"),
+                        method,
                         "coverage checked"
                     );
                     let note = RunNote {
@@ -215,10 +217,7 @@ async fn steps(
                 "coverage {:.3} under the cutoff {:.2} ({})",
                 verdict.score,
                 verdict.cutoff,
-                serde_json::to_value(verdict.method)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default()
+                verdict.method.as_str()
             );
             let mut handoff = Escalation::new(Trigger::Coverage, reason);
             handoff.route = Some(route.to_string());

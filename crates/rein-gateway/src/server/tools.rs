@@ -168,12 +168,8 @@ async fn stop_handoff(
     status: &str,
 ) {
     let route = run_route(gateway, ctx).await;
-    let mut stop = rein_runtime::escalation::Escalation::new(
-        rein_core::handoff::Trigger::StopCondition,
-        status,
-    );
-    stop.stop_status = Some(status.to_string());
-    stop.route = (route != "-").then(|| route.clone());
+    let known = (route != "-").then(|| route.clone());
+    let stop = rein_runtime::escalation::Escalation::stopped(status, known);
     super::run::hand_off(gateway, runtime, ctx, request_id, &route, stop).await;
 }
 

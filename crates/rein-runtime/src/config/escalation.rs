@@ -164,6 +164,13 @@ impl Default for RouteEscalation {
     }
 }
 
+impl RouteEscalation {
+    /// Whether anything runs before a call on this route (hand-off rules, the coverage check).
+    pub fn acts_before_call(&self) -> bool {
+        self.coverage.is_some() || self.rules != HandoffRules::off()
+    }
+}
+
 mod opt_millis {
     use serde::Serializer;
 
