@@ -29,8 +29,9 @@ pub struct CallContext {
     /// What rein saw in this run (tool results, documents the caller passed), for the business
     /// rules of the validation ladder.
     pub evidence: Evidence,
-    /// The trace the caller's request is part of (`traceparent`).
-    pub trace: Option<TraceParent>,
+    /// The call's trace: the caller's (`traceparent`) or a new one, and rein's span in it. The
+    /// edge sets it; a call without one is not traced.
+    pub trace: Option<crate::trace::TraceIds>,
     /// The run is stopped, with this status (`stopped_repeated_call`, ...): the call gets the
     /// route's decided reply, and no provider is asked.
     pub run_stopped: Option<String>,

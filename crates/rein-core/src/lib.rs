@@ -24,6 +24,7 @@ pub mod route;
 pub mod run;
 pub mod secret;
 pub mod sli;
+pub mod trace;
 pub mod validate;
 
 pub use breaker::{BreakerState, Cooldown, CooldownPolicy, KillFlip, KillScope, KillSwitch};

@@ -184,10 +184,11 @@ pub(super) fn call_context(headers: &HeaderMap) -> Result<CallContext, HeaderPro
             message: format!("Header `{LABELS_HEADER}`: {why}."),
         })?;
     }
-    ctx.trace = headers
+    let parent = headers
         .get(TRACEPARENT_HEADER)
         .and_then(|value| value.to_str().ok())
         .and_then(TraceParent::parse);
+    ctx.trace = Some(rein_core::trace::TraceIds::for_call(parent.as_ref()));
     Ok(ctx)
 }
 
@@ -369,14 +370,20 @@ mod tests {
             (Some("run-1"), Some("c-1"), Some("k-1"))
         );
         assert_eq!(ctx.vars.get("conversation_id").map(String::as_str), Some("c-1"));
-        assert_eq!(ctx.trace.unwrap().parent_id, "00f067aa0ba902b7");
+        let trace = ctx.trace.unwrap();
+        assert_eq!(trace.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(trace.parent_id.as_deref(), Some("00f067aa0ba902b7"));
+        assert_ne!(trace.span_id, "00f067aa0ba902b7");
 
+        // Without a parent, the call starts a trace of its own.
         let none = call_context(&HeaderMap::new()).unwrap();
         assert!(!none.deadline().is_bounded());
-        assert!(none.vars.is_empty() && none.trace.is_none());
-        // A broken traceparent is ignored, not an error.
+        assert!(none.vars.is_empty());
+        let own = none.trace.unwrap();
+        assert_eq!((own.trace_id.len(), own.span_id.len(), own.parent_id), (32, 16, None));
+        // A broken traceparent is ignored, not an error: a new trace, with no parent.
         let broken = call_context(&headers(&[(TRACEPARENT_HEADER, b"00-zz")])).unwrap();
-        assert!(broken.trace.is_none());
+        assert_eq!(broken.trace.unwrap().parent_id, None);
     }
 
     #[test]
