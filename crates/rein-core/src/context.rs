@@ -43,6 +43,9 @@ pub struct CallContext {
     /// The call was decided before any model was asked (a hand-off, a clarifying question):
     /// its reply, outcome and status.
     pub decided: Option<Box<Decided>>,
+    /// The coverage check's verdict for this call, when one was made or known for its run
+    /// (`false`: declined), for the call's SLI record.
+    pub covered: Option<bool>,
 }
 
 /// A call answered by a decision made before any model was asked.
@@ -122,6 +125,7 @@ impl CallContext {
             request_id: None,
             labels: BTreeMap::new(),
             decided: None,
+            covered: None,
         }
     }
 
@@ -184,6 +188,7 @@ impl CallContext {
             request_id: self.request_id.clone(),
             labels: self.labels.clone(),
             decided: None,
+            covered: None,
         }
     }
 }

@@ -244,19 +244,29 @@ pub struct HandoffPacket {
     /// The coverage check's verdict, when it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coverage: Option<Value>,
-    /// Where the run's trace is (the configured URL template, filled).
+    /// The trace of the call that escalated, in rein's trace store and the OTLP backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    /// Where that trace is: the configured URL template, filled; else the gateway's own
+    /// `/admin/traces/{trace_id}` (`rein traces show` prints it).
     pub trace_url: Option<String>,
     pub created_unix_ms: i64,
 }
 
-/// Fill `{run_id}`, `{conversation_id}` and `{request_id}` in a trace URL template.
+/// The trace link of a packet when no template is configured: the gateway's trace store.
+pub const DEFAULT_TRACE_URL: &str = "/admin/traces/{trace_id}";
+
+/// Fill `{trace_id}`, `{run_id}`, `{conversation_id}` and `{request_id}` in a trace URL
+/// template.
 pub fn trace_url(
     template: &str,
+    trace_id: &str,
     run_id: Option<&str>,
     conversation_id: &str,
     request_id: &str,
 ) -> String {
     template
+        .replace("{trace_id}", trace_id)
         .replace("{run_id}", run_id.unwrap_or(""))
         .replace("{conversation_id}", conversation_id)
         .replace("{request_id}", request_id)
@@ -297,8 +307,14 @@ mod tests {
 
     #[test]
     fn the_trace_url_is_filled() {
-        let url =
-            trace_url("https://t/{conversation_id}/{run_id}?r={request_id}", Some("r1"), "c1", "q");
+        let url = trace_url(
+            "https://t/{conversation_id}/{run_id}?r={request_id}",
+            "t1",
+            Some("r1"),
+            "c1",
+            "q",
+        );
         assert_eq!(url, "https://t/c1/r1?r=q");
+        assert_eq!(trace_url(DEFAULT_TRACE_URL, "abc", None, "c1", "q"), "/admin/traces/abc");
     }
 }

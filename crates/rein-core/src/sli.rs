@@ -80,13 +80,18 @@ impl CallRecord {
     }
 
     /// A model answered it (the primary, a fallback, or a planned failover).
-    fn answered(&self) -> bool {
+    pub fn answered(&self) -> bool {
         matches!(self.outcome, Outcome::Answered | Outcome::Fallback)
+    }
+
+    /// A fallback tier served it because an earlier one failed (not by the failover plan).
+    pub fn fallback_beyond_plan(&self) -> bool {
+        self.outcome == Outcome::Fallback && !self.failover
     }
 
     /// The customer got something usable in time: an answer, a clarifying question, or a clean
     /// hand-off.
-    fn available(&self) -> bool {
+    pub fn available(&self) -> bool {
         let in_time = self.elapsed_ms <= self.deadline_ms;
         let usable = self.answered()
             || self.outcome == Outcome::Clarified
@@ -173,10 +178,7 @@ impl Slis {
                 n,
             ),
             success_after_retries: share(count(&|c| c.answered() && c.attempts > 1), n),
-            fallback_beyond_plan: share(
-                count(&|c| c.outcome == Outcome::Fallback && !c.failover),
-                n,
-            ),
+            fallback_beyond_plan: share(count(&CallRecord::fallback_beyond_plan), n),
             degraded_share: share(count(&|c| c.outcome == Outcome::Degraded), n),
             escalation_rate,
             coverage: share(checked.iter().filter(|covered| **covered).count(), checked.len()),
@@ -211,6 +213,64 @@ pub fn breakdown(calls: &[CallRecord]) -> Vec<(Slice, Slis)> {
         }
     }
     slices.into_iter().map(|(slice, calls)| (slice, Slis::of(&calls))).collect()
+}
+
+/// A window as operators write it: a whole number and a unit, `s`, `m`, `h` or `d` (`90s`,
+/// `15m`, `1h`, `7d`). The error says what is wrong.
+pub fn parse_window(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        _ => return Err(format!("`{text}` is not a window like 90s, 15m, 1h or 7d")),
+    };
+    match number.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(std::time::Duration::from_secs(n.saturating_mul(seconds))),
+        _ => Err(format!("`{text}` is not a window like 90s, 15m, 1h or 7d")),
+    }
+}
+
+/// One bucket of a slice's indicators over time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Bucket {
+    pub start_unix_ms: i64,
+    pub slis: Slis,
+}
+
+/// The indicators of each route's calls in `buckets` equal buckets from `since_unix_ms` to
+/// `until_unix_ms` (calls given with when they were made), for charts over time.
+pub fn over_time(
+    calls: &[(i64, CallRecord)],
+    since_unix_ms: i64,
+    until_unix_ms: i64,
+    buckets: usize,
+) -> BTreeMap<String, Vec<Bucket>> {
+    let buckets = buckets.max(1);
+    let width = ((until_unix_ms - since_unix_ms).max(1) as f64 / buckets as f64).ceil() as i64;
+    let mut grouped: BTreeMap<String, Vec<Vec<&CallRecord>>> = BTreeMap::new();
+    for (at, call) in calls {
+        let index = (((at - since_unix_ms).max(0)) / width.max(1)) as usize;
+        let slots = grouped.entry(call.route.clone()).or_insert_with(|| vec![Vec::new(); buckets]);
+        slots[index.min(buckets - 1)].push(call);
+    }
+    grouped
+        .into_iter()
+        .map(|(route, slots)| {
+            let series = slots
+                .into_iter()
+                .enumerate()
+                .map(|(i, calls)| Bucket {
+                    start_unix_ms: since_unix_ms + i as i64 * width,
+                    slis: Slis::of(&calls),
+                })
+                .collect();
+            (route, series)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -382,5 +442,32 @@ mod tests {
         assert_eq!(find(label("icu")).unwrap().calls, 10);
         let tier = find(Slice::Tier { route: "support".into(), tier: "primary".into() }).unwrap();
         assert_eq!(tier.calls, 100);
+    }
+
+    #[test]
+    fn windows_are_a_number_and_a_unit() {
+        assert_eq!(parse_window("90s").unwrap().as_secs(), 90);
+        assert_eq!(parse_window("15m").unwrap().as_secs(), 900);
+        assert_eq!(parse_window("1h").unwrap().as_secs(), 3_600);
+        assert_eq!(parse_window("7d").unwrap().as_secs(), 7 * 86_400);
+        for bad in ["", "h", "0h", "1w", "1.5h", "-1h", "1 h"] {
+            assert!(parse_window(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn over_time_puts_each_call_in_its_bucket() {
+        let calls = vec![
+            (0, call(Outcome::Answered)),
+            (10, call(Outcome::Degraded)),
+            (99, call(Outcome::Degraded)),
+        ];
+        let series = over_time(&calls, 0, 100, 4);
+        let support = &series["support"];
+        assert_eq!(support.len(), 4);
+        assert_eq!(support.iter().map(|b| b.slis.calls).collect::<Vec<_>>(), [2, 0, 0, 1]);
+        assert_eq!(support[0].slis.availability, Some(0.5));
+        assert_eq!(support[1].slis.availability, None, "an empty bucket has no share");
+        assert_eq!(support[3].start_unix_ms, 75);
     }
 }

@@ -135,6 +135,10 @@ struct HttpLabels {
     status: String,
 }
 
+fn quality_histogram() -> Histogram {
+    Histogram::new([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+}
+
 fn latency_histogram() -> Histogram {
     Histogram::new([
         0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 20.0, 30.0,
@@ -171,6 +175,16 @@ pub struct Metrics {
     handoff_reviews: Family<ReviewLabel, Counter>,
     kill_diversions: Family<RouteLabel, Counter>,
     labeled: Family<LabeledOutcome, Counter>,
+    sli_calls: Family<RouteLabel, Counter>,
+    sli_unavailable: Family<RouteLabel, Counter>,
+    sli_answered: Family<RouteLabel, Counter>,
+    sli_invalid_first_try: Family<RouteLabel, Counter>,
+    sli_fallback_beyond_plan: Family<RouteLabel, Counter>,
+    sli_degraded: Family<RouteLabel, Counter>,
+    quality_score: Family<RouteLabel, Histogram, fn() -> Histogram>,
+    spans_exported: Counter,
+    spans_dropped: Family<ReasonLabel, Counter>,
+    records_dropped: Counter,
     /// Per (route, label key): the values that have a series of their own.
     label_values: std::sync::Mutex<
         std::collections::HashMap<(String, String), std::collections::HashSet<String>>,
@@ -336,6 +350,65 @@ impl Metrics {
             "Reviewers' decisions on hand-off drafts, by trigger and decision (approve, edit, reject)",
             handoff_reviews.clone(),
         );
+        let sli_calls = Family::<RouteLabel, Counter>::default();
+        registry.register(
+            "sli_calls",
+            "Model calls the SLIs count, by route (the denominator of the rein_sli_* ratios)",
+            sli_calls.clone(),
+        );
+        let sli_unavailable = Family::<RouteLabel, Counter>::default();
+        registry.register(
+            "sli_unavailable",
+            "Calls without a usable answer inside their deadline (an error, a timeout, a degraded reply, a cut stream); a clean hand-off or a clarifying question is available",
+            sli_unavailable.clone(),
+        );
+        let sli_answered = Family::<RouteLabel, Counter>::default();
+        registry.register("sli_answered", "Calls a model answered, by route", sli_answered.clone());
+        let sli_invalid_first_try = Family::<RouteLabel, Counter>::default();
+        registry.register(
+            "sli_invalid_first_try",
+            "Answered calls whose first answer needed a repair or a re-ask, by route",
+            sli_invalid_first_try.clone(),
+        );
+        let sli_fallback_beyond_plan = Family::<RouteLabel, Counter>::default();
+        registry.register(
+            "sli_fallback_beyond_plan",
+            "Calls a fallback tier served because an earlier tier failed (the planned failover share not counted), by route",
+            sli_fallback_beyond_plan.clone(),
+        );
+        let sli_degraded = Family::<RouteLabel, Counter>::default();
+        registry.register(
+            "sli_degraded",
+            "Calls answered with the degraded reply, by route",
+            sli_degraded.clone(),
+        );
+        let quality_score =
+            Family::<RouteLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+                quality_histogram as fn() -> Histogram,
+            );
+        registry.register(
+            "quality_score",
+            "The online judge's score (0 to 1) of sampled answers, by route",
+            quality_score.clone(),
+        );
+        let spans_exported = Counter::default();
+        registry.register(
+            "trace_spans_exported",
+            "Spans sent to the OTLP collector",
+            spans_exported.clone(),
+        );
+        let spans_dropped = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "trace_spans_dropped",
+            "Spans not exported, by reason (queue_full: the exporter fell behind; export_failed: the collector was down, slow or refused)",
+            spans_dropped.clone(),
+        );
+        let records_dropped = Counter::default();
+        registry.register(
+            "call_records_dropped",
+            "Finished calls whose record and trace were not stored (the recorder's queue was full, or the store refused the write)",
+            records_dropped.clone(),
+        );
         Self {
             registry,
             requests,
@@ -364,6 +437,16 @@ impl Metrics {
             handoff_reviews,
             kill_diversions,
             labeled,
+            sli_calls,
+            sli_unavailable,
+            sli_answered,
+            sli_invalid_first_try,
+            sli_fallback_beyond_plan,
+            sli_degraded,
+            quality_score,
+            spans_exported,
+            spans_dropped,
+            records_dropped,
             label_values: Default::default(),
             primaries: Default::default(),
         }
@@ -388,6 +471,46 @@ impl Metrics {
             .oldest_pending_created_unix_ms
             .map_or(0, |created| (now_unix_ms - created).max(0) / 1000);
         self.outbox_oldest_age.set(age_s);
+    }
+
+    /// Count a finished call for the SLIs, by the spec's definitions (`rein_core::sli`).
+    pub fn sli(&self, record: &rein_core::sli::CallRecord) {
+        let route = RouteLabel { route: record.route.clone() };
+        self.sli_calls.get_or_create(&route).inc();
+        if !record.available() {
+            self.sli_unavailable.get_or_create(&route).inc();
+        }
+        if record.answered() {
+            self.sli_answered.get_or_create(&route).inc();
+            if record.repaired {
+                self.sli_invalid_first_try.get_or_create(&route).inc();
+            }
+        }
+        if record.fallback_beyond_plan() {
+            self.sli_fallback_beyond_plan.get_or_create(&route).inc();
+        }
+        if record.outcome == rein_core::Outcome::Degraded {
+            self.sli_degraded.get_or_create(&route).inc();
+        }
+        if let Some(score) = record.quality {
+            self.quality_score.get_or_create(&route).observe(score);
+        }
+    }
+
+    /// Set the recorder's counters from its numbers, read now.
+    pub fn set_recorder(&self, stats: &rein_runtime::recorder::RecorderStats) {
+        use std::sync::atomic::Ordering::Relaxed;
+        set_counter(&self.spans_exported, stats.spans_exported.load(Relaxed));
+        let reason = |name: &str| ReasonLabel { reason: name.to_string() };
+        set_counter(
+            &self.spans_dropped.get_or_create(&reason("queue_full")),
+            stats.spans_dropped_queue.load(Relaxed),
+        );
+        set_counter(
+            &self.spans_dropped.get_or_create(&reason("export_failed")),
+            stats.spans_dropped_export.load(Relaxed),
+        );
+        set_counter(&self.records_dropped, stats.records_dropped.load(Relaxed));
     }
 
     /// Count a model call on `route` whose client went away before its answer was complete.
@@ -613,5 +736,13 @@ impl ToolObserver for ToolMetricsObserver {
                 bulkhead: bulkhead.to_string(),
             })
             .inc();
+    }
+}
+
+/// Bring a counter up to `total`, a count kept elsewhere (counters only go up).
+fn set_counter(counter: &Counter, total: u64) {
+    let now = counter.get();
+    if total > now {
+        counter.inc_by(total - now);
     }
 }

@@ -240,10 +240,16 @@ impl Escalations {
                 evidence.push(item);
             }
         }
-        let trace = config
-            .trace_url
-            .as_deref()
-            .map(|template| trace_url(template, ctx.run_id.as_deref(), conversation, request_id));
+        let trace_id = ctx.trace.as_ref().map(|ids| ids.trace_id.clone());
+        let template = match (&config.trace_url, &trace_id) {
+            (Some(template), _) => Some(template.as_str()),
+            (None, Some(_)) => Some(rein_core::handoff::DEFAULT_TRACE_URL),
+            (None, None) => None,
+        };
+        let trace = template.map(|template| {
+            let id = trace_id.as_deref().unwrap_or("");
+            trace_url(template, id, ctx.run_id.as_deref(), conversation, request_id)
+        });
         Ok(HandoffPacket {
             schema_version: PACKET_SCHEMA_VERSION,
             conversation_id: conversation.to_string(),
@@ -258,6 +264,7 @@ impl Escalations {
             tool_calls,
             attempts: escalation.attempts,
             coverage: escalation.coverage,
+            trace_id,
             trace_url: trace,
             created_unix_ms: now_ms(),
         })
@@ -352,6 +359,7 @@ impl Escalations {
             tool_calls: Vec::new(),
             attempts: None,
             coverage: None,
+            trace_id: None,
             trace_url: None,
             created_unix_ms: now_ms(),
         };

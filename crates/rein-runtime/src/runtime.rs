@@ -248,6 +248,7 @@ impl RuntimeBuilder {
         let escalations = Escalations::new(tool_store.clone());
         let parts = ToolParts { store: tool_store, http: tool_http, observer: self.tool_observer };
         let tools = parts.dispatcher(&config);
+        let recorder = crate::recorder::Recorder::new(&config.traces, None);
         let current = Arc::new(ArcSwap::from_pointee(Snapshot { config, version: 1, tools }));
         acts.connect(current.clone(), escalations.clone());
         Ok(Runtime {
@@ -263,6 +264,7 @@ impl RuntimeBuilder {
             reloads: AtomicU64::new(0),
             stops: RunStops::new(stops_store),
             replay_kick: tokio::sync::Notify::new(),
+            recorder,
             fixed,
             overrides: self.overrides,
         })
@@ -311,6 +313,9 @@ pub struct Runtime {
     pub escalations: Escalations,
     /// Wakes the outbox replay worker (an approval or an operator's replay made an item due).
     pub replay_kick: tokio::sync::Notify,
+    /// Finished calls' records and traces, written to the store and exported off the request
+    /// path (`[traces]`, fixed at start).
+    pub recorder: crate::recorder::Recorder,
     /// What was fixed at start and a reload cannot change (the socket, the stores, TLS on/off).
     fixed: Fixed,
     overrides: Overrides,
@@ -421,6 +426,17 @@ impl Runtime {
     /// tokio runtime; they stop when `stop` turns true.
     pub fn spawn_workers(self: &Arc<Self>, stop: tokio::sync::watch::Receiver<bool>) {
         tokio::spawn(crate::workers::replay_outbox(self.clone(), stop.clone()));
+        let current = self.current.clone();
+        let kinds: crate::recorder::ProviderKinds = Arc::new(move || {
+            let snapshot = current.load();
+            snapshot
+                .config
+                .providers
+                .iter()
+                .map(|(name, provider)| (name.clone(), provider.genai_name().to_string()))
+                .collect()
+        });
+        self.recorder.spawn(self.tools.store.clone(), kinds, stop.clone());
         tokio::spawn(crate::workers::sync_kill_switch(self.clone(), stop));
     }
 }

@@ -8,6 +8,7 @@
 //! handed off to a person ([`handoffs`]), which can also live in Postgres ([`tools_postgres`])
 //! when several gateway replicas share one queue and one count.
 
+pub mod calls;
 pub mod handoffs;
 pub mod kill;
 mod open;
@@ -216,6 +217,25 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (conversation_id, question_hash, run_id)
     );
     CREATE INDEX conversation_questions_touched ON conversation_questions (touched_unix_ms);",
+    // 8: finished calls: what the SLIs are computed from, and each call's trace while it is
+    // kept (`calls`).
+    "CREATE TABLE calls (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at_unix_ms INTEGER NOT NULL,
+        request_id TEXT NOT NULL,
+        trace_id TEXT NOT NULL,
+        route TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        tier TEXT,
+        attempts INTEGER NOT NULL,
+        elapsed_ms INTEGER NOT NULL,
+        notable INTEGER NOT NULL,
+        record TEXT NOT NULL,
+        trace TEXT
+    );
+    CREATE INDEX calls_at ON calls (at_unix_ms);
+    CREATE INDEX calls_trace ON calls (trace_id);
+    CREATE INDEX calls_request ON calls (request_id);",
 ];
 
 /// How long a writer waits for another connection's write transaction (another process on the

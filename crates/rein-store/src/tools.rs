@@ -24,8 +24,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use rein_core::KillFlip;
+use rein_core::sli::CallRecord;
+use rein_core::trace::Trace;
 
 use crate::StoreError;
+use crate::calls::{CallsPruned, CallsRetention, RecordedCall, TraceFilter, TraceSummary};
 use crate::handoffs::{
     Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
 };
@@ -542,6 +545,34 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
     /// Forget the conversations' spend and questions last touched before `before_unix_ms`, in
     /// one transaction (hand-offs are kept); how many rows were removed.
     async fn conversations_prune(&self, before_unix_ms: i64) -> Result<u64, StoreError>;
+
+    // ---- recorded calls and traces ----
+
+    /// Record finished calls, in one transaction.
+    async fn calls_record(&self, calls: &[RecordedCall]) -> Result<(), StoreError>;
+
+    /// The records of calls made at or after `since_unix_ms` (of one route, when given), oldest
+    /// first, at most `limit`, each with when it was made.
+    async fn calls_since(
+        &self,
+        since_unix_ms: i64,
+        route: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<(i64, CallRecord)>, StoreError>;
+
+    /// The kept traces `filter` selects, newest first, at most `limit`.
+    async fn traces_list(
+        &self,
+        filter: &TraceFilter,
+        limit: i64,
+    ) -> Result<Vec<TraceSummary>, StoreError>;
+
+    /// The kept traces with this trace id or request id (a caller's trace can span calls),
+    /// oldest first.
+    async fn trace_get(&self, id: &str) -> Result<Vec<Trace>, StoreError>;
+
+    /// Drop what `retention` no longer keeps, in one transaction.
+    async fn calls_prune(&self, retention: &CallsRetention) -> Result<CallsPruned, StoreError>;
 
     // ---- hand-offs ----
 

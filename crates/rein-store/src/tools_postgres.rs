@@ -29,6 +29,9 @@ use self::failure::{Failure, Redaction, corrupt, describe};
 use rein_core::KillFlip;
 
 use crate::StoreError;
+use crate::calls::{
+    CallRow, CallsPruned, CallsRetention, RecordedCall, SUMMARY_COLUMNS, TraceFilter, TraceSummary,
+};
 use crate::handoffs::{
     Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
 };
@@ -42,6 +45,8 @@ use crate::tools::{
     CachedResult, Decision, Hold, HoldState, KeyBegin, NewHold, NewOutboxItem, OutboxItem,
     OutboxState, OutboxStats, Pruned, ToolStore,
 };
+use rein_core::sli::CallRecord;
+use rein_core::trace::Trace;
 
 /// Connections per store (per gateway replica).
 const POOL_SIZE: usize = 16;
@@ -1034,6 +1039,129 @@ impl ToolStore for PostgresToolStore {
             .await?;
             tx.commit().await?;
             Ok(spend + questions)
+        })
+        .await
+    }
+
+    async fn calls_record(&self, calls: &[RecordedCall]) -> Result<(), StoreError> {
+        let rows: Vec<CallRow> = calls.iter().map(CallRow::of).collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.transaction(async |tx| {
+            for row in &rows {
+                execute(
+                    &tx,
+                    "INSERT INTO calls (at_unix_ms, request_id, trace_id, route, outcome, tier,
+                         attempts, elapsed_ms, notable, record, trace)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                    &[
+                        &row.at_unix_ms,
+                        &row.request_id,
+                        &row.trace_id,
+                        &row.route,
+                        &row.outcome,
+                        &row.tier,
+                        &row.attempts,
+                        &row.elapsed_ms,
+                        &row.notable,
+                        &row.record,
+                        &row.trace,
+                    ],
+                )
+                .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn calls_since(
+        &self,
+        since_unix_ms: i64,
+        route: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<(i64, CallRecord)>, StoreError> {
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let found = query(
+                &client,
+                "SELECT at_unix_ms, record FROM calls
+                 WHERE at_unix_ms >= $1 AND ($2::TEXT IS NULL OR route = $2)
+                 ORDER BY id LIMIT $3",
+                &[&since_unix_ms, &route, &rules::list_limit(limit)],
+            )
+            .await?;
+            found
+                .iter()
+                .map(|row| Ok((row.try_get::<_, i64>(0)?, rows::typed::<_, CallRecord>(row, 1)?)))
+                .collect()
+        })
+        .await
+    }
+
+    async fn traces_list(
+        &self,
+        filter: &TraceFilter,
+        limit: i64,
+    ) -> Result<Vec<TraceSummary>, StoreError> {
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let sql = format!(
+                "SELECT {SUMMARY_COLUMNS} FROM calls
+                 WHERE trace IS NOT NULL AND ($1::TEXT IS NULL OR route = $1)
+                   AND ($2::TEXT IS NULL OR outcome = $2) AND (NOT $3 OR notable)
+                 ORDER BY id DESC LIMIT $4"
+            );
+            let params: Params<'_> =
+                &[&filter.route, &filter.outcome, &filter.notable, &rules::list_limit(limit)];
+            let found = query(&client, &sql, params).await?;
+            found.iter().map(rows::trace_summary).collect()
+        })
+        .await
+    }
+
+    async fn trace_get(&self, id: &str) -> Result<Vec<Trace>, StoreError> {
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let found = query(
+                &client,
+                "SELECT trace FROM calls
+                 WHERE (trace_id = $1 OR request_id = $1) AND trace IS NOT NULL ORDER BY id",
+                &[&id],
+            )
+            .await?;
+            found.iter().map(|row| rows::typed::<_, Trace>(row, 0)).collect()
+        })
+        .await
+    }
+
+    async fn calls_prune(&self, retention: &CallsRetention) -> Result<CallsPruned, StoreError> {
+        let keep = retention.keep_last.max(0);
+        self.transaction(async |tx| {
+            let records = execute(
+                &tx,
+                "DELETE FROM calls WHERE at_unix_ms < $1",
+                &[&retention.records_before_unix_ms],
+            )
+            .await?;
+            let old = execute(
+                &tx,
+                "UPDATE calls SET trace = NULL WHERE trace IS NOT NULL AND at_unix_ms < $1",
+                &[&retention.traces_before_unix_ms],
+            )
+            .await?;
+            let beyond = execute(
+                &tx,
+                "UPDATE calls SET trace = NULL WHERE trace IS NOT NULL AND NOT notable
+                   AND id NOT IN (SELECT id FROM calls WHERE trace IS NOT NULL
+                                  ORDER BY id DESC LIMIT $1)",
+                &[&keep],
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(CallsPruned { records, traces: old + beyond })
         })
         .await
     }

@@ -19,6 +19,9 @@ use serde_json::Value;
 
 use rein_core::KillFlip;
 
+use crate::calls::{
+    CallRow, CallsPruned, CallsRetention, RecordedCall, SUMMARY_COLUMNS, TraceFilter, TraceSummary,
+};
 use crate::handoffs::{
     Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
 };
@@ -33,6 +36,8 @@ use crate::tools::{
     OutboxState, OutboxStats, Pruned, ToolStore,
 };
 use crate::{Store, StoreError};
+use rein_core::sli::CallRecord;
+use rein_core::trace::Trace;
 
 /// The tool store in the embedded SQLite file.
 #[derive(Debug, Clone)]
@@ -903,6 +908,122 @@ impl ToolStore for SqliteToolStore {
                 [before_unix_ms],
             )?;
             Ok((spend + questions) as u64)
+        })
+        .await
+    }
+
+    async fn calls_record(&self, calls: &[RecordedCall]) -> Result<(), StoreError> {
+        let rows: Vec<CallRow> = calls.iter().map(CallRow::of).collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.write(move |tx| {
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO calls (at_unix_ms, request_id, trace_id, route, outcome, tier,
+                     attempts, elapsed_ms, notable, record, trace)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            )?;
+            for row in &rows {
+                insert.execute(params![
+                    row.at_unix_ms,
+                    row.request_id,
+                    row.trace_id,
+                    row.route,
+                    row.outcome,
+                    row.tier,
+                    row.attempts,
+                    row.elapsed_ms,
+                    row.notable,
+                    row.record,
+                    row.trace
+                ])?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn calls_since(
+        &self,
+        since_unix_ms: i64,
+        route: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<(i64, CallRecord)>, StoreError> {
+        let route = route.map(str::to_owned);
+        self.run(move |conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT at_unix_ms, record FROM calls
+                 WHERE at_unix_ms >= ?1 AND (?2 IS NULL OR route = ?2)
+                 ORDER BY id LIMIT ?3",
+            )?;
+            let found = statement
+                .query_map(params![since_unix_ms, route, rules::list_limit(limit)], |row| {
+                    Ok((row.get::<_, i64>(0)?, rows::typed::<_, CallRecord>(row, 1)?))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(found)
+        })
+        .await
+    }
+
+    async fn traces_list(
+        &self,
+        filter: &TraceFilter,
+        limit: i64,
+    ) -> Result<Vec<TraceSummary>, StoreError> {
+        let filter = filter.clone();
+        self.run(move |conn| {
+            let sql = format!(
+                "SELECT {SUMMARY_COLUMNS} FROM calls
+                 WHERE trace IS NOT NULL AND (?1 IS NULL OR route = ?1)
+                   AND (?2 IS NULL OR outcome = ?2) AND (?3 = 0 OR notable = 1)
+                 ORDER BY id DESC LIMIT ?4"
+            );
+            let mut statement = conn.prepare(&sql)?;
+            let found = statement
+                .query_map(
+                    params![filter.route, filter.outcome, filter.notable, rules::list_limit(limit)],
+                    |row| rows::trace_summary(row),
+                )?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(found)
+        })
+        .await
+    }
+
+    async fn trace_get(&self, id: &str) -> Result<Vec<Trace>, StoreError> {
+        let id = id.to_owned();
+        self.run(move |conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT trace FROM calls
+                 WHERE (trace_id = ?1 OR request_id = ?1) AND trace IS NOT NULL ORDER BY id",
+            )?;
+            let found = statement
+                .query_map([id], |row| rows::typed::<_, Trace>(row, 0))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(found)
+        })
+        .await
+    }
+
+    async fn calls_prune(&self, retention: &CallsRetention) -> Result<CallsPruned, StoreError> {
+        let retention = *retention;
+        self.write(move |tx| {
+            let records = tx.execute(
+                "DELETE FROM calls WHERE at_unix_ms < ?1",
+                [retention.records_before_unix_ms],
+            )?;
+            let old = tx.execute(
+                "UPDATE calls SET trace = NULL WHERE trace IS NOT NULL AND at_unix_ms < ?1",
+                [retention.traces_before_unix_ms],
+            )?;
+            let beyond = tx.execute(
+                "UPDATE calls SET trace = NULL WHERE trace IS NOT NULL AND notable = 0
+                   AND id NOT IN (SELECT id FROM calls WHERE trace IS NOT NULL
+                                  ORDER BY id DESC LIMIT ?1)",
+                [retention.keep_last.max(0)],
+            )?;
+            Ok(CallsPruned { records: records as u64, traces: (old + beyond) as u64 })
         })
         .await
     }

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use rein_store::calls::{CallsPruned, CallsRetention, RecordedCall, TraceFilter};
 use rein_store::handoffs::{
     Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
 };
@@ -98,6 +99,8 @@ on_both_backends!(
     the_first_decision_on_a_handoff_is_the_one_that_stands,
     concurrent_decisions_on_one_handoff_make_exactly_one,
     review_stats_count_canaries_apart,
+    recorded_calls_come_back_by_window_and_route,
+    the_trace_store_keeps_the_newest_and_every_notable_trace,
 );
 
 /// Where a backend's data lives, so more instances can be opened on it.
@@ -1569,4 +1572,115 @@ async fn review_stats_count_canaries_apart(backend: Backend) {
         ]
     );
     assert!(store.handoff_review_stats(T0 + 100).await.unwrap().is_empty());
+}
+
+// ---- recorded calls and traces ----
+
+fn recorded(n: i64, route: &str, outcome: rein_core::Outcome, attempts: u32) -> RecordedCall {
+    use std::collections::BTreeMap;
+    let record = rein_core::sli::CallRecord {
+        route: route.to_owned(),
+        tier: Some("primary".to_owned()),
+        labels: BTreeMap::from([("question_type".to_owned(), "delivery".to_owned())]),
+        outcome,
+        failover: false,
+        attempts,
+        repaired: false,
+        elapsed_ms: 100 + n as u64,
+        first_token_ms: None,
+        deadline_ms: 20_000,
+        escalation: None,
+        covered: None,
+        quality: None,
+    };
+    let trace = rein_core::trace::Trace {
+        trace_id: format!("{n:032x}"),
+        request_id: format!("req_{n}"),
+        target: route.to_owned(),
+        operation: "chat".to_owned(),
+        started_unix_ms: (T0 + n) as u64,
+        outcome: outcome.as_str().to_owned(),
+        spans: vec![],
+    };
+    RecordedCall {
+        at_unix_ms: T0 + n,
+        request_id: format!("req_{n}"),
+        trace_id: format!("{n:032x}"),
+        notable: RecordedCall::is_notable(&record),
+        record,
+        trace: Some(trace),
+    }
+}
+
+async fn recorded_calls_come_back_by_window_and_route(backend: Backend) {
+    use rein_core::Outcome;
+    let store = &*backend.store;
+    store.calls_record(&[]).await.unwrap();
+    let calls = vec![
+        recorded(1, "support", Outcome::Answered, 1),
+        recorded(2, "support", Outcome::Fallback, 3),
+        recorded(3, "billing", Outcome::Answered, 1),
+    ];
+    store.calls_record(&calls).await.unwrap();
+    let all = store.calls_since(T0, None, 100).await.unwrap();
+    assert_eq!(all.len(), 3);
+    assert_eq!(all[1], (T0 + 2, calls[1].record.clone()), "records round-trip, oldest first");
+    let support = store.calls_since(T0 + 2, Some("support"), 100).await.unwrap();
+    assert_eq!(support, vec![(T0 + 2, calls[1].record.clone())]);
+    assert_eq!(store.calls_since(T0, None, 2).await.unwrap().len(), 2, "the limit holds");
+
+    let trace = store.trace_get(&calls[1].trace_id).await.unwrap();
+    assert_eq!(trace, vec![calls[1].trace.clone().unwrap()]);
+    assert_eq!(store.trace_get("req_2").await.unwrap(), trace, "found by request id too");
+    assert!(store.trace_get("nope").await.unwrap().is_empty());
+
+    let listed = store.traces_list(&TraceFilter::default(), 10).await.unwrap();
+    let ids: Vec<&str> = listed.iter().map(|t| t.request_id.as_str()).collect();
+    assert_eq!(ids, ["req_3", "req_2", "req_1"], "newest first");
+    assert_eq!(
+        (listed[1].outcome.as_str(), listed[1].attempts, listed[1].notable),
+        ("fallback", 3, true)
+    );
+    let notable = TraceFilter { notable: true, ..TraceFilter::default() };
+    let listed = store.traces_list(&notable, 10).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    let billing = TraceFilter { route: Some("billing".to_owned()), ..TraceFilter::default() };
+    assert_eq!(store.traces_list(&billing, 10).await.unwrap()[0].request_id, "req_3");
+}
+
+async fn the_trace_store_keeps_the_newest_and_every_notable_trace(backend: Backend) {
+    use rein_core::Outcome;
+    let store = &*backend.store;
+    // 1: notable, 2..=5 ordinary, 6: notable.
+    let mut calls = vec![recorded(1, "support", Outcome::Degraded, 2)];
+    calls.extend((2..=5).map(|n| recorded(n, "support", Outcome::Answered, 1)));
+    calls.push(recorded(6, "support", Outcome::Fallback, 2));
+    store.calls_record(&calls).await.unwrap();
+
+    let keep_two =
+        CallsRetention { records_before_unix_ms: T0, traces_before_unix_ms: T0, keep_last: 2 };
+    let pruned = store.calls_prune(&keep_two).await.unwrap();
+    assert_eq!(pruned, CallsPruned { records: 0, traces: 3 });
+    let kept: Vec<String> = store
+        .traces_list(&TraceFilter::default(), 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.request_id)
+        .collect();
+    assert_eq!(kept, ["req_6", "req_5", "req_1"], "the newest two and every notable one");
+    assert_eq!(store.calls_since(T0, None, 100).await.unwrap().len(), 6, "records stay");
+
+    // Past the trace window even notable traces go; past the record window, records too.
+    let later = CallsRetention {
+        records_before_unix_ms: T0 + 3,
+        traces_before_unix_ms: T0 + 6,
+        keep_last: 100,
+    };
+    let pruned = store.calls_prune(&later).await.unwrap();
+    assert_eq!(pruned.records, 2);
+    let kept = store.traces_list(&TraceFilter::default(), 10).await.unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].request_id, "req_6");
+    assert_eq!(store.calls_since(T0, None, 100).await.unwrap().len(), 4);
 }

@@ -13,6 +13,7 @@ mod check;
 mod handoffs;
 mod outbox;
 mod serve;
+mod traces;
 
 /// A proxy allocates and frees many small buffers per request; mimalloc does that with far less
 /// CPU than glibc's allocator (the benchmark's profile showed ~12% of rein's time in malloc/free).
@@ -49,6 +50,12 @@ enum Command {
     /// The conversations sent to a person, on a running gateway (through its admin API): list,
     /// show the packet, record a reviewer's decision, the edit rate and canaries caught.
     Handoffs(handoffs::HandoffsArgs),
+    /// The calls a running gateway kept traces of (through its admin API): list them, show one
+    /// call's timeline (attempts, clocks, waits, tiers, checks, verdict) as a tree.
+    Traces(traces::TracesArgs),
+    /// The SLIs of a running gateway's recorded calls over a window, per route, tier and label
+    /// (through its admin API).
+    Sli(traces::SliArgs),
     #[cfg(feature = "sim")]
     /// Run the fault-injecting OpenAI/Anthropic simulator, for tests and drills.
     ///
@@ -189,6 +196,8 @@ fn main() -> std::process::ExitCode {
             Command::Outbox(args) => outbox::run(args).await,
             Command::Approvals(args) => approvals::run(args).await,
             Command::Handoffs(args) => handoffs::run(args).await,
+            Command::Traces(args) => traces::run(args).await,
+            Command::Sli(args) => traces::sli(args).await,
             #[cfg(feature = "sim")]
             Command::Sim(args) => sim(args).await,
         }

@@ -28,6 +28,7 @@ pub(super) fn router() -> Router<Arc<Gateway>> {
         .route("/routes/{route}/revert", post(revert))
         .merge(super::admin_tools::router())
         .merge(super::admin_handoffs::router())
+        .merge(super::admin_slis::router())
 }
 
 pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {

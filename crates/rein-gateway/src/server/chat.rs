@@ -19,6 +19,7 @@ use rein_core::{CallContext, CallReport, ChatRequest, ReleaseMode, ReleaseStream
 use super::Gateway;
 use super::error::{Api, ApiError};
 use super::intake::{self, Admitted, BodyError, Refusal};
+use super::record::Recording;
 use super::run::{self, Followup};
 use crate::wire::{self, ErrorKind, ResponseMeta};
 use rein_runtime::config::ServerConfig;
@@ -63,10 +64,12 @@ async fn handle(gateway: Arc<Gateway>, api: Api, headers: HeaderMap, body: Body)
     match prepared {
         Ok((parsed, ctx, followup)) => {
             let mut abandoned = Abandoned::new(&gateway, &parsed.route, &request_id);
+            let recording = Recording::start(&gateway, api, &parsed.route, &ctx, &parsed.request);
+            let after = After { followup, recording };
             if parsed.stream {
-                stream(gateway, api, parsed, ctx, request_id, abandoned, followup).await
+                stream(gateway, api, parsed, ctx, request_id, abandoned, after).await
             } else {
-                let response = complete(gateway, api, parsed, ctx, request_id, followup).await;
+                let response = complete(gateway, api, parsed, ctx, request_id, after).await;
                 abandoned.finished();
                 response
             }
@@ -177,14 +180,21 @@ fn meta(api: Api) -> ResponseMeta {
     }
 }
 
+/// What follows a call's end: the run's follow-up and the call's record.
+struct After {
+    followup: Option<Followup>,
+    recording: Recording,
+}
+
 async fn complete(
     gateway: Arc<Gateway>,
     api: Api,
     parsed: Parsed,
     ctx: CallContext,
     request_id: String,
-    followup: Option<Followup>,
+    after: After,
 ) -> Response {
+    let After { followup, recording } = after;
     let engine = gateway.runtime.engine.clone();
     // Boxed: the engine's future is most of a call's state, and the handler's future is moved
     // on its way to the connection; this way it moves a pointer.
@@ -217,14 +227,19 @@ async fn complete(
             )
                 .into_response();
             report_headers(response.headers_mut(), api, &request_id, Some(&completion.report));
+            trace_header(response.headers_mut(), recording.trace_id());
+            let text = Some(completion.response.text.as_str());
+            recording.finish(&gateway, &completion.report, Some(completion.response.usage), text);
             response
         }
         Err(error) => {
-            if let Some(report) = error.report() {
-                log_call(&request_id, report);
-            }
             let mut response = ApiError::call(api, &error, &request_id).into_response();
             report_headers(response.headers_mut(), api, &request_id, error.report());
+            trace_header(response.headers_mut(), recording.trace_id());
+            if let Some(report) = error.report() {
+                log_call(&request_id, report);
+                recording.finish(&gateway, report, None, None);
+            }
             response
         }
     }
@@ -259,8 +274,9 @@ async fn stream(
     ctx: CallContext,
     request_id: String,
     mut abandoned: Abandoned,
-    followup: Option<Followup>,
+    after: After,
 ) -> Response {
+    let After { followup, recording } = after;
     let engine = gateway.runtime.engine.clone();
     let mode = engine.release_mode(&parsed.route);
     let keepalive = gateway
@@ -299,15 +315,17 @@ async fn stream(
         match next {
             None => break,
             Some(Released::Failed(error)) if held.is_empty() => {
+                let mut response = ApiError::call(api, &error, &request_id).into_response();
+                report_headers(response.headers_mut(), api, &request_id, error.report());
+                trace_header(response.headers_mut(), recording.trace_id());
                 if let Some(report) = error.report() {
                     log_call(&request_id, report);
+                    recording.finish(&gateway, report, None, None);
                     if let Some(followup) = followup {
                         followup.finished(&gateway, None, report).await;
                     }
                 }
                 abandoned.finished();
-                let mut response = ApiError::call(api, &error, &request_id).into_response();
-                report_headers(response.headers_mut(), api, &request_id, error.report());
                 return response;
             }
             Some(item) => {
@@ -330,8 +348,19 @@ async fn stream(
             }
         }
     }
+    let trace_id = recording.trace_id().map(str::to_string);
+    let mut recording = Some(recording);
     if let Some(report) = &report {
         log_call(&request_id, report);
+        let done = held.iter().find_map(|item| match item {
+            Released::Completed(done) => Some(&**done),
+            _ => None,
+        });
+        if let Some(recording) = recording.take() {
+            let usage = done.map(|done| done.response.usage);
+            let text = done.map(|done| done.response.text.as_str());
+            recording.finish(&gateway, report, usage, text);
+        }
     }
     let mut followup = followup;
     if let Some(report) = &report
@@ -371,6 +400,7 @@ async fn stream(
         request_id: request_id.clone(),
         abandoned,
         followup: followup.map(|followup| (gateway.clone(), followup)),
+        recording: recording.map(|recording| (gateway.clone(), Box::new(recording))),
     };
     let body_stream = rest;
     let mut response = Response::new(Body::from_stream(body_stream));
@@ -381,7 +411,17 @@ async fn stream(
         headers.insert("x-rein-release", HeaderValue::from_static("passthrough"));
     }
     report_headers(headers, api, &request_id, report.as_ref());
+    trace_header(headers, trace_id.as_deref());
     response
+}
+
+/// The call's trace id, for finding it in the trace store or the caller's tracing backend.
+fn trace_header(headers: &mut HeaderMap, trace_id: Option<&str>) {
+    if let Some(trace_id) = trace_id
+        && let Ok(value) = HeaderValue::from_str(trace_id)
+    {
+        headers.insert(names::TRACE_ID.clone(), value);
+    }
 }
 
 /// An SSE comment: every SSE client skips it, and it resets a client's read timeout.
@@ -403,6 +443,8 @@ struct Rest {
     abandoned: Abandoned,
     /// What the run does once the answer is over (spawned: the body must not wait on it).
     followup: Option<(Arc<Gateway>, Followup)>,
+    /// The call's record, finished when the stream ends.
+    recording: Option<(Arc<Gateway>, Box<Recording>)>,
 }
 
 impl futures_util::Stream for Rest {
@@ -424,6 +466,10 @@ impl futures_util::Stream for Rest {
                 Poll::Ready(Some(item)) => {
                     if let Released::Completed(done) = &item {
                         log_call(&this.request_id, &done.report);
+                        if let Some((gateway, recording)) = this.recording.take() {
+                            let (usage, text) = (done.response.usage, &done.response.text);
+                            recording.finish(&gateway, &done.report, Some(usage), Some(text));
+                        }
                         if let Some((gateway, followup)) = this.followup.take()
                             && followup.needed(&done.report)
                         {
@@ -437,6 +483,9 @@ impl futures_util::Stream for Rest {
                         && let Some(report) = error.report()
                     {
                         log_call(&this.request_id, report);
+                        if let Some((gateway, recording)) = this.recording.take() {
+                            recording.finish(&gateway, report, None, None);
+                        }
                         if let Some((gateway, followup)) = this.followup.take()
                             && followup.needed(report)
                         {
@@ -488,6 +537,7 @@ mod names {
     pub(super) static OPENAI_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
     pub(super) static ANTHROPIC_REQUEST_ID: HeaderName = HeaderName::from_static("request-id");
     pub(super) static ROUTE: HeaderName = HeaderName::from_static("x-rein-route");
+    pub(super) static TRACE_ID: HeaderName = HeaderName::from_static("x-rein-trace-id");
     pub(super) static OUTCOME: HeaderName = HeaderName::from_static("x-rein-outcome");
     pub(super) static RUN_STATUS: HeaderName = HeaderName::from_static("x-rein-run-status");
     pub(super) static ATTEMPTS: HeaderName = HeaderName::from_static("x-rein-attempts");

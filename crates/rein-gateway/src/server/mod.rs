@@ -4,11 +4,13 @@
 
 mod admin;
 mod admin_handoffs;
+mod admin_slis;
 mod admin_tools;
 mod chat;
 mod edge;
 mod error;
 mod intake;
+mod record;
 mod run;
 pub(crate) mod tls;
 mod tools;
@@ -371,6 +373,7 @@ async fn metrics(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Res
         Ok(stats) => gateway.metrics.set_outbox(&stats, tools.now_unix_ms()),
         Err(error) => tracing::warn!("metrics: cannot read the outbox's numbers: {error}"),
     }
+    gateway.metrics.set_recorder(gateway.runtime.recorder.stats());
     let body = gateway.metrics.render(&gateway.runtime.engine);
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body)
         .into_response()

@@ -201,6 +201,7 @@ async fn steps(
             }
         }
     };
+    ctx.covered = Some(verdict.covered);
     if verdict.covered {
         return Ok((ctx, followup));
     }

@@ -12,4 +12,5 @@ mod labels;
 mod ladder;
 mod runs;
 mod tools;
+mod traces;
 mod wire_edges;

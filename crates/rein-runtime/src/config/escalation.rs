@@ -24,7 +24,8 @@ pub struct RawHandoffs {
     /// its ladder delivers every packet, so one conversation yields one ticket. Absent: packets
     /// are kept in the store only.
     pub tool: Option<String>,
-    /// The run's trace, for the packet: `{run_id}`, `{conversation_id}`, `{request_id}`.
+    /// The call's trace, for the packet: `{trace_id}`, `{run_id}`, `{conversation_id}`,
+    /// `{request_id}`. Absent: the gateway's own `/admin/traces/{trace_id}`.
     pub trace_url: Option<String>,
     /// The share of hand-offs (0 to 1) after which a canary draft joins the queue.
     pub canary_rate: f64,

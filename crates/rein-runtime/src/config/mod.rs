@@ -8,6 +8,7 @@ pub mod escalation;
 mod output;
 pub mod raw;
 mod tls;
+pub mod traces;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -52,6 +53,8 @@ pub struct Config {
     pub handoffs: escalation::HandoffsConfig,
     /// `[prices]`: dollars per million tokens, per model.
     pub prices: BTreeMap<String, rein_core::run::ModelPrice>,
+    /// `[traces]`: recorded calls, the trace store, OTLP export.
+    pub traces: traces::TracesConfig,
     /// The same sections validated and compiled by `rein_tools`, once: what the dispatcher runs.
     #[serde(skip)]
     pub tools_plan: Arc<rein_tools::ToolsPlan>,
@@ -167,6 +170,20 @@ pub struct ProviderConfig {
     pub scenario: Option<String>,
 }
 
+impl ProviderConfig {
+    /// The provider as OpenTelemetry's GenAI conventions name it (`gen_ai.provider.name`); the
+    /// simulator by the format it speaks.
+    pub fn genai_name(&self) -> &'static str {
+        match (self.kind, &self.adapter) {
+            (ProviderKind::Anthropic, _) => "anthropic",
+            (ProviderKind::AzureOpenai, _) => "azure.ai.openai",
+            (ProviderKind::Openai | ProviderKind::OpenaiCompatible, _) => "openai",
+            (ProviderKind::Sim, rein_providers::ProviderConfig::Anthropic(_)) => "anthropic",
+            (ProviderKind::Sim, rein_providers::ProviderConfig::OpenAi(_)) => "openai",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct RouteConfig {
     pub clocks: ClockPolicy,
@@ -194,6 +211,9 @@ pub struct RouteConfig {
     pub escalation: escalation::RouteEscalation,
     /// The label keys this route's metrics are sliced by (at most [`MAX_ROUTE_LABELS`]).
     pub labels: Vec<String>,
+    /// Traces of this route's calls carry the messages and the answer
+    /// (`gen_ai.input.messages`, `gen_ai.output.messages`); off by default.
+    pub trace_content: bool,
     pub tiers: Vec<TierConfig>,
 }
 
@@ -436,6 +456,7 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
     }
     let handoffs = escalation::validate_handoffs(&raw.handoffs, &tools, &mut problems);
     let prices = escalation::validate_prices(&raw.prices, &mut problems);
+    let traces = traces::validate_traces(&raw.traces, env, &mut problems);
     for tool in raw.runs.tools.keys() {
         if !tools.tools.contains_key(tool) {
             problems.add(format!("runs.tools.{tool}"), "is not a configured tool");
@@ -527,6 +548,7 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
         },
         handoffs,
         prices,
+        traces,
         tools_plan,
     })
 }
@@ -947,6 +969,7 @@ fn validate_route(
         output,
         escalation: escalation::RouteEscalation::default(),
         labels: raw.labels.clone(),
+        trace_content: raw.trace_content,
         tiers,
     })
 }

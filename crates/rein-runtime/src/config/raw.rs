@@ -40,6 +40,9 @@ pub struct RawConfig {
     /// Dollars per million tokens, per model id, for the spend cap.
     #[serde(default)]
     pub prices: BTreeMap<String, rein_core::run::ModelPrice>,
+    /// Recorded calls, the trace store and OTLP export.
+    #[serde(default)]
+    pub traces: super::traces::RawTraces,
 }
 
 /// `[runs]`: the stop conditions of every agent run (the spec's defaults), what a tool call in a
@@ -405,6 +408,9 @@ pub struct RawRoute {
     /// with the call but never become a metric label.
     #[serde(default)]
     pub labels: Vec<String>,
+    /// Traces carry the messages and the answer (off: no message content leaves rein).
+    #[serde(default)]
+    pub trace_content: bool,
     #[serde(default)]
     pub tiers: Vec<RawTier>,
 }

@@ -8,6 +8,7 @@ use std::fmt;
 
 use serde_json::Value;
 
+use crate::calls::TraceSummary;
 use crate::handoffs::{Handoff, HandoffDelivery, ReviewDecision, ReviewStats};
 use crate::runs::{RunNote, RunRow, RunToolCall};
 use crate::tools::rules::{ItemStanding, KeyRecord};
@@ -269,6 +270,30 @@ pub(crate) fn outbox_stats<R: Columns>(row: &R) -> Result<OutboxStats, R::Error>
         review: row.int(2)?,
         oldest_pending_created_unix_ms: row.int_opt(3)?,
     })
+}
+
+/// A kept trace's summary from its [`crate::calls::SUMMARY_COLUMNS`].
+pub(crate) fn trace_summary<R: Columns>(row: &R) -> Result<TraceSummary, R::Error> {
+    Ok(TraceSummary {
+        at_unix_ms: row.int(0)?,
+        request_id: row.text(1)?,
+        trace_id: row.text(2)?,
+        route: row.text(3)?,
+        outcome: row.text(4)?,
+        tier: row.text_opt(5)?,
+        attempts: row.int(6)?,
+        elapsed_ms: row.int(7)?,
+        notable: row.flag(8)?,
+    })
+}
+
+/// A JSON text column as `T`.
+pub(crate) fn typed<R: Columns, T: serde::de::DeserializeOwned>(
+    row: &R,
+    index: usize,
+) -> Result<T, R::Error> {
+    let text = row.text(index)?;
+    serde_json::from_str(&text).map_err(|e| R::unreadable(index, Unreadable::Json(e)))
 }
 
 #[cfg(test)]

@@ -155,6 +155,25 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (conversation_id, question_hash, run_id)
     );
     CREATE INDEX conversation_questions_touched ON conversation_questions (touched_unix_ms);",
+    // 7: finished calls: what the SLIs are computed from, and each call's trace while it is
+    // kept (`calls`).
+    "CREATE TABLE calls (
+        id BIGSERIAL PRIMARY KEY,
+        at_unix_ms BIGINT NOT NULL,
+        request_id TEXT NOT NULL,
+        trace_id TEXT NOT NULL,
+        route TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        tier TEXT,
+        attempts BIGINT NOT NULL,
+        elapsed_ms BIGINT NOT NULL,
+        notable BOOLEAN NOT NULL,
+        record TEXT NOT NULL,
+        trace TEXT
+    );
+    CREATE INDEX calls_at ON calls (at_unix_ms);
+    CREATE INDEX calls_trace ON calls (trace_id);
+    CREATE INDEX calls_request ON calls (request_id);",
 ];
 
 /// The advisory lock key that serializes migrations ("reinschm" in ASCII).

@@ -324,6 +324,41 @@ impl ToolStore for TestStore {
         self.inner.conversations_prune(before_unix_ms).await
     }
 
+    async fn calls_record(
+        &self,
+        calls: &[rein_store::calls::RecordedCall],
+    ) -> Result<(), StoreError> {
+        self.inner.calls_record(calls).await
+    }
+
+    async fn calls_since(
+        &self,
+        since_unix_ms: i64,
+        route: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<(i64, rein_core::sli::CallRecord)>, StoreError> {
+        self.inner.calls_since(since_unix_ms, route, limit).await
+    }
+
+    async fn traces_list(
+        &self,
+        filter: &rein_store::calls::TraceFilter,
+        limit: i64,
+    ) -> Result<Vec<rein_store::calls::TraceSummary>, StoreError> {
+        self.inner.traces_list(filter, limit).await
+    }
+
+    async fn trace_get(&self, id: &str) -> Result<Vec<rein_core::trace::Trace>, StoreError> {
+        self.inner.trace_get(id).await
+    }
+
+    async fn calls_prune(
+        &self,
+        retention: &rein_store::calls::CallsRetention,
+    ) -> Result<rein_store::calls::CallsPruned, StoreError> {
+        self.inner.calls_prune(retention).await
+    }
+
     async fn handoff_open(
         &self,
         new: &NewHandoff,

@@ -1,0 +1,132 @@
+//! What a model call leaves behind once it is over: its SLI record counted in the metrics, and
+//! its report handed to the runtime's recorder, which builds the trace and writes both off the
+//! request path. [`Recording::start`] takes what the call's context knows before the engine
+//! consumes it (trace ids, deadline, labels, the coverage verdict, the messages when the route
+//! exports content); [`Recording::finish`] adds the report.
+
+use rein_core::handoff::Trigger;
+use rein_core::sli::CallRecord;
+use rein_core::trace::{CallInfo, Content};
+use rein_core::{CallContext, CallReport, ChatRequest, Step, Usage};
+use rein_runtime::recorder::Finished;
+
+use super::Gateway;
+use super::error::Api;
+
+/// A model call being recorded.
+pub(super) struct Recording {
+    at_unix_ms: u64,
+    deadline_ms: u64,
+    covered: Option<bool>,
+    labels: std::collections::BTreeMap<String, String>,
+    info: CallInfo,
+}
+
+impl Recording {
+    /// Before the engine runs: what the call's context and request say. `deadline_ms` is the
+    /// route's deadline when the caller set none (or a later one).
+    pub(super) fn start(
+        gateway: &Gateway,
+        api: Api,
+        route: &str,
+        ctx: &CallContext,
+        request: &ChatRequest,
+    ) -> Self {
+        let runtime = gateway.current();
+        let route_config = runtime.config.routes.get(route);
+        let route_deadline = route_config.map(|config| config.clocks.deadline);
+        let deadline = match (ctx.deadline().is_bounded(), route_deadline) {
+            (true, Some(route)) => ctx.deadline().remaining().min(route),
+            (true, None) => ctx.deadline().remaining(),
+            (false, Some(route)) => route,
+            (false, None) => std::time::Duration::MAX,
+        };
+        let content = route_config.is_some_and(|config| config.trace_content).then(|| Content {
+            input: serde_json::to_string(&request.messages).unwrap_or_default(),
+            output: String::new(),
+        });
+        Self {
+            at_unix_ms: rein_core::clock::unix_ms(),
+            deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
+            covered: ctx.covered,
+            labels: ctx.labels.clone(),
+            info: CallInfo {
+                ids: ctx.trace.clone(),
+                request_id: ctx.request_id.clone().unwrap_or_default(),
+                started_unix_ms: rein_core::clock::unix_ms(),
+                api: api.label().to_string(),
+                request_model: route.to_string(),
+                content,
+                ..CallInfo::default()
+            },
+        }
+    }
+
+    /// The trace id the call's response names.
+    pub(super) fn trace_id(&self) -> Option<&str> {
+        self.info.ids.as_ref().map(|ids| ids.trace_id.as_str())
+    }
+
+    /// The call is over: count its SLIs and hand it to the recorder (which never waits).
+    pub(super) fn finish(
+        self,
+        gateway: &Gateway,
+        report: &CallReport,
+        usage: Option<Usage>,
+        output: Option<&str>,
+    ) {
+        let Recording { at_unix_ms, deadline_ms, covered, labels, mut info } = self;
+        // Only the keys the route slices by: a record's labels are bounded like its metrics.
+        let labels =
+            labels.into_iter().filter(|(key, _)| report.labels.contains_key(key)).collect();
+        let mut record = CallRecord::of_report(report, labels, deadline_ms);
+        record.escalation = escalation_of(report);
+        record.covered = covered.or_else(|| {
+            report_decided(report).filter(|s| s.starts_with("coverage")).map(|_| false)
+        });
+        gateway.metrics.sli(&record);
+        let recorder = &gateway.runtime.recorder;
+        if !recorder.enabled() {
+            return;
+        }
+        info.usage = usage;
+        if let (Some(content), Some(output)) = (&mut info.content, output) {
+            content.output = output.to_string();
+        }
+        info.labels = report.labels.clone();
+        let finished = Finished {
+            at_unix_ms: i64::try_from(at_unix_ms).unwrap_or(i64::MAX),
+            report: report.clone(),
+            info,
+            record,
+        };
+        recorder.submit(finished);
+    }
+}
+
+fn report_decided(report: &CallReport) -> Option<&str> {
+    report.steps.iter().find_map(|step| match step {
+        Step::Decided { status } => Some(status.as_str()),
+        _ => None,
+    })
+}
+
+/// The trigger that sent the call's conversation to a person, as far as its report tells.
+fn escalation_of(report: &CallReport) -> Option<Trigger> {
+    for step in &report.steps {
+        match step {
+            Step::Decided { status } if report.outcome == rein_core::Outcome::HandedOff => {
+                let trigger = status.split(':').next().unwrap_or_default();
+                return Trigger::parse(trigger);
+            }
+            Step::DegradedActed { handoff: true, .. } => return Some(Trigger::Degraded),
+            Step::RunStopped { .. } => return Some(Trigger::StopCondition),
+            _ => {}
+        }
+    }
+    let checks_failed = report.served_by.is_none()
+        && report.steps.iter().any(|step| {
+            matches!(step, Step::TierSkipped { reason: rein_core::SkipReason::ChecksFailed, .. })
+        });
+    checks_failed.then_some(Trigger::ChecksFailed)
+}

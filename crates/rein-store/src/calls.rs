@@ -1,0 +1,118 @@
+//! Recorded calls: one row per finished model or tool call, holding what the SLIs are computed
+//! from (a [`CallRecord`]) and, while it is kept, the call's [`Trace`]. The trace store keeps the
+//! last `keep_last` traces and every trace of a call that was not answered on the first try
+//! (`notable`) for the trace retention window; records are kept for the (longer) SLI window.
+//! Both backends store the record and the trace as JSON text.
+
+use rein_core::sli::CallRecord;
+use rein_core::trace::Trace;
+use serde::Serialize;
+
+/// A finished call, as the recorder writes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedCall {
+    pub at_unix_ms: i64,
+    pub request_id: String,
+    pub trace_id: String,
+    pub record: CallRecord,
+    /// Not answered on the first try (a retry, a fallback, a repair, no answer): its trace is
+    /// kept for the whole retention window.
+    pub notable: bool,
+    /// The call's trace, when the trace store keeps traces.
+    pub trace: Option<Trace>,
+}
+
+impl RecordedCall {
+    /// Whether a call with this record is notable: anything but an answer from the first
+    /// attempt that passed as it was.
+    pub fn is_notable(record: &CallRecord) -> bool {
+        !(record.outcome == rein_core::Outcome::Answered
+            && record.attempts <= 1
+            && !record.repaired
+            && record.escalation.is_none())
+    }
+}
+
+/// One kept trace, as a list shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TraceSummary {
+    pub at_unix_ms: i64,
+    pub request_id: String,
+    pub trace_id: String,
+    pub route: String,
+    pub outcome: String,
+    pub tier: Option<String>,
+    pub attempts: i64,
+    pub elapsed_ms: i64,
+    pub notable: bool,
+}
+
+/// Which kept traces a list shows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TraceFilter {
+    pub route: Option<String>,
+    pub outcome: Option<String>,
+    /// Only calls not answered on the first try.
+    pub notable: bool,
+}
+
+/// What a prune of the recorded calls keeps.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CallsRetention {
+    /// Records older than this are deleted.
+    pub records_before_unix_ms: i64,
+    /// Traces older than this are dropped (their records stay).
+    pub traces_before_unix_ms: i64,
+    /// Of the traces inside the window, the newest this many are kept; beyond them only the
+    /// notable ones.
+    pub keep_last: i64,
+}
+
+/// What a prune removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CallsPruned {
+    pub records: u64,
+    pub traces: u64,
+}
+
+/// The columns a [`TraceSummary`] is read from, in order.
+pub(crate) const SUMMARY_COLUMNS: &str =
+    "at_unix_ms, request_id, trace_id, route, outcome, tier, attempts, elapsed_ms, notable";
+
+/// A [`RecordedCall`] as both backends write its row.
+pub(crate) struct CallRow {
+    pub at_unix_ms: i64,
+    pub request_id: String,
+    pub trace_id: String,
+    pub route: String,
+    pub outcome: String,
+    pub tier: Option<String>,
+    pub attempts: i64,
+    pub elapsed_ms: i64,
+    pub notable: bool,
+    pub record: String,
+    pub trace: Option<String>,
+}
+
+impl CallRow {
+    pub(crate) fn of(call: &RecordedCall) -> Self {
+        let record = &call.record;
+        Self {
+            at_unix_ms: call.at_unix_ms,
+            request_id: call.request_id.clone(),
+            trace_id: call.trace_id.clone(),
+            route: record.route.clone(),
+            outcome: record.outcome.as_str().to_string(),
+            tier: record.tier.clone(),
+            attempts: i64::from(record.attempts),
+            elapsed_ms: i64::try_from(record.elapsed_ms).unwrap_or(i64::MAX),
+            notable: call.notable,
+            // Both are plain data: serializing them cannot fail.
+            record: serde_json::to_string(record).unwrap_or_default(),
+            trace: call
+                .trace
+                .as_ref()
+                .map(|trace| serde_json::to_string(trace).unwrap_or_default()),
+        }
+    }
+}
