@@ -3,6 +3,9 @@
 # The Postgres tool store's tests start their own PostgreSQL server (rein_store::testing), which
 # needs its server binaries (initdb, pg_ctl, postgres): when they are in none of the places those
 # tests look, this installs Debian's `postgresql` package first (through sudo when not root).
+# The Prometheus tests (crates/rein-gateway/tests/it/prometheus.rs) run `promtool` on the rules in
+# deploy/prometheus and start a real `prometheus`: when either is not on PATH, this installs
+# Debian's `prometheus` package the same way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,6 +43,32 @@ if ! postgres_bindir >/dev/null; then
   if ! postgres_bindir >/dev/null; then
     echo "error: installed Debian's postgresql package, but initdb, pg_ctl and postgres are still" \
       "not found: set REIN_POSTGRES_BINDIR to the directory holding them" >&2
+    exit 1
+  fi
+fi
+
+# Whether promtool and prometheus are installed: on $PATH, or where Debian's package puts them.
+prometheus_found() {
+  local tool
+  for tool in promtool prometheus; do
+    if ! command -v "$tool" >/dev/null && ! [ -x "/usr/bin/$tool" ]; then return 1; fi
+  done
+}
+
+if ! prometheus_found; then
+  if ! command -v apt-get >/dev/null; then
+    echo "error: the tests need Prometheus's promtool and prometheus and there is no apt-get to" \
+      "install them: install Prometheus and put both on PATH" >&2
+    exit 1
+  fi
+  echo "promtool or prometheus is missing: installing Debian's prometheus package" >&2
+  sudo=()
+  if [ "$(id -u)" != 0 ]; then sudo=(sudo); fi
+  "${sudo[@]}" apt-get update
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus
+  if ! prometheus_found; then
+    echo "error: installed Debian's prometheus package, but promtool and prometheus are still" \
+      "not on PATH" >&2
     exit 1
   fi
 fi

@@ -10,6 +10,7 @@ mod handoffs;
 mod keepalive;
 mod labels;
 mod ladder;
+mod prometheus;
 mod runs;
 mod tools;
 mod traces;
