@@ -1237,11 +1237,11 @@ fn selectors(expr: &str) -> Vec<(String, Vec<String>)> {
     found
 }
 
-/// Metrics the alert rules name that this file's exercise does not produce: the SLI counters,
-/// the quality score, the telemetry's drop counters (not all exported at this file's writing),
-/// and the model routes' kill-switch, escalation and degraded-rule counters (exported, but only
-/// once a model call diverts, escalates or acts). The gateway's SLI tests check them; the
-/// exercise below skips them. Recorded series (`rein:...`, rein-slis.yml) are no metrics and
+/// Metrics the alert rules name that this file's tool exercise does not produce: the SLI
+/// counters, the quality score, the recorder's drop counters, and the model routes'
+/// kill-switch, escalation and degraded-rule counters (exported once a model call diverts,
+/// escalates or acts). `traces::every_model_call_metric_the_alert_rules_name_is_exported_by_model_calls`
+/// exports and checks each of them with model calls; the exercise below skips them. Recorded series (`rein:...`, rein-slis.yml) are no metrics and
 /// [`selectors`] never names them.
 pub(crate) const CHECKED_BY_THE_GATEWAY_SLI_TESTS: &[&str] = &[
     "rein_sli_calls_total",

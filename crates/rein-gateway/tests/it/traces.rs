@@ -232,3 +232,86 @@ async fn with_recording_off_nothing_is_kept_and_the_sli_api_says_so() {
     assert_eq!(list["traces"], json!([]));
     gw.stop().await.unwrap();
 }
+
+/// The SLI and recorder metrics the alert rules name, exported once model calls have fallen
+/// back, been degraded, been diverted by the kill switch and been handed off (the tool
+/// exercise in tools.rs leaves these to this one). `rein_quality_score` has no series until
+/// a call carries a judge's score, so it is checked by name only.
+#[tokio::test]
+async fn every_model_call_metric_the_alert_rules_name_is_exported_by_model_calls() {
+    let fenced = format!("sim:{}", rein_sim::say_spec("```json\n{\"a\": 1}\n```"));
+    let extra = format!(
+        r#"
+[routes.fenced]
+[routes.fenced.output.schema]
+type = "object"
+required = ["a"]
+[[routes.fenced.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "{fenced}"
+
+[routes.dead]
+degraded = {{ template = "We are on it." }}
+degraded_rules = [{{ name = "known_outage", pattern = "outage", template = "There is a known outage.", handoff = true }}]
+[[routes.dead.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "sim:529"
+
+[routes.human]
+handoff_reply = {{ template = "A person will reply." }}
+[routes.human.handoff_rules]
+[[routes.human.tiers]]
+name = "primary"
+provider = "sim-openai"
+model = "sim-primary"
+"#
+    );
+    let gw = start_with(&config(&extra), None).await;
+    assert_eq!(ask(&gw, "fenced", "json please").await.headers()["x-rein-repairs"], "1");
+    assert_eq!(ask(&gw, "flaky", "where is my parcel?").await.status(), 200);
+    assert_eq!(ask(&gw, "dead", "hello?").await.headers()["x-rein-outcome"], "degraded");
+    let _ = ask(&gw, "dead", "is there an outage?").await;
+    let human = gw
+        .client
+        .post(gw.url("/v1/chat/completions"))
+        .bearer_auth("client-secret-1")
+        .header("x-rein-conversation-id", "conv-1")
+        .json(&json!({"model": "human", "messages": [{"role": "user", "content": "I want to talk to a human"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(human.headers()["x-rein-outcome"], "handed_off");
+    let flip = gw
+        .client
+        .post(gw.url("/admin/kill"))
+        .bearer_auth("admin-secret-1")
+        .json(&json!({"route": "human", "engaged": true, "reason": "drill"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(flip.status(), 200);
+    let _ = ask(&gw, "human", "hello").await;
+
+    let metrics = gw.client.get(gw.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let series: Vec<&str> = metrics.lines().filter(|l| !l.starts_with('#')).collect();
+    for name in crate::tools::CHECKED_BY_THE_GATEWAY_SLI_TESTS {
+        if name.starts_with("rein_quality_score") {
+            let family = name.trim_end_matches("_bucket").trim_end_matches("_sum");
+            let family = family.trim_end_matches("_count");
+            let source = include_str!("../../src/metrics.rs");
+            assert!(source.contains(&format!("\"{}\"", &family["rein_".len()..])), "{family}");
+            continue;
+        }
+        assert!(
+            series
+                .iter()
+                .any(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} "))),
+            "`{name}` is not exported:\n{metrics}"
+        );
+    }
+    assert!(metrics.contains("rein_sli_unavailable_total{route=\"dead\"} 2"), "{metrics}");
+    assert!(metrics.contains("rein_sli_degraded_total{route=\"dead\"}"), "{metrics}");
+    gw.stop().await.unwrap();
+}
