@@ -349,10 +349,6 @@ mod tests {
         InstrumentationScope::builder("rein").build()
     }
 
-    fn unix_ms(time: std::time::SystemTime) -> u128 {
-        time.duration_since(UNIX_EPOCH).unwrap().as_millis()
-    }
-
     #[test]
     fn ids_and_the_remote_parent_are_the_traces() {
         let spans = span_data(&trace(), &scope());
@@ -387,16 +383,10 @@ mod tests {
     #[test]
     fn times_are_the_traces_start_plus_the_offsets() {
         let spans = span_data(&trace(), &scope());
-        let start = 1_700_000_000_000u128;
-        assert_eq!(
-            (unix_ms(spans[0].start_time), unix_ms(spans[0].end_time)),
-            (start, start + 360)
-        );
-        assert_eq!(
-            (unix_ms(spans[1].start_time), unix_ms(spans[1].end_time)),
-            (start + 150, start + 250)
-        );
-        assert_eq!(unix_ms(spans[0].events[0].timestamp), start + 250);
+        let at = |ms: u64| UNIX_EPOCH + Duration::from_millis(1_700_000_000_000 + ms);
+        assert_eq!((spans[0].start_time, spans[0].end_time), (at(0), at(360)));
+        assert_eq!((spans[1].start_time, spans[1].end_time), (at(150), at(250)));
+        assert_eq!(spans[0].events[0].timestamp, at(250));
     }
 
     #[test]
@@ -475,6 +465,19 @@ mod tests {
         bad = config(Protocol::Grpc, "http://127.0.0.1:1");
         bad.headers = vec![("bad header".into(), "sekret".into())];
         assert!(refused(bad).contains("bad header"));
+    }
+
+    #[tokio::test]
+    async fn the_exporter_is_shared_across_tasks() {
+        fn send_sync<T: Send + Sync>(_: &T) {}
+        let exporter = std::sync::Arc::new(
+            OtlpExporter::new(&config(Protocol::Grpc, "http://127.0.0.1:1")).unwrap(),
+        );
+        send_sync(&exporter);
+        let shared = exporter.clone();
+        // Nothing to send: no request is made.
+        let sent = tokio::spawn(async move { shared.export(&[]).await }).await.unwrap();
+        assert_eq!(sent, Ok(0));
     }
 
     #[test]
