@@ -3,6 +3,9 @@
 # The Postgres tool store's tests start their own PostgreSQL server (rein_store::testing), which
 # needs its server binaries (initdb, pg_ctl, postgres): when they are in none of the places those
 # tests look, this installs Debian's `postgresql` package first (through sudo when not root).
+# The OTLP export tests send traces to a real Arize Phoenix: this makes a virtualenv at
+# .venv-phoenix (gitignored) with the `arize-phoenix` pinned in tests/phoenix/requirements.txt
+# (from PyPI, with python3's venv) and names its `phoenix` in REIN_PHOENIX_BIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,6 +46,19 @@ if ! postgres_bindir >/dev/null; then
     exit 1
   fi
 fi
+
+# Arize Phoenix for the OTLP tests (crates/rein-gateway/tests/it/phoenix.rs starts it). A venv
+# whose `phoenix` cannot run (no such script, or an interpreter that no longer starts: python
+# upgraded, copied tree) is made anew; pip then only checks the pin. (`phoenix --help` itself
+# imports the whole server, a minute on a busy machine, so the interpreter is what is tried.)
+phoenix_venv=.venv-phoenix
+if [ ! -x "$phoenix_venv/bin/phoenix" ] || ! "$phoenix_venv/bin/python" -c 'import sys' >/dev/null 2>&1; then
+  rm -rf "$phoenix_venv"
+  python3 -m venv "$phoenix_venv"
+fi
+PIP_DISABLE_PIP_VERSION_CHECK=1 "$phoenix_venv/bin/python" -m pip install -q \
+  -r tests/phoenix/requirements.txt
+export REIN_PHOENIX_BIN="$PWD/$phoenix_venv/bin/phoenix"
 
 cargo test --workspace
 bash scripts/test-python.sh
