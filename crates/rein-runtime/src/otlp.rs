@@ -56,12 +56,24 @@ pub struct OtlpConfig {
 impl std::fmt::Debug for OtlpConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OtlpConfig")
-            .field("endpoint", &self.endpoint)
+            .field("endpoint", &shown_endpoint(&self.endpoint))
             .field("protocol", &self.protocol)
             .field("headers", &RedactedHeaders(&self.headers))
             .field("timeout", &self.timeout)
             .field("service_name", &self.service_name)
             .finish()
+    }
+}
+
+/// The endpoint without the userinfo it may carry.
+fn shown_endpoint(endpoint: &str) -> String {
+    match reqwest::Url::parse(endpoint) {
+        Ok(mut url) if !url.username().is_empty() || url.password().is_some() => {
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.to_string()
+        }
+        _ => endpoint.to_string(),
     }
 }
 
@@ -105,16 +117,16 @@ impl OtlpExporter {
         let scrub = |message: String| scrub(message, &config.headers);
         let url = reqwest::Url::parse(&config.endpoint)
             .map_err(|error| scrub(format!("OTLP endpoint {:?}: {error}", config.endpoint)))?;
+        // Errors and Debug name the endpoint without its userinfo, a secret too when set.
+        let endpoint = shown_endpoint(&config.endpoint);
         if !matches!(url.scheme(), "http" | "https") {
             return Err(scrub(format!(
-                "OTLP endpoint {:?}: the scheme must be http or https",
-                config.endpoint
+                "OTLP endpoint {endpoint:?}: the scheme must be http or https"
             )));
         }
         if config.protocol == Protocol::Grpc && url.scheme() == "https" {
             return Err(scrub(format!(
-                "OTLP endpoint {:?}: gRPC over TLS is not supported; use http:// or OTLP/HTTP",
-                config.endpoint
+                "OTLP endpoint {endpoint:?}: gRPC over TLS is not supported; use http:// or OTLP/HTTP"
             )));
         }
         if config.timeout.is_zero() {
@@ -143,8 +155,8 @@ impl OtlpExporter {
                 .with_metadata(MetadataMap::from_headers(headers))
                 .build(),
         };
-        let mut exporter = built
-            .map_err(|error| scrub(format!("OTLP exporter for {}: {error}", config.endpoint)))?;
+        let mut exporter =
+            built.map_err(|error| scrub(format!("OTLP exporter for {endpoint}: {error}")))?;
         let resource = Resource::builder_empty()
             .with_service_name(config.service_name.clone())
             .with_attribute(KeyValue::new(PROJECT_ATTRIBUTE, config.service_name.clone()))
@@ -155,7 +167,7 @@ impl OtlpExporter {
             scope: InstrumentationScope::builder("rein")
                 .with_version(env!("CARGO_PKG_VERSION"))
                 .build(),
-            endpoint: config.endpoint.clone(),
+            endpoint,
             protocol: config.protocol,
             timeout: config.timeout,
             headers: config.headers.clone(),
@@ -447,6 +459,18 @@ mod tests {
         assert!(shown.contains("x-api-key") && !shown.contains("sekret"), "{shown}");
         let grpc = OtlpExporter::new(&self::config(Protocol::Grpc, "http://127.0.0.1:1")).unwrap();
         assert!(!format!("{grpc:?}").contains("sekret"));
+    }
+
+    #[tokio::test]
+    async fn an_endpoints_userinfo_is_never_shown() {
+        let config = config(Protocol::Grpc, "http://user:pa55word@127.0.0.1:1");
+        assert!(!format!("{config:?}").contains("pa55word"));
+        let exporter = OtlpExporter::new(&config).unwrap();
+        assert!(!format!("{exporter:?}").contains("pa55word"));
+        let mut tls = config.clone();
+        tls.endpoint = "https://user:pa55word@collector:4317".into();
+        let error = OtlpExporter::new(&tls).unwrap_err();
+        assert!(error.contains("collector:4317") && !error.contains("pa55word"), "{error}");
     }
 
     #[tokio::test]
