@@ -52,7 +52,7 @@ impl Phoenix {
         assert!(
             !bin.is_empty(),
             "REIN_PHOENIX_BIN is not set: run the tests with scripts/test.sh, which installs \
-             Arize Phoenix into .venv-phoenix and sets it"
+             Arize Phoenix into .venv-phoenix (with python3) and sets it"
         );
         rein_providers::install_crypto_provider();
         let dir = tempfile::tempdir().unwrap();
