@@ -6,6 +6,9 @@
 # The Prometheus tests (crates/rein-gateway/tests/it/prometheus.rs) run `promtool` on the rules in
 # deploy/prometheus and start a real `prometheus`: when either is not on PATH, this installs
 # Debian's `prometheus` package the same way.
+# The OTLP export tests send traces to a real Arize Phoenix: this makes a virtualenv at
+# .venv-phoenix (gitignored) with the `arize-phoenix` pinned in tests/phoenix/requirements.txt
+# (from PyPI, with python3's venv) and names its `phoenix` in REIN_PHOENIX_BIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -71,6 +74,25 @@ if ! prometheus_found; then
       "not on PATH" >&2
     exit 1
   fi
+fi
+
+# Arize Phoenix for the OTLP tests (crates/rein-gateway/tests/it/phoenix.rs starts it). A venv
+# whose `phoenix` cannot run (no such script, or an interpreter that no longer starts: python
+# upgraded, copied tree) is made anew; pip then only checks the pin. (`phoenix --help` itself
+# imports the whole server, a minute on a busy machine, so the interpreter is what is tried.)
+# Without python3 the OTLP tests fail, saying REIN_PHOENIX_BIN is unset; the rest still run.
+phoenix_venv=.venv-phoenix
+if command -v python3 >/dev/null 2>&1; then
+  if [ ! -x "$phoenix_venv/bin/phoenix" ] ||
+    ! "$phoenix_venv/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    rm -rf "$phoenix_venv"
+    python3 -m venv "$phoenix_venv"
+  fi
+  PIP_DISABLE_PIP_VERSION_CHECK=1 "$phoenix_venv/bin/python" -m pip install -q \
+    -r tests/phoenix/requirements.txt
+  export REIN_PHOENIX_BIN="$PWD/$phoenix_venv/bin/phoenix"
+else
+  echo "warning: no python3 to install Arize Phoenix with: the OTLP tests will fail" >&2
 fi
 
 cargo test --workspace

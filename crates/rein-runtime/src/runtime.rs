@@ -248,7 +248,15 @@ impl RuntimeBuilder {
         let escalations = Escalations::new(tool_store.clone());
         let parts = ToolParts { store: tool_store, http: tool_http, observer: self.tool_observer };
         let tools = parts.dispatcher(&config);
-        let recorder = crate::recorder::Recorder::new(&config.traces, None);
+        let sink = match crate::otlp::OtlpConfig::of(&config.traces) {
+            Some(otlp) => {
+                let exporter = crate::otlp::OtlpExporter::new(&otlp)
+                    .map_err(|error| BuildError::Client(format!("traces.otlp: {error}")))?;
+                Some(Arc::new(exporter) as Arc<dyn crate::recorder::TraceSink>)
+            }
+            None => None,
+        };
+        let recorder = crate::recorder::Recorder::new(&config.traces, sink);
         let current = Arc::new(ArcSwap::from_pointee(Snapshot { config, version: 1, tools }));
         acts.connect(current.clone(), escalations.clone());
         Ok(Runtime {

@@ -10,6 +10,8 @@ mod handoffs;
 mod keepalive;
 mod labels;
 mod ladder;
+mod otlp;
+mod phoenix;
 mod prometheus;
 mod runs;
 mod tools;

@@ -155,6 +155,12 @@ pub(super) fn validate_traces(
                 format!("`{}` must be an http:// or https:// URL", otlp.endpoint),
             );
         }
+        if protocol == OtlpProtocol::Grpc && otlp.endpoint.starts_with("https://") {
+            problems.add(
+                "traces.otlp.endpoint",
+                "gRPC export has no TLS in this build: use `protocol = \"http/protobuf\"` for an https:// collector",
+            );
+        }
         if otlp.timeout_ms == 0 {
             problems.add("traces.otlp.timeout_ms", "must be at least 1");
         }
