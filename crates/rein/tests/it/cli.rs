@@ -697,3 +697,46 @@ async fn handoffs_lists_shows_and_decides_through_the_admin_api() {
     assert_eq!(code, Some(0));
     assert!(stdout.contains("handoff_rule") && stdout.contains("100.0%"), "{stdout}");
 }
+
+#[tokio::test]
+async fn traces_and_sli_print_what_the_gateway_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = sim_config(dir.path(), "127.0.0.1:0");
+    let gateway = serve(&config);
+    let url = gateway.url.clone();
+    rein_providers::install_crypto_provider();
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let response = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .header("traceparent", format!("00-{trace_id}-00f067aa0ba902b7-01"))
+        .json(
+            &serde_json::json!({"model": "chat", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-rein-trace-id"], trace_id);
+    let key = ["--admin-key-env", "REIN_CLI_ADMIN", "--url", url.as_str()];
+
+    let (code, stdout, stderr) = admin_command(&[&["traces", "list"], &key[..]].concat());
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains(trace_id) && stdout.contains("1 shown"), "{stdout}");
+    let (code, stdout, _) = admin_command(&[&["traces", "show", trace_id], &key[..]].concat());
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.starts_with("chat chat (answered)"), "{stdout}");
+    assert!(stdout.contains("└─"), "a tree: {stdout}");
+    assert!(stdout.contains("disposition=answered"), "{stdout}");
+    let (code, stdout, _) =
+        admin_command(&[&["traces", "show", "0123456789abcdef"], &key[..]].concat());
+    assert_eq!(code, Some(1), "an unknown trace is an error: {stdout}");
+    assert!(stdout.contains("404"), "{stdout}");
+
+    let (code, stdout, _) = admin_command(&[&["sli", "--window", "1h"], &key[..]].concat());
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.contains("window 1h: 1 call(s)"), "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("chat ") && l.contains("100.0%")), "{stdout}");
+    let (code, stdout, _) = admin_command(&[&["sli", "--window", "soon"], &key[..]].concat());
+    assert_eq!(code, Some(1));
+    assert!(stdout.contains("window"), "{stdout}");
+}
