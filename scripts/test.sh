@@ -5,7 +5,10 @@
 # tests look, this installs Debian's `postgresql` package first (through sudo when not root).
 # The Prometheus tests (crates/rein-gateway/tests/it/prometheus.rs) run `promtool` on the rules in
 # deploy/prometheus and start a real `prometheus`: when either is not on PATH, this installs
-# Debian's `prometheus` package the same way.
+# Debian's `prometheus` package the same way. The dashboard's browser test
+# (crates/rein-gateway/tests/it/dashboard.rs) loads the page in headless Chromium: when there is
+# none ($CHROMIUM, /usr/bin/chromium, or `chromium` / `chromium-browser` on PATH), this installs
+# Debian's `chromium` package the same way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -69,6 +72,30 @@ if ! prometheus_found; then
   if ! prometheus_found; then
     echo "error: installed Debian's prometheus package, but promtool and prometheus are still" \
       "not on PATH" >&2
+    exit 1
+  fi
+fi
+
+# Whether a Chromium is installed where the dashboard's browser test looks for one.
+chromium_found() {
+  if [ -n "${CHROMIUM:-}" ]; then [ -x "$CHROMIUM" ]; return; fi
+  [ -x /usr/bin/chromium ] || command -v chromium >/dev/null || command -v chromium-browser >/dev/null
+}
+
+if ! chromium_found; then
+  if ! command -v apt-get >/dev/null; then
+    echo "error: the dashboard's browser test needs headless Chromium and there is no apt-get to" \
+      "install it: install Chromium, or set CHROMIUM to its binary" >&2
+    exit 1
+  fi
+  echo "Chromium is missing: installing Debian's chromium package" >&2
+  sudo=()
+  if [ "$(id -u)" != 0 ]; then sudo=(sudo); fi
+  "${sudo[@]}" apt-get update
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
+  if ! chromium_found; then
+    echo "error: installed Debian's chromium package, but /usr/bin/chromium is still missing:" \
+      "set CHROMIUM to a Chromium binary" >&2
     exit 1
   fi
 fi

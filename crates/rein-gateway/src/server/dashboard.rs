@@ -222,24 +222,63 @@ fn sli_section(view: &Value) -> String {
     for RouteSlis { route, .. } in &routes {
         let Some(buckets) = series.get(route) else { continue };
         let _ = write!(out, "<h3>{}</h3><div class=charts>", escape(route));
-        let charts: [(&str, &str, Scale, &str, fn(&Slis) -> Option<f64>); 4] = [
-            ("availability", "availability", Scale::Share, "#187a3c", |s| s.availability),
-            ("fallback_beyond_plan", "fallback beyond plan", Scale::Share, "#c77700", |s| {
-                s.fallback_beyond_plan
-            }),
-            ("degraded_share", "degraded share", Scale::Share, "#b3261e", |s| s.degraded_share),
-            ("latency_end_ms.p95", "latency p95", Scale::Millis, "#1f5fbf", |s| {
-                s.latency_end_ms.map(|l| l.p95 as f64)
-            }),
-        ];
-        for (field, title, scale, colour, pick) in charts {
-            let points: Vec<Option<f64>> = buckets.iter().map(|b| pick(&b.slis)).collect();
-            out.push_str(&chart(route, field, title, scale, colour, &points, span));
+        for spec in &CHARTS {
+            let points: Vec<Option<f64>> = buckets.iter().map(|b| (spec.pick)(&b.slis)).collect();
+            out.push_str(&chart(
+                route,
+                spec.field,
+                spec.title,
+                spec.scale,
+                spec.colour,
+                &points,
+                span,
+            ));
         }
         out.push_str("</div>");
     }
     out
 }
+
+/// One chart of each route: the SLI's field as `/admin/sli` names it, what the chart is called,
+/// its scale and colour, and the SLI of a bucket.
+struct ChartSpec {
+    field: &'static str,
+    title: &'static str,
+    scale: Scale,
+    colour: &'static str,
+    pick: fn(&Slis) -> Option<f64>,
+}
+
+const CHARTS: [ChartSpec; 4] = [
+    ChartSpec {
+        field: "availability",
+        title: "availability",
+        scale: Scale::Share,
+        colour: "#187a3c",
+        pick: |s| s.availability,
+    },
+    ChartSpec {
+        field: "fallback_beyond_plan",
+        title: "fallback beyond plan",
+        scale: Scale::Share,
+        colour: "#c77700",
+        pick: |s| s.fallback_beyond_plan,
+    },
+    ChartSpec {
+        field: "degraded_share",
+        title: "degraded share",
+        scale: Scale::Share,
+        colour: "#b3261e",
+        pick: |s| s.degraded_share,
+    },
+    ChartSpec {
+        field: "latency_end_ms.p95",
+        title: "latency p95",
+        scale: Scale::Millis,
+        colour: "#1f5fbf",
+        pick: |s| s.latency_end_ms.map(|l| l.p95 as f64),
+    },
+];
 
 /// A number with its raw value: `data-sli="<key>" data-value="<raw>"`, empty when there is none.
 fn number(key: &str, raw: &str, text: &str) -> String {
