@@ -9,6 +9,10 @@
 # The OTLP export tests send traces to a real Arize Phoenix: this makes a virtualenv at
 # .venv-phoenix (gitignored) with the `arize-phoenix` pinned in tests/phoenix/requirements.txt
 # (from PyPI, with python3's venv) and names its `phoenix` in REIN_PHOENIX_BIN.
+# The dashboard's browser test
+# (crates/rein-gateway/tests/it/dashboard.rs) loads the page in headless Chromium: when there is
+# none ($CHROMIUM, /usr/bin/chromium, or `chromium` / `chromium-browser` on PATH), this installs
+# Debian's `chromium` package the same way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -93,6 +97,30 @@ if command -v python3 >/dev/null 2>&1; then
   export REIN_PHOENIX_BIN="$PWD/$phoenix_venv/bin/phoenix"
 else
   echo "warning: no python3 to install Arize Phoenix with: the OTLP tests will fail" >&2
+fi
+
+# Whether a Chromium is installed where the dashboard's browser test looks for one.
+chromium_found() {
+  if [ -n "${CHROMIUM:-}" ]; then [ -x "$CHROMIUM" ]; return; fi
+  [ -x /usr/bin/chromium ] || command -v chromium >/dev/null || command -v chromium-browser >/dev/null
+}
+
+if ! chromium_found; then
+  if ! command -v apt-get >/dev/null; then
+    echo "error: the dashboard's browser test needs headless Chromium and there is no apt-get to" \
+      "install it: install Chromium, or set CHROMIUM to its binary" >&2
+    exit 1
+  fi
+  echo "Chromium is missing: installing Debian's chromium package" >&2
+  sudo=()
+  if [ "$(id -u)" != 0 ]; then sudo=(sudo); fi
+  "${sudo[@]}" apt-get update
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
+  if ! chromium_found; then
+    echo "error: installed Debian's chromium package, but /usr/bin/chromium is still missing:" \
+      "set CHROMIUM to a Chromium binary" >&2
+    exit 1
+  fi
 fi
 
 cargo test --workspace

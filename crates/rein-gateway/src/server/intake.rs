@@ -88,12 +88,35 @@ pub fn client_allowed(snapshot: &Snapshot, headers: &HeaderMap) -> bool {
         || presented(headers).iter().any(|given| keys.iter().any(|key| same(key, given)))
 }
 
-/// Whether the request carries the admin key. No admin key configured: the admin API is off.
+/// Whether the request carries the admin key: as a bearer token, as `x-api-key`, or as the
+/// password of HTTP Basic credentials (any user name), which is what a browser sends for the
+/// dashboard and the admin links on it. No admin key configured: the admin API is off.
 pub fn admin_allowed(snapshot: &Snapshot, headers: &HeaderMap) -> bool {
     match &snapshot.config.server.admin_key {
-        Some(key) => presented(headers).iter().any(|given| same(key, given)),
+        Some(key) => carries(key, headers),
         None => false,
     }
+}
+
+/// Whether `headers` present `key` in any of the ways [`admin_allowed`] takes.
+fn carries(key: &Secret, headers: &HeaderMap) -> bool {
+    presented(headers).iter().any(|given| same(key, given))
+        || basic_password(headers).is_some_and(|given| same(key, &given))
+}
+
+/// The password of `Authorization: Basic <base64 of user:password>` (RFC 7617); `None` when
+/// the header is absent, another scheme, not base64, not UTF-8 or without the colon.
+fn basic_password(headers: &HeaderMap) -> Option<String> {
+    use base64::Engine as _;
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, encoded) = value.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD.decode(encoded.trim()).ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (_user, password) = text.split_once(':')?;
+    Some(password.to_string())
 }
 
 /// Keys presented as `Authorization: Bearer <key>` or `x-api-key: <key>`.
@@ -384,6 +407,46 @@ mod tests {
         // A broken traceparent is ignored, not an error: a new trace, with no parent.
         let broken = call_context(&headers(&[(TRACEPARENT_HEADER, b"00-zz")])).unwrap();
         assert_eq!(broken.trace.unwrap().parent_id, None);
+    }
+
+    fn basic(credentials: &[u8]) -> HeaderMap {
+        use base64::Engine as _;
+        let encoded = base64::engine::general_purpose::STANDARD.encode(credentials);
+        headers(&[("authorization", format!("Basic {encoded}").as_bytes())])
+    }
+
+    #[test]
+    fn basic_credentials_give_their_password() {
+        assert_eq!(basic_password(&basic(b"admin:s3cret")).as_deref(), Some("s3cret"));
+        // Any user name, an empty one too; the password may hold colons.
+        assert_eq!(basic_password(&basic(b":a:b")).as_deref(), Some("a:b"));
+        // The scheme is case-insensitive.
+        let lower = headers(&[("authorization", b"basic YWRtaW46czNjcmV0")]);
+        assert_eq!(basic_password(&lower).as_deref(), Some("s3cret"));
+        // No colon, malformed base64, not UTF-8, another scheme, no header: no password.
+        assert_eq!(basic_password(&basic(b"admin-s3cret")), None);
+        assert_eq!(basic_password(&headers(&[("authorization", b"Basic !!not-base64!!")])), None);
+        assert_eq!(
+            basic_password(&headers(&[("authorization", b"Basic YWRtaW46czNjcmV0=")])),
+            None
+        );
+        assert_eq!(basic_password(&basic(b"admin:\xff")), None);
+        assert_eq!(basic_password(&headers(&[("authorization", b"Bearer s3cret")])), None);
+        assert_eq!(basic_password(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn the_admin_key_is_accepted_as_the_basic_password_only_when_it_is_right() {
+        let key = Secret::new("admin-key-1");
+        assert!(carries(&key, &basic(b"anyone:admin-key-1")));
+        assert!(carries(&key, &basic(b":admin-key-1")));
+        assert!(carries(&key, &headers(&[("authorization", b"Bearer admin-key-1")])));
+        assert!(carries(&key, &headers(&[("x-api-key", b"admin-key-1")])));
+        assert!(!carries(&key, &basic(b"anyone:admin-key-2")), "wrong password");
+        assert!(!carries(&key, &basic(b"anyone:admin-key-")), "a prefix of the key");
+        assert!(!carries(&key, &basic(b"admin-key-1:")), "the key as the user name");
+        assert!(!carries(&key, &basic(b"admin-key-1")), "no colon");
+        assert!(!carries(&key, &HeaderMap::new()));
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod admin_handoffs;
 mod admin_slis;
 mod admin_tools;
 mod chat;
+mod dashboard;
 mod edge;
 mod error;
 mod intake;
@@ -23,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
 
@@ -239,7 +240,8 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .route("/", get(dashboard))
+        .route("/", get(dashboard::page))
+        .route("/traces/{id}", get(dashboard::trace_page))
         .nest(
             "/admin",
             admin::router()
@@ -348,8 +350,9 @@ async fn readyz(State(gateway): State<Arc<Gateway>>) -> Response {
     }
 }
 
-/// Off loopback, `/metrics` and the dashboard (route names, tiers, kill-switch reasons) are for
-/// operators: they need the admin key unless `server.metrics_public = true`.
+/// Off loopback, `/metrics` (route names, tiers, kill-switch state) is for operators: it needs
+/// the admin key unless `server.metrics_public = true`. The dashboard has a stricter rule of its
+/// own (see `dashboard`).
 fn operator_view_refused(gateway: &Gateway, headers: &HeaderMap) -> Option<Response> {
     let runtime = gateway.current();
     if gateway.runtime.listen().ip().is_loopback()
@@ -379,46 +382,13 @@ async fn metrics(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Res
         .into_response()
 }
 
-async fn dashboard(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
-    if let Some(refused) = operator_view_refused(&gateway, &headers) {
-        return refused;
-    }
-    let runtime = gateway.current();
-    let mut rows = String::new();
-    for tier in gateway.runtime.engine.tier_states() {
-        rows.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:?}</td></tr>",
-            escape(&tier.route),
-            escape(&tier.tier),
-            escape(&tier.provider),
-            escape(&tier.model),
-            tier.state
-        ));
-    }
-    let mut kills = String::new();
-    for flip in gateway.runtime.engine.kill_switch().audit().iter().rev().take(20) {
-        kills.push_str(&format!(
-            "<li>{} {:?} engaged={} — {}</li>",
-            flip.at_unix_ms,
-            flip.scope,
-            flip.engaged,
-            escape(&flip.reason)
-        ));
-    }
-    Html(format!(
-        "<!doctype html><meta charset=utf-8><title>rein</title>\
-         <style>body{{font:14px system-ui;margin:2em}}td,th{{padding:4px 12px;text-align:left}}</style>\
-         <h1>rein</h1><p>config version {} · routes: {}</p>\
-         <h2>Tiers</h2><table><tr><th>route</th><th>tier</th><th>provider</th><th>model</th><th>breaker</th></tr>{rows}</table>\
-         <h2>Kill switch</h2><ul>{kills}</ul><p><a href=/metrics>metrics</a></p>",
-        runtime.version,
-        escape(&gateway.runtime.engine.route_names().join(", ")),
-    ))
-    .into_response()
-}
-
+/// `text` made safe for HTML, in an element or a quoted attribute.
 fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
 }
 
 #[cfg(test)]

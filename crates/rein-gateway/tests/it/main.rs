@@ -5,6 +5,7 @@
 mod config;
 mod continuation;
 mod coverage;
+mod dashboard;
 mod gateway;
 mod handoffs;
 mod keepalive;
