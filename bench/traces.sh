@@ -144,7 +144,7 @@ RAW="$TMP/raw.tsv"
 run() { # variant conns -> records rps, p50, p99, cpu
   local v=$1 c=$2 c0 c1 line requests dur p50 p99
   c0=$(cpu_ticks "${PID[$v]}")
-  line=$(BENCH_BODY=$BODY wrk -t2 -c"$c" -d"${DURATION}s" --timeout 5s -s "$LIB/post.lua" \
+  line=$(BENCH_BODY=$BODY wrk -t"$((c < 2 ? 1 : 2))" -c"$c" -d"${DURATION}s" --timeout 5s -s "$LIB/post.lua" \
     "http://127.0.0.1:${PORT[$v]}/v1/chat/completions" | grep '^BENCH ') || die "$v: wrk failed"
   c1=$(cpu_ticks "${PID[$v]}")
   requests=$(sed 's/.* requests=\([0-9]*\).*/\1/' <<<"$line")
