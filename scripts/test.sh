@@ -16,6 +16,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Install one of Debian's packages through apt-get (through sudo when not root).
+apt_install() {
+  local sudo=()
+  if [ "$(id -u)" != 0 ]; then sudo=(sudo); fi
+  "${sudo[@]}" apt-get update
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$1"
+}
+
 # The directory holding the server binaries, looked for where rein_store::testing looks:
 # $REIN_POSTGRES_BINDIR, `pg_config --bindir`, Debian's /usr/lib/postgresql/<version>/bin
 # (REIN_POSTGRES_DEBIAN_DIR moves that root, for this script's own test), then $PATH.
@@ -43,10 +51,7 @@ if ! postgres_bindir >/dev/null; then
     exit 1
   fi
   echo "PostgreSQL's server binaries are missing: installing Debian's postgresql package" >&2
-  sudo=()
-  if [ "$(id -u)" != 0 ]; then sudo=(sudo); fi
-  "${sudo[@]}" apt-get update
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql
+  apt_install postgresql
   if ! postgres_bindir >/dev/null; then
     echo "error: installed Debian's postgresql package, but initdb, pg_ctl and postgres are still" \
       "not found: set REIN_POSTGRES_BINDIR to the directory holding them" >&2
@@ -69,10 +74,7 @@ if ! prometheus_found; then
     exit 1
   fi
   echo "promtool or prometheus is missing: installing Debian's prometheus package" >&2
-  sudo=()
-  if [ "$(id -u)" != 0 ]; then sudo=(sudo); fi
-  "${sudo[@]}" apt-get update
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus
+  apt_install prometheus
   if ! prometheus_found; then
     echo "error: installed Debian's prometheus package, but promtool and prometheus are still" \
       "not on PATH" >&2
@@ -112,10 +114,7 @@ if ! chromium_found; then
     exit 1
   fi
   echo "Chromium is missing: installing Debian's chromium package" >&2
-  sudo=()
-  if [ "$(id -u)" != 0 ]; then sudo=(sudo); fi
-  "${sudo[@]}" apt-get update
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
+  apt_install chromium
   if ! chromium_found; then
     echo "error: installed Debian's chromium package, but /usr/bin/chromium is still missing:" \
       "set CHROMIUM to a Chromium binary" >&2

@@ -15,7 +15,6 @@ use super::error::Api;
 
 /// A model call being recorded.
 pub(super) struct Recording {
-    at_unix_ms: u64,
     deadline_ms: u64,
     covered: Option<bool>,
     labels: std::collections::BTreeMap<String, String>,
@@ -46,7 +45,6 @@ impl Recording {
             output: String::new(),
         });
         Self {
-            at_unix_ms: rein_core::clock::unix_ms(),
             deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
             covered: ctx.covered,
             labels: ctx.labels.clone(),
@@ -75,7 +73,7 @@ impl Recording {
         usage: Option<Usage>,
         output: Option<&str>,
     ) {
-        let Recording { at_unix_ms, deadline_ms, covered, labels, mut info } = self;
+        let Recording { deadline_ms, covered, labels, mut info } = self;
         // Only the keys the route slices by: a record's labels are bounded like its metrics.
         let labels =
             labels.into_iter().filter(|(key, _)| report.labels.contains_key(key)).collect();
@@ -95,7 +93,8 @@ impl Recording {
         }
         info.labels = report.labels.clone();
         let finished = Finished {
-            at_unix_ms: i64::try_from(at_unix_ms).unwrap_or(i64::MAX),
+            // The call is recorded at the time it started, as its trace is.
+            at_unix_ms: i64::try_from(info.started_unix_ms).unwrap_or(i64::MAX),
             report: report.clone(),
             info,
             record,
