@@ -45,6 +45,9 @@ impl Gateway {
     /// Starts `rein serve` on `config`, with `env` set and the log (at `rust_log`) in
     /// `dir/rein.log`.
     pub(crate) fn start(dir: &Path, config: &str, env: &[(&str, &str)], rust_log: &str) -> Gateway {
+        // The test's own HTTP clients need a TLS provider too, whichever test runs first (or
+        // alone, as nextest runs each).
+        rein_providers::install_crypto_provider();
         let path = dir.join("rein.toml");
         std::fs::write(&path, config).unwrap();
         let log = dir.join("rein.log");
