@@ -46,6 +46,9 @@ pub struct CallContext {
     /// The coverage check's verdict for this call, when one was made or known for its run
     /// (`false`: declined), for the call's SLI record.
     pub covered: Option<bool>,
+    /// What the steps before the engine noted for the call's trace (a hand-off, the coverage
+    /// check), timed since the call reached rein.
+    pub notes: crate::trace::Notes,
 }
 
 /// A call answered by a decision made before any model was asked.
@@ -71,6 +74,26 @@ pub fn is_label_key(key: &str) -> bool {
         && key.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.-".contains(c))
 }
 
+/// Whether `key = value` is a label a call may carry (the value's surrounding spaces aside);
+/// the error says what is wrong, for the caller.
+pub fn check_label(key: &str, value: &str) -> Result<(), String> {
+    if !is_label_key(key) {
+        return Err(format!(
+            "label key `{key}` must be 1 to {MAX_LABEL_KEY} of a-z, 0-9, `_`, `.`, `-`, starting with a letter"
+        ));
+    }
+    let value = value.trim();
+    if value.is_empty()
+        || value.len() > MAX_LABEL_VALUE
+        || value.chars().any(|c| c.is_control() || c == '=' || c == ',')
+    {
+        return Err(format!(
+            "label `{key}` needs a value of 1 to {MAX_LABEL_VALUE} printable characters, without `=` or `,`"
+        ));
+    }
+    Ok(())
+}
+
 /// Labels as a caller writes them: `key=value` pairs separated by commas, spaces around them
 /// ignored. The error says what is wrong, for the caller.
 pub fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
@@ -80,19 +103,7 @@ pub fn parse_labels(text: &str) -> Result<BTreeMap<String, String>, String> {
             return Err(format!("`{pair}` is not `key=value`"));
         };
         let (key, value) = (key.trim(), value.trim());
-        if !is_label_key(key) {
-            return Err(format!(
-                "label key `{key}` must be 1 to {MAX_LABEL_KEY} of a-z, 0-9, `_`, `.`, `-`, starting with a letter"
-            ));
-        }
-        if value.is_empty()
-            || value.len() > MAX_LABEL_VALUE
-            || value.chars().any(|c| c.is_control() || c == '=')
-        {
-            return Err(format!(
-                "label `{key}` needs a value of 1 to {MAX_LABEL_VALUE} printable characters"
-            ));
-        }
+        check_label(key, value)?;
         if labels.insert(key.to_string(), value.to_string()).is_some() {
             return Err(format!("label `{key}` is given twice"));
         }
@@ -126,6 +137,7 @@ impl CallContext {
             labels: BTreeMap::new(),
             decided: None,
             covered: None,
+            notes: crate::trace::Notes::default(),
         }
     }
 
@@ -189,6 +201,7 @@ impl CallContext {
             labels: self.labels.clone(),
             decided: None,
             covered: None,
+            notes: crate::trace::Notes::default(),
         }
     }
 }

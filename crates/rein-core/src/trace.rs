@@ -100,6 +100,12 @@ impl From<u64> for Value {
     }
 }
 
+impl From<i64> for Value {
+    fn from(value: i64) -> Self {
+        Value::Int(value)
+    }
+}
+
 impl From<u32> for Value {
     fn from(value: u32) -> Self {
         Value::Int(i64::from(value))
@@ -187,6 +193,27 @@ pub struct Span {
 }
 
 impl Span {
+    /// A span with no attributes, events or error yet.
+    pub fn new(
+        name: impl Into<String>,
+        kind: SpanKind,
+        parent_id: Option<String>,
+        start_ms: u64,
+        end_ms: u64,
+    ) -> Self {
+        Self {
+            span_id: new_span_id(),
+            parent_id,
+            name: name.into(),
+            kind,
+            start_ms,
+            end_ms: end_ms.max(start_ms),
+            attributes: Attributes::new(),
+            events: Vec::new(),
+            error: None,
+        }
+    }
+
     /// The value of an attribute.
     pub fn attribute(&self, key: &str) -> Option<&Value> {
         self.attributes.get(key)
@@ -247,10 +274,60 @@ pub struct CallInfo {
     pub provider_kinds: BTreeMap<String, String>,
     /// The caller's labels the route slices by.
     pub labels: BTreeMap<String, String>,
-    /// Events the layers above the engine add to the root span (hand-off, coverage, run stop).
+    /// How long after the call reached rein the engine started (the steps before it: the run's
+    /// stop conditions, the hand-off rules, the coverage check): the engine's times are shifted
+    /// by it, so the trace starts where the call did.
+    pub offset_ms: u64,
+    /// Events the layers above the engine add to the root span (hand-off, coverage, run stop),
+    /// timed since the call reached rein.
     pub events: Vec<SpanEvent>,
+    /// Spans the layers above the engine add under the root (the coverage check's model
+    /// calls), timed since the call reached rein; their parent is set here.
+    pub spans: Vec<Span>,
     /// Message content, only when the route opts in.
     pub content: Option<Content>,
+}
+
+/// What the layers above the engine noted for a call's trace before the engine ran, timed since
+/// the call reached rein (its deadline's start). Carried in the call's context.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Notes {
+    pub events: Vec<SpanEvent>,
+    pub spans: Vec<Span>,
+}
+
+impl Notes {
+    /// A child span of the call's root (its parent is set when the trace is built).
+    pub fn span(&mut self, name: &str, kind: SpanKind, start_ms: u64, end_ms: u64) -> &mut Span {
+        self.spans.push(Span::new(name, kind, None, start_ms, end_ms));
+        let last = self.spans.len() - 1;
+        &mut self.spans[last]
+    }
+}
+
+/// What a tool call's trace is built from: the dispatcher's notes (a span per rung that ran)
+/// and what the envelope said.
+#[derive(Debug, Clone, Default)]
+pub struct ToolCallInfo {
+    pub ids: Option<TraceIds>,
+    pub request_id: String,
+    pub started_unix_ms: u64,
+    /// Since the call reached rein.
+    pub elapsed_ms: u64,
+    pub tool: String,
+    /// The envelope's status (`ok`, `refused`, `queued`, `pending_approval`, `busy`,
+    /// `stopped`).
+    pub status: String,
+    /// The rung that served or refused it.
+    pub served_by: Option<String>,
+    pub fidelity: Option<String>,
+    pub degraded: Option<bool>,
+    /// A stored result returned for a repeated idempotency key.
+    pub replayed: bool,
+    /// The caller's labels.
+    pub labels: BTreeMap<String, String>,
+    /// The rungs' spans and the events of the ladder, the run's guards and the hand-off.
+    pub notes: Notes,
 }
 
 fn skip_reason(reason: &SkipReason) -> &'static str {
@@ -285,14 +362,13 @@ impl Trace {
         };
         let mut root = Span {
             span_id: ids.span_id.clone(),
-            parent_id: ids.parent_id.clone(),
-            name: format!("chat {}", report.route),
-            kind: SpanKind::Server,
-            start_ms: 0,
-            end_ms: report.elapsed_ms,
-            attributes: Attributes::new(),
-            events: Vec::new(),
-            error: None,
+            ..Span::new(
+                format!("chat {}", report.route),
+                SpanKind::Server,
+                ids.parent_id.clone(),
+                0,
+                report.elapsed_ms,
+            )
         };
         let attrs = &mut root.attributes;
         attrs.insert("gen_ai.operation.name".into(), "chat".into());
@@ -341,17 +417,13 @@ impl Trace {
         for step in &report.steps {
             match step {
                 Step::Attempt(attempt) => {
-                    let mut span = Span {
-                        span_id: new_span_id(),
-                        parent_id: Some(ids.span_id.clone()),
-                        name: format!("chat {}", attempt.model),
-                        kind: SpanKind::Client,
-                        start_ms: attempt.started_ms,
-                        end_ms: attempt.started_ms + attempt.elapsed_ms,
-                        attributes: Attributes::new(),
-                        events: Vec::new(),
-                        error: None,
-                    };
+                    let mut span = Span::new(
+                        format!("chat {}", attempt.model),
+                        SpanKind::Client,
+                        Some(ids.span_id.clone()),
+                        attempt.started_ms,
+                        attempt.started_ms + attempt.elapsed_ms,
+                    );
                     let attrs = &mut span.attributes;
                     attrs.insert("gen_ai.operation.name".into(), "chat".into());
                     attrs.insert("gen_ai.provider.name".into(), kind_of(&attempt.provider).into());
@@ -392,17 +464,13 @@ impl Trace {
                     children.push(span);
                 }
                 Step::Wait { tier, at_ms, wait_ms, pushback } => {
-                    let mut span = Span {
-                        span_id: new_span_id(),
-                        parent_id: Some(ids.span_id.clone()),
-                        name: "wait".into(),
-                        kind: SpanKind::Internal,
-                        start_ms: *at_ms,
-                        end_ms: at_ms + wait_ms,
-                        attributes: Attributes::new(),
-                        events: Vec::new(),
-                        error: None,
-                    };
+                    let mut span = Span::new(
+                        "wait",
+                        SpanKind::Internal,
+                        Some(ids.span_id.clone()),
+                        *at_ms,
+                        at_ms + wait_ms,
+                    );
                     span.attributes.insert("rein.wait_ms".into(), (*wait_ms).into());
                     span.attributes.insert("rein.pushback".into(), (*pushback).into());
                     if let Some(name) = tier_name(report, *tier) {
@@ -481,6 +549,22 @@ impl Trace {
                 }
             }
         }
+        if info.offset_ms > 0 {
+            let offset = info.offset_ms;
+            root.end_ms += offset;
+            for event in &mut root.events {
+                event.at_ms += offset;
+            }
+            for span in &mut children {
+                span.start_ms += offset;
+                span.end_ms += offset;
+            }
+        }
+        root.end_ms = info.spans.iter().map(|span| span.end_ms).fold(root.end_ms, u64::max);
+        for mut span in info.spans {
+            span.parent_id = Some(ids.span_id.clone());
+            children.push(span);
+        }
         root.events.extend(info.events);
         root.events.sort_by_key(|event| event.at_ms);
         children.sort_by_key(|span| span.start_ms);
@@ -494,6 +578,59 @@ impl Trace {
             operation: "chat".into(),
             started_unix_ms: info.started_unix_ms,
             outcome: report.outcome.as_str().to_string(),
+            spans,
+        }
+    }
+
+    /// The trace of a finished tool call: a root span for the call (`execute_tool`), a child
+    /// span per rung that ran, and the ladder's events.
+    pub fn of_tool_call(info: ToolCallInfo) -> Trace {
+        let ids = info.ids.clone().unwrap_or_else(|| TraceIds::for_call(None));
+        let end_ms =
+            info.notes.spans.iter().map(|span| span.end_ms).fold(info.elapsed_ms, u64::max);
+        let name = format!("execute_tool {}", info.tool);
+        let mut root = Span {
+            span_id: ids.span_id.clone(),
+            events: info.notes.events,
+            ..Span::new(name, SpanKind::Server, ids.parent_id.clone(), 0, end_ms)
+        };
+        let attrs = &mut root.attributes;
+        attrs.insert("gen_ai.operation.name".into(), "execute_tool".into());
+        attrs.insert("gen_ai.tool.name".into(), info.tool.clone().into());
+        attrs.insert("rein.outcome".into(), info.status.clone().into());
+        attrs.insert("rein.request_id".into(), info.request_id.clone().into());
+        attrs.insert("rein.replayed".into(), info.replayed.into());
+        if let Some(rung) = &info.served_by {
+            attrs.insert("rein.rung".into(), rung.clone().into());
+        }
+        if let Some(fidelity) = &info.fidelity {
+            attrs.insert("rein.fidelity".into(), fidelity.clone().into());
+        }
+        if let Some(degraded) = info.degraded {
+            attrs.insert("rein.degraded".into(), degraded.into());
+        }
+        for (key, value) in &info.labels {
+            attrs.insert(format!("rein.label.{key}"), value.clone().into());
+        }
+        if matches!(info.status.as_str(), "refused" | "stopped") {
+            root.error = Some(format!("the tool call was {}", info.status));
+        }
+        root.events.sort_by_key(|event| event.at_ms);
+        let mut children = info.notes.spans;
+        for span in &mut children {
+            span.parent_id = Some(ids.span_id.clone());
+        }
+        children.sort_by_key(|span| span.start_ms);
+        let mut spans = Vec::with_capacity(children.len() + 1);
+        spans.push(root);
+        spans.extend(children);
+        Trace {
+            trace_id: ids.trace_id,
+            request_id: info.request_id,
+            target: info.tool,
+            operation: "execute_tool".into(),
+            started_unix_ms: info.started_unix_ms,
+            outcome: info.status,
             spans,
         }
     }
@@ -541,6 +678,10 @@ impl Trace {
                         "rein.fidelity",
                         "rein.wait_ms",
                         "rein.pushback",
+                        "rein.coverage.method",
+                        "rein.coverage.score",
+                        "rein.coverage.cutoff",
+                        "rein.coverage.covered",
                     ] {
                         if let Some(value) = span.attribute(key) {
                             let key = key.trim_start_matches("rein.");
@@ -691,6 +832,78 @@ mod tests {
         // Round trip through the store's JSON.
         let back: Trace = serde_json::from_str(&serde_json::to_string(&trace).unwrap()).unwrap();
         assert_eq!(back, trace);
+    }
+
+    #[test]
+    fn the_steps_before_the_engine_shift_its_times_and_add_their_own() {
+        let mut notes = Notes::default();
+        let check = notes.span("coverage_check", SpanKind::Client, 5, 40);
+        check.attributes.insert("rein.coverage.score".into(), 0.02.into());
+        notes.events.push(SpanEvent::new("handoff", 41).with("rein.trigger", "coverage"));
+        let info = CallInfo {
+            request_id: "req_1".into(),
+            offset_ms: 42,
+            events: notes.events,
+            spans: notes.spans,
+            ..CallInfo::default()
+        };
+        let trace = Trace::of_call(&report(), info);
+        let root = trace.root().unwrap();
+        assert_eq!((root.start_ms, root.end_ms), (0, 42 + 360), "from the intake to the end");
+        let first = trace.spans.iter().find(|s| s.name == "chat primary-model").unwrap();
+        assert_eq!(first.start_ms, 42, "the engine's first attempt starts after the steps");
+        let check = trace.spans.iter().find(|s| s.name == "coverage_check").unwrap();
+        assert_eq!((check.start_ms, check.end_ms), (5, 40), "the step's own times are kept");
+        assert_eq!(check.parent_id.as_deref(), Some(root.span_id.as_str()));
+        let events: Vec<(&str, u64)> =
+            root.events.iter().map(|e| (e.name.as_str(), e.at_ms)).collect();
+        assert_eq!(events, [("handoff", 41), ("tier_skipped", 42 + 250), ("check", 42 + 350)]);
+        assert!(trace.render_tree().contains("coverage_check"), "{}", trace.render_tree());
+    }
+
+    #[test]
+    fn a_tool_call_is_a_root_with_its_rungs_under_it() {
+        let mut notes = Notes::default();
+        let primary = notes.span("rung search_primary", SpanKind::Client, 1, 30);
+        primary.attributes.insert("rein.disposition".into(), "down".into());
+        primary.error = Some("status".into());
+        notes.span("rung search_cache", SpanKind::Internal, 30, 32);
+        notes.events.push(SpanEvent::new("rung_skipped", 0).with("rein.rung", "replica"));
+        let parent = TraceParent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        let info = ToolCallInfo {
+            ids: Some(TraceIds::for_call(parent.as_ref())),
+            request_id: "req_7".into(),
+            elapsed_ms: 33,
+            tool: "search_docs".into(),
+            status: "ok".into(),
+            served_by: Some("search_cache".into()),
+            fidelity: Some("stale".into()),
+            degraded: Some(true),
+            notes,
+            ..ToolCallInfo::default()
+        };
+        let trace = Trace::of_tool_call(info);
+        assert_eq!(
+            (trace.operation.as_str(), trace.target.as_str()),
+            ("execute_tool", "search_docs")
+        );
+        let root = trace.root().unwrap();
+        assert_eq!(root.parent_id.as_deref(), Some("00f067aa0ba902b7"));
+        assert_eq!(root.attribute("gen_ai.tool.name"), Some(&Value::from("search_docs")));
+        assert_eq!(root.attribute("rein.rung"), Some(&Value::from("search_cache")));
+        assert_eq!(root.end_ms, 33);
+        assert!(root.error.is_none(), "served, if degraded");
+        assert_eq!(trace.spans.len(), 3);
+        assert!(trace.spans[1..].iter().all(|s| s.parent_id.as_deref() == Some(&root.span_id[..])));
+        let tree = trace.render_tree();
+        assert!(tree.starts_with("execute_tool search_docs (ok) 33 ms"), "{tree}");
+        assert!(tree.contains("rung search_primary") && tree.contains("✗"), "{tree}");
+
+        let refused = Trace::of_tool_call(ToolCallInfo {
+            status: "refused".into(),
+            ..ToolCallInfo::default()
+        });
+        assert!(refused.root().unwrap().error.is_some(), "a refusal is the call's error");
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The recorder: finished calls leave the request path here. A call hands its report, its
-//! [`CallInfo`] and its SLI record ([`Finished`]) to a bounded queue and returns; one worker
+//! The recorder: finished calls leave the request path here. A model call hands its report, its
+//! [`CallInfo`] and its SLI record ([`Finished`]) to a bounded queue and returns, and a tool
+//! call its [`ToolCallInfo`] ([`FinishedTool`]); one worker
 //! builds each call's trace and writes the queue to the store in batches ([`RecordedCall`]s), and another exports the traces over OTLP through a
 //! [`TraceSink`], in batches, each export bounded by its timeout. Nothing waits for the store or
 //! the exporter: when a queue is full the call's record or trace is dropped and counted
@@ -13,9 +14,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rein_core::CallReport;
 use rein_core::sli::CallRecord;
-use rein_core::trace::{CallInfo, Trace};
+use rein_core::trace::{CallInfo, ToolCallInfo, Trace};
 use rein_store::ToolStore;
-use rein_store::calls::{CallsRetention, RecordedCall};
+use rein_store::calls::{CallsRetention, RecordedCall, RecordedTool};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::traces::TracesConfig;
@@ -50,11 +51,19 @@ pub struct Finished {
     pub record: CallRecord,
 }
 
+/// A finished tool call, as the request path hands it over.
+#[derive(Debug, Clone)]
+pub struct FinishedTool {
+    pub at_unix_ms: i64,
+    pub info: ToolCallInfo,
+}
+
 /// Each provider's `gen_ai.provider.name` by its configured name, as the config in force says.
 pub type ProviderKinds = Arc<dyn Fn() -> std::collections::BTreeMap<String, String> + Send + Sync>;
 
 enum Item {
     Call(Box<Finished>),
+    Tool(Box<FinishedTool>),
     /// Answered once everything queued before it is written.
     Flush(oneshot::Sender<()>),
 }
@@ -113,8 +122,17 @@ impl Recorder {
     /// Queue a finished call; never waits. `false`: the queue was full (or recording is off) and
     /// the call was dropped (counted).
     pub fn submit(&self, call: Finished) -> bool {
+        self.queue(Item::Call(Box::new(call)))
+    }
+
+    /// Queue a finished tool call, like [`Recorder::submit`].
+    pub fn submit_tool(&self, call: FinishedTool) -> bool {
+        self.queue(Item::Tool(Box::new(call)))
+    }
+
+    fn queue(&self, item: Item) -> bool {
         let Some(tx) = &self.tx else { return false };
-        match tx.try_send(Item::Call(Box::new(call))) {
+        match tx.try_send(item) {
             Ok(()) => true,
             Err(_) => {
                 self.stats.records_dropped.fetch_add(1, Ordering::Relaxed);
@@ -215,14 +233,17 @@ impl Writer {
         let Writer { store, kinds, stats, exports } = self;
         let kinds = kinds();
         let mut calls = Vec::with_capacity(items.len());
+        let mut tools = Vec::new();
         let mut flushes = Vec::new();
         for item in items {
             match item {
                 Item::Call(call) => calls.push(recorded(*call, &kinds)),
+                Item::Tool(call) => tools.push(recorded_tool(*call)),
                 Item::Flush(done) => flushes.push(done),
             }
         }
-        write_batch(&**store, calls, flushes, stats, exports.as_ref()).await;
+        let batch = Batch { calls, tools, flushes };
+        write_batch(&**store, batch, stats, exports.as_ref()).await;
     }
 }
 
@@ -242,25 +263,55 @@ fn recorded(call: Finished, kinds: &std::collections::BTreeMap<String, String>) 
     }
 }
 
+/// A finished tool call's row: its trace, and what a list shows of it. Notable: anything but an
+/// `ok` from the first rung that ran, with nothing skipped, guarded or replayed on the way.
+fn recorded_tool(call: FinishedTool) -> RecordedTool {
+    let FinishedTool { at_unix_ms, info } = call;
+    let (tool, status, rung) = (info.tool.clone(), info.status.clone(), info.served_by.clone());
+    let trace = Trace::of_tool_call(info);
+    let rungs = trace.spans.len().saturating_sub(1);
+    let plain = status == "ok"
+        && rungs <= 1
+        && trace.root().is_some_and(|root| root.events.iter().all(|e| e.name == "run_guard"));
+    RecordedTool {
+        at_unix_ms,
+        request_id: trace.request_id.clone(),
+        trace_id: trace.trace_id.clone(),
+        tool,
+        status,
+        rung,
+        rungs: i64::try_from(rungs).unwrap_or(i64::MAX),
+        elapsed_ms: i64::try_from(trace.elapsed_ms()).unwrap_or(i64::MAX),
+        notable: !plain,
+        trace: Some(trace),
+    }
+}
+
+/// One write to the store.
+struct Batch {
+    calls: Vec<RecordedCall>,
+    tools: Vec<RecordedTool>,
+    flushes: Vec<oneshot::Sender<()>>,
+}
+
 async fn write_batch(
     store: &dyn ToolStore,
-    calls: Vec<RecordedCall>,
-    flushes: Vec<oneshot::Sender<()>>,
+    batch: Batch,
     stats: &RecorderStats,
     exports: Option<&mpsc::Sender<Trace>>,
 ) {
+    let Batch { calls, tools, flushes } = batch;
     if let Some(exports) = exports {
-        for call in &calls {
-            if let Some(trace) = &call.trace
-                && exports.try_send(trace.clone()).is_err()
-            {
+        let traces = calls.iter().filter_map(|c| c.trace.as_ref());
+        for trace in traces.chain(tools.iter().filter_map(|t| t.trace.as_ref())) {
+            if exports.try_send(trace.clone()).is_err() {
                 stats.spans_dropped_queue.fetch_add(trace.spans.len() as u64, Ordering::Relaxed);
             }
         }
     }
-    if !calls.is_empty() {
-        let count = calls.len() as u64;
-        match store.calls_record(&calls).await {
+    if !calls.is_empty() || !tools.is_empty() {
+        let count = (calls.len() + tools.len()) as u64;
+        match store.calls_record(&calls, &tools).await {
             Ok(()) => {
                 stats.records_written.fetch_add(count, Ordering::Relaxed);
             }

@@ -1,5 +1,7 @@
-//! Recorded calls: one row per finished model or tool call, holding what the SLIs are computed
-//! from (a [`CallRecord`]) and, while it is kept, the call's [`Trace`]. The trace store keeps the
+//! Recorded calls: one row per finished model call, holding what the SLIs are computed from (a
+//! [`CallRecord`]) and, while it is kept, the call's [`Trace`], and one per tool call
+//! ([`RecordedTool`]: its status, the rung that served it, its trace). The SLIs read only the
+//! model calls. The trace store keeps the
 //! last `keep_last` traces and every trace of a call that was not answered on the first try
 //! (`notable`) for the trace retention window; records are kept for the (longer) SLI window.
 //! Both backends store the record and the trace as JSON text.
@@ -33,12 +35,39 @@ impl RecordedCall {
     }
 }
 
+/// A finished tool call, as the recorder writes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedTool {
+    pub at_unix_ms: i64,
+    pub request_id: String,
+    pub trace_id: String,
+    pub tool: String,
+    /// The envelope's status (`ok`, `refused`, `queued`, ...; `stopped` for a stopped run).
+    pub status: String,
+    /// The source of the rung that served or refused it.
+    pub rung: Option<String>,
+    /// The rungs that were tried.
+    pub rungs: i64,
+    pub elapsed_ms: i64,
+    /// Not served `ok` by its first rung.
+    pub notable: bool,
+    pub trace: Option<Trace>,
+}
+
+/// What a recorded call was.
+pub const MODEL_KIND: &str = "model";
+/// What a recorded tool call was.
+pub const TOOL_KIND: &str = "tool";
+
 /// One kept trace, as a list shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TraceSummary {
     pub at_unix_ms: i64,
     pub request_id: String,
     pub trace_id: String,
+    /// `model` or `tool`.
+    pub kind: String,
+    /// The route (model calls) or the tool.
     pub route: String,
     pub outcome: String,
     pub tier: Option<String>,
@@ -77,10 +106,11 @@ pub struct CallsPruned {
 
 /// The columns a [`TraceSummary`] is read from, in order.
 pub(crate) const SUMMARY_COLUMNS: &str =
-    "at_unix_ms, request_id, trace_id, route, outcome, tier, attempts, elapsed_ms, notable";
+    "at_unix_ms, request_id, trace_id, route, outcome, tier, attempts, elapsed_ms, notable, kind";
 
 /// A [`RecordedCall`] as both backends write its row.
 pub(crate) struct CallRow {
+    pub kind: &'static str,
     pub at_unix_ms: i64,
     pub request_id: String,
     pub trace_id: String,
@@ -98,6 +128,7 @@ impl CallRow {
     pub(crate) fn of(call: &RecordedCall) -> Self {
         let record = &call.record;
         Self {
+            kind: MODEL_KIND,
             at_unix_ms: call.at_unix_ms,
             request_id: call.request_id.clone(),
             trace_id: call.trace_id.clone(),
@@ -114,5 +145,32 @@ impl CallRow {
                 .as_ref()
                 .map(|trace| serde_json::to_string(trace).unwrap_or_default()),
         }
+    }
+}
+
+impl CallRow {
+    pub(crate) fn of_tool(call: &RecordedTool) -> Self {
+        Self {
+            kind: TOOL_KIND,
+            at_unix_ms: call.at_unix_ms,
+            request_id: call.request_id.clone(),
+            trace_id: call.trace_id.clone(),
+            route: call.tool.clone(),
+            outcome: call.status.clone(),
+            tier: call.rung.clone(),
+            attempts: call.rungs,
+            elapsed_ms: call.elapsed_ms,
+            notable: call.notable,
+            record: "{}".to_string(),
+            trace: call
+                .trace
+                .as_ref()
+                .map(|trace| serde_json::to_string(trace).unwrap_or_default()),
+        }
+    }
+
+    /// The rows of one batch: the model calls, then the tool calls.
+    pub(crate) fn all(calls: &[RecordedCall], tools: &[RecordedTool]) -> Vec<CallRow> {
+        calls.iter().map(CallRow::of).chain(tools.iter().map(CallRow::of_tool)).collect()
     }
 }

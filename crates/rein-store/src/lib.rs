@@ -236,6 +236,9 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX calls_at ON calls (at_unix_ms);
     CREATE INDEX calls_trace ON calls (trace_id);
     CREATE INDEX calls_request ON calls (request_id);",
+    // 9: tool calls are recorded too (`kind`): their traces are kept beside the model calls',
+    // and the SLIs read only the model calls.
+    "ALTER TABLE calls ADD COLUMN kind TEXT NOT NULL DEFAULT 'model';",
 ];
 
 /// How long a writer waits for another connection's write transaction (another process on the

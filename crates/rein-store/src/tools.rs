@@ -28,7 +28,9 @@ use rein_core::sli::CallRecord;
 use rein_core::trace::Trace;
 
 use crate::StoreError;
-use crate::calls::{CallsPruned, CallsRetention, RecordedCall, TraceFilter, TraceSummary};
+use crate::calls::{
+    CallsPruned, CallsRetention, RecordedCall, RecordedTool, TraceFilter, TraceSummary,
+};
 use crate::handoffs::{
     Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
 };
@@ -548,11 +550,15 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
 
     // ---- recorded calls and traces ----
 
-    /// Record finished calls, in one transaction.
-    async fn calls_record(&self, calls: &[RecordedCall]) -> Result<(), StoreError>;
+    /// Record finished model and tool calls, in one transaction.
+    async fn calls_record(
+        &self,
+        calls: &[RecordedCall],
+        tools: &[RecordedTool],
+    ) -> Result<(), StoreError>;
 
-    /// The records of calls made at or after `since_unix_ms` (of one route, when given), oldest
-    /// first, at most `limit`, each with when it was made.
+    /// The records of model calls made at or after `since_unix_ms` (of one route, when given),
+    /// oldest first, at most `limit`, each with when it was made.
     async fn calls_since(
         &self,
         since_unix_ms: i64,

@@ -30,7 +30,8 @@ use rein_core::KillFlip;
 
 use crate::StoreError;
 use crate::calls::{
-    CallRow, CallsPruned, CallsRetention, RecordedCall, SUMMARY_COLUMNS, TraceFilter, TraceSummary,
+    CallRow, CallsPruned, CallsRetention, RecordedCall, RecordedTool, SUMMARY_COLUMNS, TraceFilter,
+    TraceSummary,
 };
 use crate::handoffs::{
     Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
@@ -1043,8 +1044,12 @@ impl ToolStore for PostgresToolStore {
         .await
     }
 
-    async fn calls_record(&self, calls: &[RecordedCall]) -> Result<(), StoreError> {
-        let rows: Vec<CallRow> = calls.iter().map(CallRow::of).collect();
+    async fn calls_record(
+        &self,
+        calls: &[RecordedCall],
+        tools: &[RecordedTool],
+    ) -> Result<(), StoreError> {
+        let rows = CallRow::all(calls, tools);
         if rows.is_empty() {
             return Ok(());
         }
@@ -1053,8 +1058,8 @@ impl ToolStore for PostgresToolStore {
                 execute(
                     &tx,
                     "INSERT INTO calls (at_unix_ms, request_id, trace_id, route, outcome, tier,
-                         attempts, elapsed_ms, notable, record, trace)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                         attempts, elapsed_ms, notable, record, trace, kind)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
                     &[
                         &row.at_unix_ms,
                         &row.request_id,
@@ -1067,6 +1072,7 @@ impl ToolStore for PostgresToolStore {
                         &row.notable,
                         &row.record,
                         &row.trace,
+                        &row.kind,
                     ],
                 )
                 .await?;
@@ -1088,7 +1094,7 @@ impl ToolStore for PostgresToolStore {
             let found = query(
                 &client,
                 "SELECT at_unix_ms, record FROM calls
-                 WHERE at_unix_ms >= $1 AND ($2::TEXT IS NULL OR route = $2)
+                 WHERE at_unix_ms >= $1 AND kind = 'model' AND ($2::TEXT IS NULL OR route = $2)
                  ORDER BY id LIMIT $3",
                 &[&since_unix_ms, &route, &rules::list_limit(limit)],
             )

@@ -20,7 +20,8 @@ use serde_json::Value;
 use rein_core::KillFlip;
 
 use crate::calls::{
-    CallRow, CallsPruned, CallsRetention, RecordedCall, SUMMARY_COLUMNS, TraceFilter, TraceSummary,
+    CallRow, CallsPruned, CallsRetention, RecordedCall, RecordedTool, SUMMARY_COLUMNS, TraceFilter,
+    TraceSummary,
 };
 use crate::handoffs::{
     Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
@@ -912,16 +913,20 @@ impl ToolStore for SqliteToolStore {
         .await
     }
 
-    async fn calls_record(&self, calls: &[RecordedCall]) -> Result<(), StoreError> {
-        let rows: Vec<CallRow> = calls.iter().map(CallRow::of).collect();
+    async fn calls_record(
+        &self,
+        calls: &[RecordedCall],
+        tools: &[RecordedTool],
+    ) -> Result<(), StoreError> {
+        let rows = CallRow::all(calls, tools);
         if rows.is_empty() {
             return Ok(());
         }
         self.write(move |tx| {
             let mut insert = tx.prepare_cached(
                 "INSERT INTO calls (at_unix_ms, request_id, trace_id, route, outcome, tier,
-                     attempts, elapsed_ms, notable, record, trace)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                     attempts, elapsed_ms, notable, record, trace, kind)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             )?;
             for row in &rows {
                 insert.execute(params![
@@ -935,7 +940,8 @@ impl ToolStore for SqliteToolStore {
                     row.elapsed_ms,
                     row.notable,
                     row.record,
-                    row.trace
+                    row.trace,
+                    row.kind
                 ])?;
             }
             Ok(())
@@ -953,7 +959,7 @@ impl ToolStore for SqliteToolStore {
         self.run(move |conn| {
             let mut statement = conn.prepare_cached(
                 "SELECT at_unix_ms, record FROM calls
-                 WHERE at_unix_ms >= ?1 AND (?2 IS NULL OR route = ?2)
+                 WHERE at_unix_ms >= ?1 AND kind = 'model' AND (?2 IS NULL OR route = ?2)
                  ORDER BY id LIMIT ?3",
             )?;
             let found = statement

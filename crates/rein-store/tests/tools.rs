@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rein_store::calls::{CallsPruned, CallsRetention, RecordedCall, TraceFilter};
+use rein_store::calls::{CallsPruned, CallsRetention, RecordedCall, RecordedTool, TraceFilter};
 use rein_store::handoffs::{
     Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
 };
@@ -1615,13 +1615,13 @@ fn recorded(n: i64, route: &str, outcome: rein_core::Outcome, attempts: u32) -> 
 async fn recorded_calls_come_back_by_window_and_route(backend: Backend) {
     use rein_core::Outcome;
     let store = &*backend.store;
-    store.calls_record(&[]).await.unwrap();
+    store.calls_record(&[], &[]).await.unwrap();
     let calls = vec![
         recorded(1, "support", Outcome::Answered, 1),
         recorded(2, "support", Outcome::Fallback, 3),
         recorded(3, "billing", Outcome::Answered, 1),
     ];
-    store.calls_record(&calls).await.unwrap();
+    store.calls_record(&calls, &[]).await.unwrap();
     let all = store.calls_since(T0, None, 100).await.unwrap();
     assert_eq!(all.len(), 3);
     assert_eq!(all[1], (T0 + 2, calls[1].record.clone()), "records round-trip, oldest first");
@@ -1646,6 +1646,34 @@ async fn recorded_calls_come_back_by_window_and_route(backend: Backend) {
     assert_eq!(listed.len(), 1);
     let billing = TraceFilter { route: Some("billing".to_owned()), ..TraceFilter::default() };
     assert_eq!(store.traces_list(&billing, 10).await.unwrap()[0].request_id, "req_3");
+
+    // A tool call's trace is kept beside them, and is never an SLI record.
+    let mut tool_trace = calls[0].trace.clone().unwrap();
+    tool_trace.trace_id = format!("{:032x}", 77);
+    tool_trace.request_id = "req_tool".to_owned();
+    tool_trace.operation = "execute_tool".to_owned();
+    let tool = RecordedTool {
+        at_unix_ms: T0 + 4,
+        request_id: "req_tool".to_owned(),
+        trace_id: tool_trace.trace_id.clone(),
+        tool: "lookup_order".to_owned(),
+        status: "ok".to_owned(),
+        rung: Some("cache".to_owned()),
+        rungs: 2,
+        elapsed_ms: 12,
+        notable: true,
+        trace: Some(tool_trace.clone()),
+    };
+    store.calls_record(&[], std::slice::from_ref(&tool)).await.unwrap();
+    assert_eq!(store.calls_since(T0, None, 100).await.unwrap().len(), 3, "SLIs read model calls");
+    let listed = store.traces_list(&TraceFilter::default(), 10).await.unwrap();
+    assert_eq!(
+        (listed[0].kind.as_str(), listed[0].route.as_str(), listed[0].tier.as_deref()),
+        ("tool", "lookup_order", Some("cache"))
+    );
+    assert_eq!((listed[0].attempts, listed[0].elapsed_ms), (2, 12));
+    assert_eq!(listed[1].kind, "model");
+    assert_eq!(store.trace_get("req_tool").await.unwrap(), vec![tool_trace]);
 }
 
 async fn the_trace_store_keeps_the_newest_and_every_notable_trace(backend: Backend) {
@@ -1655,7 +1683,7 @@ async fn the_trace_store_keeps_the_newest_and_every_notable_trace(backend: Backe
     let mut calls = vec![recorded(1, "support", Outcome::Degraded, 2)];
     calls.extend((2..=5).map(|n| recorded(n, "support", Outcome::Answered, 1)));
     calls.push(recorded(6, "support", Outcome::Fallback, 2));
-    store.calls_record(&calls).await.unwrap();
+    store.calls_record(&calls, &[]).await.unwrap();
 
     let keep_two =
         CallsRetention { records_before_unix_ms: T0, traces_before_unix_ms: T0, keep_last: 2 };

@@ -24,6 +24,7 @@ use crate::error::ToolError;
 use crate::ladder::{HttpRung, Rung, RungAction, Tool};
 use crate::observer::{LADDER_EXHAUSTED, NoopObserver, ToolObserver};
 use crate::replay::{self, ReplayReport};
+use crate::trace::RungLog;
 use crate::{evidence, operator, write};
 
 /// How a call ended: the envelope the model sees, and the facts the caller's headers and logs
@@ -37,6 +38,9 @@ pub struct ToolOutcome {
     /// True when the envelope is a stored result returned for a repeated idempotency key:
     /// nothing ran this time.
     pub replayed: bool,
+    /// What the call did, for its trace: a span per rung that ran, events for the rest, timed
+    /// since the call's context started.
+    pub trace: rein_core::trace::Notes,
 }
 
 /// One rung's breaker, for operators.
@@ -176,10 +180,15 @@ impl Dispatcher {
             )));
         }
         let urls = fill_urls(tool, &args)?;
-        match tool.kind {
-            ToolKind::Read => Ok(crate::read::call_read(self, tool, &args, &urls, deadline).await),
-            ToolKind::Write => write::call_write(self, ctx, tool, args, &urls).await,
-        }
+        let log = RungLog::new(deadline);
+        let mut outcome = match tool.kind {
+            ToolKind::Read => {
+                crate::read::call_read(self, tool, &args, &urls, deadline, &log).await
+            }
+            ToolKind::Write => write::call_write(self, ctx, tool, args, &urls, &log).await?,
+        };
+        outcome.trace = log.take();
+        Ok(outcome)
     }
 
     /// A person's decision on a held write. Approval puts the write in the outbox (the replay
@@ -324,6 +333,7 @@ pub(crate) fn outcome(envelope: Envelope, rung: Option<&Rung>, replayed: bool) -
         served_by: rung.map(|rung| rung.source.clone()),
         envelope: envelope.to_json(),
         replayed,
+        trace: rein_core::trace::Notes::default(),
     }
 }
 

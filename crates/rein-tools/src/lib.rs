@@ -25,6 +25,7 @@ mod operator;
 mod read;
 mod redact;
 mod replay;
+mod trace;
 mod wording;
 mod write;
 

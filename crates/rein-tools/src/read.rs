@@ -15,6 +15,7 @@ use crate::envelope;
 use crate::http::{self, HttpOutcome};
 use crate::keys::args_hash;
 use crate::ladder::{HttpRung, Rung, RungAction, Tool};
+use crate::trace::{RungLog, Turn};
 use crate::wording::Situation;
 
 /// What a rung did with the call.
@@ -32,6 +33,7 @@ pub(crate) async fn call_read(
     args: &Value,
     urls: &[Option<String>],
     deadline: &Deadline,
+    log: &RungLog,
 ) -> ToolOutcome {
     let hash = args_hash(args);
     for (rung, url) in tool.rungs.iter().zip(urls) {
@@ -39,13 +41,16 @@ pub(crate) async fn call_read(
         let needs_time = !matches!(rung.action, RungAction::Static { .. });
         if needs_time && budget.is_zero() {
             tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: no time left before the deadline");
+            log.skipped(rung, "no_time_left");
             continue;
         }
         let Some(permit) = admit(rung) else {
             tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: breaker open");
+            log.skipped(rung, "breaker_open");
             continue;
         };
-        let rung_read = RungRead { dispatcher, tool, rung, args, deadline, budget };
+        let start_ms = log.now_ms();
+        let rung_read = RungRead { dispatcher, tool, rung, args, deadline, budget, log, start_ms };
         let step = match &rung.action {
             RungAction::Http(http) => match url {
                 Some(url) => rung_read.http(http, url, &hash, permit).await,
@@ -57,7 +62,7 @@ pub(crate) async fn call_read(
             RungAction::Cache { max_age_ms } => rung_read.cache(*max_age_ms, &hash, permit).await,
             RungAction::Static { result } => {
                 resolve(permit, Resolution::Succeeded);
-                rung_read.served(result.clone(), None)
+                rung_read.served(result.clone(), None, None)
             }
             // Validation keeps queue rungs out of read ladders.
             RungAction::Queue => {
@@ -84,6 +89,9 @@ struct RungRead<'a> {
     deadline: &'a Deadline,
     /// The rung's timeout, cut to what the call has left.
     budget: std::time::Duration,
+    log: &'a RungLog,
+    /// When the rung's turn began, on the call's trace.
+    start_ms: u64,
 }
 
 impl RungRead<'_> {
@@ -91,6 +99,7 @@ impl RungRead<'_> {
         let (tool, rung, dispatcher, args) = (self.tool, self.rung, self.dispatcher, self.args);
         let Some(_slot) = http.bulkhead.try_enter() else {
             resolve(permit, Resolution::Unused);
+            self.turn(Turn::Busy, Some("bulkhead_full"), None);
             return Step::Served(dispatcher.busy(tool, rung, http, None, args, self.deadline));
         };
         let sent = http::send(
@@ -106,11 +115,12 @@ impl RungRead<'_> {
             HttpOutcome::Answered(result) => {
                 resolve(permit, Resolution::Succeeded);
                 remember(dispatcher, tool, hash, &result).await;
-                return self.served(result, None);
+                return self.served(result, None, None);
             }
             HttpOutcome::Rejected { status, message } => {
                 resolve(permit, Resolution::Succeeded);
                 tracing::debug!(tool = %tool.name, rung = %rung.source, status, "backend rejected the arguments");
+                self.turn(Turn::Refused, Some("rejected_args"), Some(status));
                 let envelope = envelope::refused(
                     tool,
                     Situation::RejectedArgs,
@@ -125,18 +135,23 @@ impl RungRead<'_> {
             HttpOutcome::Unparseable { .. } => {
                 resolve(permit, Resolution::Failed);
                 tracing::warn!(tool = %tool.name, rung = %rung.source, "stepping down: unparseable body");
+                self.turn(Turn::Down, Some("unparseable"), None);
             }
             HttpOutcome::Unauthorized { status, message } => {
                 resolve(permit, Resolution::Failed);
                 tracing::error!(tool = %tool.name, rung = %rung.source, status, %message, "stepping down: the backend refused rein's credentials (check the rung's headers_env)");
+                self.turn(Turn::Down, Some("unauthorized"), Some(status));
             }
             HttpOutcome::Failed { reason, .. } => {
                 resolve(permit, Resolution::Failed);
                 tracing::warn!(tool = %tool.name, rung = %rung.source, %reason, "stepping down");
+                let (why, status) = crate::trace::failure(&reason);
+                self.turn(Turn::Down, Some(why), status);
             }
             HttpOutcome::TimedOut => {
                 resolve(permit, Resolution::Failed);
                 tracing::warn!(tool = %tool.name, rung = %rung.source, budget_ms = self.budget.as_millis() as u64, "stepping down: timed out");
+                self.turn(Turn::Down, Some("timed_out"), None);
             }
         }
         Step::Down
@@ -151,28 +166,38 @@ impl RungRead<'_> {
                 let age_ms = (dispatcher.clock.now_unix_ms() - cached.captured_unix_ms).max(0);
                 if age_ms > max_age_ms {
                     tracing::debug!(tool = %tool.name, rung = %rung.source, age_ms, "declined: older than max_age_ms");
+                    self.turn(Turn::Declined, Some("older_than_max_age"), None);
                     return Step::Down;
                 }
-                return self.served(cached.result, Some(age_ms));
+                return self.served(cached.result, Some(age_ms), None);
             }
             Ok(Ok(None)) => {
                 resolve(permit, Resolution::Succeeded);
                 tracing::debug!(tool = %tool.name, rung = %rung.source, "declined: nothing cached");
+                self.turn(Turn::Declined, Some("nothing_cached"), None);
             }
             Ok(Err(error)) => {
                 resolve(permit, Resolution::Failed);
                 tracing::warn!(tool = %tool.name, rung = %rung.source, %error, "stepping down: cache failed");
+                self.turn(Turn::Down, Some("cache_failed"), None);
             }
             Err(_) => {
                 resolve(permit, Resolution::Failed);
                 tracing::warn!(tool = %tool.name, rung = %rung.source, "stepping down: cache timed out");
+                self.turn(Turn::Down, Some("timed_out"), None);
             }
         }
         Step::Down
     }
 
+    /// The rung's turn on the call's trace.
+    fn turn(&self, turn: Turn, reason: Option<&str>, status: Option<u16>) {
+        self.log.rung(self.rung, self.start_ms, turn, reason, status);
+    }
+
     /// The rung serves `result` (`age_ms` old, for a cache entry).
-    fn served(&self, result: Value, age_ms: Option<i64>) -> Step {
+    fn served(&self, result: Value, age_ms: Option<i64>, status: Option<u16>) -> Step {
+        self.turn(Turn::Served, None, status);
         let (tool, rung) = (self.tool, self.rung);
         let elapsed = elapsed_ms(self.deadline);
         let envelope = envelope::served(tool, rung, result, age_ms, None, self.args, elapsed);

@@ -34,7 +34,9 @@ use crate::guard::{Guard, Write, duplicate_guard, lookup_url};
 use crate::http::{self, HttpOutcome};
 use crate::keys::{args_hash, conversation_key, mint_key};
 use crate::ladder::{Rung, RungAction, Tool};
+use crate::trace::{RungLog, Turn};
 use crate::wording::{Situation, Wording};
+use rein_core::trace::SpanEvent;
 
 /// One call of the write `tool`: its key, its gates, its http rungs and its queue rung.
 pub(crate) async fn call_write(
@@ -43,6 +45,7 @@ pub(crate) async fn call_write(
     tool: &Tool,
     args: Value,
     urls: &[Option<String>],
+    log: &RungLog,
 ) -> Result<ToolOutcome, ToolError> {
     let deadline = ctx.deadline();
     let key = settle_key(ctx, tool)?;
@@ -58,10 +61,21 @@ pub(crate) async fn call_write(
         }
     }
     let maybe_executed = match claim_key(dispatcher, tool, &key, &args).await? {
-        Claim::Go { maybe_executed } => maybe_executed,
-        Claim::Answered(outcome) => return Ok(outcome),
+        Claim::Go { maybe_executed } => {
+            if maybe_executed {
+                log.event(SpanEvent::new("key_taken_over", log.now_ms()));
+            }
+            maybe_executed
+        }
+        Claim::Answered(outcome) => {
+            log.event(SpanEvent::new("key_replayed", log.now_ms()).with("rein.replayed", true));
+            return Ok(outcome);
+        }
     };
     if let Some(gate) = first_hold(&tool.gates, &args) {
+        log.event(
+            SpanEvent::new("gate_held", log.now_ms()).with("rein.gate", gate.reason.as_str()),
+        );
         return hold(dispatcher, tool, &key, args, ctx.conversation_id.clone(), gate, deadline)
             .await;
     }
@@ -69,7 +83,7 @@ pub(crate) async fn call_write(
     // Keep the queue rung's budget out of the http rungs' share of the deadline, so a
     // deadline that cuts the primary short still leaves time to queue the write durably.
     let reserve = queue.map_or(Duration::from_millis(DEFAULT_QUEUE_TIMEOUT_MS), |r| r.timeout);
-    let sends = Sends { dispatcher, tool, key: &key, write, deadline, reserve };
+    let sends = Sends { dispatcher, tool, key: &key, write, deadline, reserve, log };
     let (mut maybe_executed, review) = match sends.walk(urls, maybe_executed).await {
         Sent::Done(outcome) => return Ok(outcome),
         Sent::Unsent { maybe_executed, review } => (maybe_executed, review),
@@ -161,23 +175,37 @@ struct Sends<'a> {
     deadline: &'a Deadline,
     /// Kept for the queue rung out of every http rung's budget.
     reserve: Duration,
+    log: &'a RungLog,
 }
 
 impl Sends<'_> {
     /// Send to each http rung in turn until one settles the call.
     async fn walk(&self, urls: &[Option<String>], mut maybe_executed: bool) -> Sent {
-        let (dispatcher, tool, key, deadline) =
-            (self.dispatcher, self.tool, self.key, self.deadline);
+        let (dispatcher, tool, key, deadline, log) =
+            (self.dispatcher, self.tool, self.key, self.deadline, self.log);
         for (rung, url) in tool.rungs.iter().zip(urls) {
             let (RungAction::Http(http), Some(url)) = (&rung.action, url) else { continue };
             let budget = deadline.cut_leaving(rung.timeout, self.reserve);
             if budget.is_zero() {
                 tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: no time left before the deadline");
+                log.skipped(rung, "no_time_left");
                 continue;
             }
             if maybe_executed {
                 // An earlier send may have executed: only the tool's guard lets another go.
-                match duplicate_guard(dispatcher, tool, self.write, budget).await {
+                let guard = duplicate_guard(dispatcher, tool, self.write, budget).await;
+                let said = match &guard {
+                    Guard::Send => "send",
+                    Guard::Found(_) => "found",
+                    Guard::Wait(_) => "wait",
+                    Guard::Review => "review",
+                };
+                log.event(
+                    SpanEvent::new("duplicate_guard", log.now_ms())
+                        .with("rein.guard", said)
+                        .with("rein.rung", rung.source.as_str()),
+                );
+                match guard {
                     Guard::Send => {}
                     Guard::Found(result) => {
                         let done = write_done(self, rung, result);
@@ -193,10 +221,16 @@ impl Sends<'_> {
             let budget = deadline.cut_leaving(rung.timeout, self.reserve);
             let Some(permit) = admit(rung) else {
                 tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: breaker open");
+                log.skipped(rung, "breaker_open");
                 continue;
+            };
+            let start_ms = log.now_ms();
+            let turn = |turn: Turn, reason: Option<&str>, status: Option<u16>| {
+                log.rung(rung, start_ms, turn, reason, status);
             };
             let Some(_slot) = http.bulkhead.try_enter() else {
                 resolve(permit, Resolution::Unused);
+                turn(Turn::Busy, Some("bulkhead_full"), None);
                 if maybe_executed {
                     // An earlier send may have executed: queue (same key) rather than let go.
                     break;
@@ -218,16 +252,19 @@ impl Sends<'_> {
             match sent.await {
                 HttpOutcome::Answered(result) => {
                     resolve(permit, Resolution::Succeeded);
+                    turn(Turn::Served, None, None);
                     return Sent::Done(write_done(self, rung, result).await);
                 }
                 HttpOutcome::Unparseable { body } => {
                     // A 2xx executed the write; its body is reported as it came.
                     resolve(permit, Resolution::Succeeded);
+                    turn(Turn::Served, Some("unparseable_body"), None);
                     return Sent::Done(write_done(self, rung, Value::String(body)).await);
                 }
                 HttpOutcome::Rejected { status, message } => {
                     resolve(permit, Resolution::Succeeded);
                     tracing::debug!(tool = %tool.name, rung = %rung.source, status, "backend rejected the write");
+                    turn(Turn::Refused, Some("rejected_args"), Some(status));
                     let envelope = envelope::refused(
                         tool,
                         Situation::RejectedArgs,
@@ -245,16 +282,20 @@ impl Sends<'_> {
                     // final is stored, so a retry once they are fixed reaches the backend.
                     resolve(permit, Resolution::Failed);
                     tracing::error!(tool = %tool.name, rung = %rung.source, status, %message, "the backend refused rein's credentials (check the rung's headers_env)");
+                    turn(Turn::Down, Some("unauthorized"), Some(status));
                 }
                 HttpOutcome::Failed { reason, may_have_executed } => {
                     resolve(permit, Resolution::Failed);
                     maybe_executed |= may_have_executed;
                     tracing::warn!(tool = %tool.name, rung = %rung.source, %reason, may_have_executed, "write not confirmed");
+                    let (why, status) = crate::trace::failure(&reason);
+                    turn(Turn::Down, Some(why), status);
                 }
                 HttpOutcome::TimedOut => {
                     resolve(permit, Resolution::Failed);
                     maybe_executed = true;
                     tracing::warn!(tool = %tool.name, rung = %rung.source, "write timed out: outcome unknown");
+                    turn(Turn::Down, Some("timed_out"), None);
                 }
             }
         }
@@ -290,21 +331,34 @@ async fn defer(
     let budget = deadline.cut(sends.reserve);
     let now = dispatcher.clock.now_unix_ms();
     let queued_result = envelope.to_json();
+    let log = sends.log;
+    let start_ms = log.now_ms();
     let enqueue = dispatcher.store.outbox_enqueue(&item, &queued_result, now);
+    let note = |turn: Turn, reason: Option<&str>| match queue {
+        Some(rung) => log.rung(rung, start_ms, turn, reason, None),
+        None => {
+            let event = SpanEvent::new("outbox", log.now_ms())
+                .with("rein.disposition", if turn == Turn::Down { "down" } else { "review" });
+            log.event(event);
+        }
+    };
     match tokio::time::timeout(budget, enqueue).await {
         Ok(Ok(_item)) => {
             if review {
                 tracing::warn!(tool = %tool.name, "write outcome unknown: held for review (idempotency = \"none\")");
             }
+            note(if review { Turn::Review } else { Turn::Queued }, None);
             Ok(dispatcher.finish(tool, envelope, queue))
         }
         Ok(Err(error)) => {
             tracing::error!(tool = %tool.name, %error, "could not queue the write");
+            note(Turn::Down, Some("store_failed"));
             Err(false)
         }
         Err(_) => {
             // The enqueue may still commit: say the outcome is unknown, keep the key.
             tracing::error!(tool = %tool.name, "queueing the write timed out");
+            note(Turn::Down, Some("timed_out"));
             Err(true)
         }
     }
@@ -435,5 +489,11 @@ fn stored(result: Value) -> Result<ToolOutcome, ToolError> {
             },
         )?;
     let served_by = result.pointer("/rung/source").and_then(Value::as_str).map(str::to_string);
-    Ok(ToolOutcome { envelope: result, status, served_by, replayed: true })
+    Ok(ToolOutcome {
+        envelope: result,
+        status,
+        served_by,
+        replayed: true,
+        trace: rein_core::trace::Notes::default(),
+    })
 }

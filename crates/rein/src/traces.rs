@@ -158,15 +158,20 @@ fn write_list(out: &mut dyn Write, body: &Value) -> std::io::Result<()> {
     writeln!(
         out,
         "{:<19}  {:<14}  {:<11}  {:<12}  {:>8}  {:>8}  {:<32}  REQUEST",
-        "WHEN (UTC)", "ROUTE", "OUTCOME", "TIER", "ATTEMPTS", "MS", "TRACE"
+        "WHEN (UTC)", "ROUTE / TOOL", "OUTCOME", "TIER / RUNG", "ATTEMPTS", "MS", "TRACE"
     )?;
     for trace in &traces {
         let number = |field: &str| trace.get(field).and_then(Value::as_i64).unwrap_or(0);
+        // A tool call's row names its tool, and its attempts are the rungs that ran.
+        let target = match trace.get("kind").and_then(Value::as_str) {
+            Some("tool") => format!("tool:{}", text(trace, "route")),
+            _ => text(trace, "route"),
+        };
         writeln!(
             out,
             "{:<19}  {:<14}  {:<11}  {:<12}  {:>8}  {:>8}  {:<32}  {}",
             utc(number("at_unix_ms")),
-            text(trace, "route"),
+            target,
             text(trace, "outcome"),
             text(trace, "tier"),
             number("attempts"),

@@ -44,6 +44,7 @@ struct Parsed {
     stream: bool,
     include_usage: bool,
     evidence: Evidence,
+    labels: std::collections::BTreeMap<String, String>,
 }
 
 async fn handle(gateway: Arc<Gateway>, api: Api, headers: HeaderMap, body: Body) -> Response {
@@ -91,6 +92,7 @@ fn prepare(api: Api, call: Admitted, request_id: &str) -> Result<(Parsed, CallCo
             stream: p.stream,
             include_usage: p.include_usage,
             evidence: p.evidence,
+            labels: p.labels,
         }),
         Api::Anthropic => wire::anthropic::parse_request(&body).map(|p| Parsed {
             route: p.route,
@@ -98,12 +100,47 @@ fn prepare(api: Api, call: Admitted, request_id: &str) -> Result<(Parsed, CallCo
             stream: p.stream,
             include_usage: false,
             evidence: p.evidence,
+            labels: p.labels,
         }),
     }
     .map_err(|error| ApiError::wire(api, &error, request_id))?;
 
     ctx.evidence = std::mem::take(&mut parsed.evidence);
+    join_labels(&mut ctx, std::mem::take(&mut parsed.labels))
+        .map_err(|error| ApiError::wire(api, &error, request_id))?;
     Ok((parsed, ctx))
+}
+
+/// The body's `rein.labels` joined with the `x-rein-labels` header's: a key given in both must
+/// have the same value, and the two together stay within the per-call limit.
+fn join_labels(
+    ctx: &mut CallContext,
+    labels: std::collections::BTreeMap<String, String>,
+) -> Result<(), wire::WireError> {
+    for (key, value) in labels {
+        match ctx.labels.get(&key) {
+            Some(header) if *header != value => {
+                return Err(wire::WireError::invalid(
+                    format!("rein.labels.{key}"),
+                    format!("is `{value}` here but `{header}` in the `x-rein-labels` header"),
+                ));
+            }
+            Some(_) => {}
+            None => {
+                ctx.labels.insert(key, value);
+            }
+        }
+    }
+    if ctx.labels.len() > rein_core::context::MAX_LABELS {
+        return Err(wire::WireError::invalid(
+            "rein.labels",
+            format!(
+                "with `x-rein-labels`, at most {} labels per call",
+                rein_core::context::MAX_LABELS
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A call the edge turned away, in the caller's format (a body that could not be read also
@@ -416,7 +453,7 @@ async fn stream(
 }
 
 /// The call's trace id, for finding it in the trace store or the caller's tracing backend.
-fn trace_header(headers: &mut HeaderMap, trace_id: Option<&str>) {
+pub(super) fn trace_header(headers: &mut HeaderMap, trace_id: Option<&str>) {
     if let Some(trace_id) = trace_id
         && let Ok(value) = HeaderValue::from_str(trace_id)
     {

@@ -2,16 +2,22 @@
 //! its report handed to the runtime's recorder, which builds the trace and writes both off the
 //! request path. [`Recording::start`] takes what the call's context knows before the engine
 //! consumes it (trace ids, deadline, labels, the coverage verdict, the messages when the route
-//! exports content); [`Recording::finish`] adds the report.
+//! exports content); [`Recording::finish`] adds the report. A tool call is recorded the same way
+//! ([`ToolRecording`]): the dispatcher's notes (a span per rung) with the run's guard, its stop
+//! and hand-off around them.
 
 use rein_core::handoff::Trigger;
 use rein_core::sli::CallRecord;
-use rein_core::trace::{CallInfo, Content};
+use rein_core::trace::{CallInfo, Content, SpanEvent, ToolCallInfo};
 use rein_core::{CallContext, CallReport, ChatRequest, Step, Usage};
-use rein_runtime::recorder::Finished;
+use rein_runtime::recorder::{Finished, FinishedTool};
+use rein_tools::ToolOutcome;
 
 use super::Gateway;
 use super::error::Api;
+
+/// The root span's event for a hand-off to a person.
+pub(super) const HANDOFF_EVENT: &str = "handoff";
 
 /// A model call being recorded.
 pub(super) struct Recording {
@@ -44,6 +50,8 @@ impl Recording {
             input: serde_json::to_string(&request.messages).unwrap_or_default(),
             output: String::new(),
         });
+        // The trace starts where the call reached rein; the steps before the engine took this.
+        let offset_ms = u64::try_from(ctx.deadline().elapsed().as_millis()).unwrap_or(0);
         Self {
             deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
             covered: ctx.covered,
@@ -51,10 +59,13 @@ impl Recording {
             info: CallInfo {
                 ids: ctx.trace.clone(),
                 request_id: ctx.request_id.clone().unwrap_or_default(),
-                started_unix_ms: rein_core::clock::unix_ms(),
+                started_unix_ms: rein_core::clock::unix_ms().saturating_sub(offset_ms),
                 api: api.label().to_string(),
                 request_model: route.to_string(),
                 content,
+                offset_ms,
+                events: ctx.notes.events.clone(),
+                spans: ctx.notes.spans.clone(),
                 ..CallInfo::default()
             },
         }
@@ -92,6 +103,15 @@ impl Recording {
             content.output = output.to_string();
         }
         info.labels = report.labels.clone();
+        if let Some(trigger) = record.escalation
+            && !info.events.iter().any(|event| event.name == HANDOFF_EVENT)
+        {
+            // Sent to a person by what the engine did (checks failed, a degraded reply that
+            // hands off, a stop): at the end of the call, when the hand-off is made.
+            let at_ms = info.offset_ms + report.elapsed_ms;
+            info.events
+                .push(SpanEvent::new(HANDOFF_EVENT, at_ms).with("rein.trigger", trigger.as_str()));
+        }
         let finished = Finished {
             // The call is recorded at the time it started, as its trace is.
             at_unix_ms: i64::try_from(info.started_unix_ms).unwrap_or(i64::MAX),
@@ -100,6 +120,71 @@ impl Recording {
             record,
         };
         recorder.submit(finished);
+    }
+}
+
+/// A tool call being recorded.
+pub(super) struct ToolRecording {
+    info: ToolCallInfo,
+    /// Events of the steps around the dispatcher (the run's guard, stop, hand-off).
+    events: Vec<SpanEvent>,
+    deadline: rein_core::Deadline,
+}
+
+impl ToolRecording {
+    /// Before the run's guard: the call's trace ids and labels.
+    pub(super) fn start(ctx: &CallContext, tool: &str) -> Self {
+        let since = u64::try_from(ctx.deadline().elapsed().as_millis()).unwrap_or(0);
+        Self {
+            info: ToolCallInfo {
+                ids: ctx.trace.clone(),
+                request_id: ctx.request_id.clone().unwrap_or_default(),
+                started_unix_ms: rein_core::clock::unix_ms().saturating_sub(since),
+                tool: tool.to_string(),
+                labels: ctx.labels.clone(),
+                ..ToolCallInfo::default()
+            },
+            events: Vec::new(),
+            deadline: *ctx.deadline(),
+        }
+    }
+
+    /// Milliseconds since the call reached rein.
+    pub(super) fn now_ms(&self) -> u64 {
+        u64::try_from(self.deadline.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Something the steps around the dispatcher did, now.
+    pub(super) fn event(&mut self, event: SpanEvent) {
+        self.events.push(event);
+    }
+
+    /// The trace id the call's response names.
+    pub(super) fn trace_id(&self) -> Option<&str> {
+        self.info.ids.as_ref().map(|ids| ids.trace_id.as_str())
+    }
+
+    /// The call is over with `status` (and the dispatcher's outcome, when it ran): hand it to
+    /// the recorder, which never waits.
+    pub(super) fn finish(self, gateway: &Gateway, status: &str, outcome: Option<&ToolOutcome>) {
+        let recorder = &gateway.runtime.recorder;
+        if !recorder.enabled() {
+            return;
+        }
+        let ToolRecording { mut info, events, .. } = self;
+        info.elapsed_ms = u64::try_from(self.deadline.elapsed().as_millis()).unwrap_or(u64::MAX);
+        info.status = status.to_string();
+        if let Some(outcome) = outcome {
+            info.served_by = outcome.served_by.clone();
+            info.replayed = outcome.replayed;
+            let envelope = &outcome.envelope;
+            info.fidelity = envelope.get("fidelity").and_then(|v| v.as_str()).map(str::to_string);
+            info.degraded = envelope.get("degraded").and_then(serde_json::Value::as_bool);
+            info.notes = outcome.trace.clone();
+        }
+        info.notes.events.extend(events);
+        let at_unix_ms = i64::try_from(info.started_unix_ms).unwrap_or(i64::MAX);
+        recorder.submit_tool(FinishedTool { at_unix_ms, info });
     }
 }
 

@@ -18,8 +18,11 @@ use rein_runtime::runs::RunStep;
 use rein_store::StoreError;
 use rein_store::runs::RunNote;
 
+use rein_core::trace::{SpanEvent, SpanKind};
+
 use super::Gateway;
 use super::error::{Api, ApiError};
+use super::record::HANDOFF_EVENT;
 use crate::wire::ErrorKind;
 
 /// What is left to do once a call in a run or a conversation is answered: its context, boxed
@@ -101,7 +104,8 @@ async fn steps(
                     gateway.metrics.run_stopped(&status);
                     let mut stop = Escalation::stopped(&status, Some(route.to_string()));
                     stop.message = message.clone();
-                    hand_off(gateway, runtime, &ctx, request_id, route, stop).await;
+                    let created = hand_off(gateway, runtime, &ctx, request_id, route, stop).await;
+                    note_handoff(&mut ctx, Trigger::StopCondition, &status, created);
                 }
                 stop_facts(&mut ctx, stops, &status).await;
                 ctx.run_stopped = Some(status);
@@ -146,7 +150,8 @@ async fn steps(
         handoff.route = Some(route.to_string());
         handoff.message = Some(message.clone());
         handoff.evidence = ctx.evidence.items().to_vec();
-        hand_off(gateway, runtime, &ctx, request_id, route, handoff).await;
+        let created = hand_off(gateway, runtime, &ctx, request_id, route, handoff).await;
+        note_handoff(&mut ctx, Trigger::HandoffRule, rule.as_str(), created);
         let status = format!("{}:{}", Trigger::HandoffRule.as_str(), rule.as_str());
         ctx.decided = escalation
             .handoff_reply
@@ -168,7 +173,10 @@ async fn steps(
         Some(verdict) => verdict,
         None => {
             let engine = &gateway.runtime.engine;
-            match check.judge(engine, &ctx, &message, ctx.evidence.items()).await {
+            let start_ms = since_intake(&ctx);
+            let judged = check.judge(engine, &ctx, &message, ctx.evidence.items()).await;
+            note_coverage(&mut ctx, start_ms, judged.as_ref());
+            match judged {
                 Ok(verdict) => {
                     let method = verdict.method.as_str();
                     let label = if verdict.covered { "covered" } else { "not_covered" };
@@ -225,7 +233,8 @@ async fn steps(
             handoff.message = Some(message.clone());
             handoff.evidence = ctx.evidence.items().to_vec();
             handoff.coverage = serde_json::to_value(&verdict).ok();
-            hand_off(gateway, runtime, &ctx, request_id, route, handoff).await;
+            let created = hand_off(gateway, runtime, &ctx, request_id, route, handoff).await;
+            note_handoff(&mut ctx, Trigger::Coverage, verdict.method.as_str(), created);
             ctx.decided = escalation.handoff_reply.clone().map(|reply| {
                 Box::new(Decided {
                     outcome: Outcome::HandedOff,
@@ -263,6 +272,8 @@ async fn stop_facts(ctx: &mut CallContext, stops: &rein_runtime::runs::RunStops,
 
 /// Send the call's conversation to a person (once per conversation), counting it when this
 /// made the hand-off. A store failure is logged: the customer still gets the decided reply.
+/// Whether this made the hand-off (`false`: the conversation already had one), or `None` when
+/// it could not be kept.
 pub(super) async fn hand_off(
     gateway: &Gateway,
     runtime: &Snapshot,
@@ -270,7 +281,7 @@ pub(super) async fn hand_off(
     request_id: &str,
     route: &str,
     escalation: Escalation,
-) {
+) -> Option<bool> {
     let trigger = escalation.trigger;
     let handed = gateway
         .runtime
@@ -278,9 +289,63 @@ pub(super) async fn hand_off(
         .hand_off(&runtime.config.handoffs, &runtime.tools, ctx, request_id, escalation)
         .await;
     match handed {
-        Ok(handed) if handed.created => gateway.metrics.escalated(route, trigger.as_str()),
-        Ok(_) => {}
-        Err(error) => tracing::error!(request_id, route, "hand-off not kept: {error}"),
+        Ok(handed) => {
+            if handed.created {
+                gateway.metrics.escalated(route, trigger.as_str());
+            }
+            Some(handed.created)
+        }
+        Err(error) => {
+            tracing::error!(request_id, route, "hand-off not kept: {error}");
+            None
+        }
+    }
+}
+
+/// Milliseconds since the call reached rein: when a step before the engine happened, on the
+/// call's trace.
+fn since_intake(ctx: &CallContext) -> u64 {
+    u64::try_from(ctx.deadline().elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A hand-off made before the engine ran, on the call's trace: its trigger, what fired it
+/// (`rule`: the hand-off rule, the stop, the coverage method) and whether it was kept.
+fn note_handoff(ctx: &mut CallContext, trigger: Trigger, rule: &str, created: Option<bool>) {
+    let at_ms = since_intake(ctx);
+    let mut event = SpanEvent::new(HANDOFF_EVENT, at_ms)
+        .with("rein.trigger", trigger.as_str())
+        .with("rein.rule", rule);
+    event = match created {
+        Some(created) => event.with("rein.handoff.created", created),
+        None => event.with("error.type", "handoff_not_kept"),
+    };
+    ctx.notes.events.push(event);
+}
+
+/// The coverage check on the call's trace: a span over its model calls (the judge's), with
+/// its score against the cutoff, or the error that kept it from being applied.
+fn note_coverage(
+    ctx: &mut CallContext,
+    start_ms: u64,
+    judged: Result<&Verdict, &rein_core::CallError>,
+) {
+    let end_ms = since_intake(ctx);
+    let span = ctx.notes.span("coverage_check", SpanKind::Client, start_ms, end_ms);
+    span.attributes.insert("gen_ai.operation.name".into(), "chat".into());
+    match judged {
+        Ok(verdict) => {
+            let attrs = &mut span.attributes;
+            attrs.insert("rein.coverage.method".into(), verdict.method.as_str().into());
+            attrs.insert("rein.coverage.score".into(), verdict.score.into());
+            attrs.insert("rein.coverage.cutoff".into(), verdict.cutoff.into());
+            attrs.insert("rein.coverage.covered".into(), verdict.covered.into());
+            attrs.insert("rein.coverage.label".into(), verdict.label.clone().into());
+            attrs.insert("rein.coverage.calls".into(), verdict.calls.into());
+        }
+        Err(_) => {
+            span.attributes.insert("error.type".into(), "coverage_check_failed".into());
+            span.error = Some("the coverage check could not be made".to_string());
+        }
     }
 }
 

@@ -22,7 +22,10 @@ use rein_runtime::runs::RunStep;
 use rein_tools::{ToolError, ToolOutcome, ToolStatus};
 use serde_json::Value;
 
+use rein_core::trace::SpanEvent;
+
 use super::intake::{self, Admitted, CONVERSATION_HEADER, IDEMPOTENCY_HEADER, Refusal};
+use super::record::ToolRecording;
 use super::{ApiError, Gateway};
 
 pub(super) async fn call(
@@ -86,6 +89,7 @@ async fn dispatch(
         ApiError::tool(StatusCode::BAD_REQUEST, "invalid_request_error", param, message, request_id)
     };
     let Admitted { ctx, body: bytes } = call;
+    let mut recording = ToolRecording::start(&ctx, tool);
     let args: Value = match serde_json::from_slice(&bytes) {
         Ok(value @ Value::Object(_)) => value,
         Ok(_) => {
@@ -103,13 +107,26 @@ async fn dispatch(
     let store_down = |error| tool_error(&ToolError::Store(error), tool, request_id);
     let same_call = match runtime.tools.has_tool(tool) {
         true => match stops.tool_call(runs, &ctx, tool, &args).await.map_err(store_down)? {
-            RunStep::Go { same_call } => same_call,
+            RunStep::Go { same_call } => {
+                if ctx.run_id.is_some() {
+                    let at = recording.now_ms();
+                    let guard = SpanEvent::new("run_guard", at).with("rein.same_call", same_call);
+                    recording.event(guard);
+                }
+                same_call
+            }
             RunStep::Stopped { status, now } => {
+                recording.event(stop_event(recording.now_ms(), &status));
                 if now {
                     gateway.metrics.run_stopped(&status);
-                    stop_handoff(gateway, runtime, &ctx, request_id, &status).await;
+                    let created = stop_handoff(gateway, runtime, &ctx, request_id, &status).await;
+                    recording.event(handoff_event(recording.now_ms(), &status, created));
                 }
-                return Ok(stopped(tool, &status, &runs.stopped_detail, request_id));
+                let trace_id = recording.trace_id().map(str::to_string);
+                recording.finish(gateway, "stopped", None);
+                let mut response = stopped(tool, &status, &runs.stopped_detail, request_id);
+                super::chat::trace_header(response.headers_mut(), trace_id.as_deref());
+                return Ok(response);
             }
         },
         false => 0,
@@ -123,6 +140,10 @@ async fn dispatch(
     let mut run_status = None;
     if let Some(run) = &ctx.run_id {
         let items = runtime.tools.evidence_of(tool, &outcome.envelope);
+        if !items.is_empty() {
+            let at = recording.now_ms();
+            recording.event(SpanEvent::new("evidence", at).with("rein.items", items.len()));
+        }
         stops.record_evidence(run, items).await.map_err(store_down)?;
         let args = logged_args.unwrap_or_default();
         let status = outcome.status.as_str();
@@ -134,15 +155,20 @@ async fn dispatch(
             .map_err(store_down)?;
     }
     if let Some(status) = &run_status {
+        recording.event(stop_event(recording.now_ms(), status));
         gateway.metrics.run_stopped(status);
-        stop_handoff(gateway, runtime, &ctx, request_id, status).await;
+        let created = stop_handoff(gateway, runtime, &ctx, request_id, status).await;
+        recording.event(handoff_event(recording.now_ms(), status, created));
     }
     if outcome.status == ToolStatus::PendingApproval && !outcome.replayed {
         // A gate in code held the action for a person: an escalation of its own.
         let route = run_route(gateway, &ctx).await;
         gateway.metrics.escalated(&route, rein_core::handoff::Trigger::Gate.as_str());
     }
+    let trace_id = recording.trace_id().map(str::to_string);
+    recording.finish(gateway, outcome.status.as_str(), Some(&outcome));
     let mut response = answered(tool, outcome, request_id);
+    super::chat::trace_header(response.headers_mut(), trace_id.as_deref());
     if let Some(status) = run_status
         && let Ok(value) = HeaderValue::from_str(&status)
     {
@@ -159,18 +185,35 @@ async fn run_route(gateway: &Gateway, ctx: &rein_core::CallContext) -> String {
     }
 }
 
-/// A run this tool call stopped goes to a person, with the stop as its trigger.
+/// A run this tool call stopped goes to a person, with the stop as its trigger. Whether this
+/// made the hand-off, or `None` when it could not be kept.
 async fn stop_handoff(
     gateway: &Gateway,
     runtime: &Snapshot,
     ctx: &rein_core::CallContext,
     request_id: &str,
     status: &str,
-) {
+) -> Option<bool> {
     let route = run_route(gateway, ctx).await;
     let known = (route != "-").then(|| route.clone());
     let stop = rein_runtime::escalation::Escalation::stopped(status, known);
-    super::run::hand_off(gateway, runtime, ctx, request_id, &route, stop).await;
+    super::run::hand_off(gateway, runtime, ctx, request_id, &route, stop).await
+}
+
+/// The run stopped (`status`), on the call's trace.
+fn stop_event(at_ms: u64, status: &str) -> SpanEvent {
+    SpanEvent::new("run_stopped", at_ms).with("rein.run_status", status)
+}
+
+/// The stop's hand-off, on the call's trace.
+fn handoff_event(at_ms: u64, status: &str, created: Option<bool>) -> SpanEvent {
+    let event = SpanEvent::new(super::record::HANDOFF_EVENT, at_ms)
+        .with("rein.trigger", rein_core::handoff::Trigger::StopCondition.as_str())
+        .with("rein.rule", status);
+    match created {
+        Some(created) => event.with("rein.handoff.created", created),
+        None => event.with("error.type", "handoff_not_kept"),
+    }
 }
 
 /// What a tool result failed with, for the run's same-error count: its status and detail.

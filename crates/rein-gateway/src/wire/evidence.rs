@@ -1,9 +1,13 @@
 //! The caller's `rein` object in a request body, in either wire format:
-//! `{"rein": {"evidence": [{"id": "140", "source": "search", "text": "...", "fields": {...}}]}}`.
-//! OpenAI and Anthropic SDK users send it with `extra_body`. It is rein's own, so both parsers
-//! take it out of the body (it never reaches a provider or `ChatRequest::extra`) and read it
-//! here into the [`Evidence`] the business rules check answers against. Every mistake is a 400
-//! naming its place (`rein.evidence[2].id`), like any other field.
+//! `{"rein": {"evidence": [{"id": "140", "source": "search", "text": "...", "fields": {...}}],
+//! "labels": {"question_type": "delivery"}}}`. OpenAI and Anthropic SDK users send it with
+//! `extra_body`. It is rein's own, so both parsers take it out of the body (it never reaches a
+//! provider or `ChatRequest::extra`) and read it here: the [`Evidence`] the business rules check
+//! answers against, and the call's labels (the same as `x-rein-labels`, for callers whose SDK
+//! cannot set headers per call). Every mistake is a 400 naming its place (`rein.evidence[2].id`,
+//! `rein.labels.locale`), like any other field.
+
+use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
@@ -14,34 +18,43 @@ use super::WireError;
 /// The top-level field that carries rein's own request options.
 pub(crate) const REIN_FIELD: &str = "rein";
 
-/// [`caller_evidence`] of a body whose `rein` object was read on its own (the one-pass parse).
-pub(crate) fn rein_evidence(rein: Option<Value>) -> Result<Evidence, WireError> {
+/// What the body's `rein` object asks for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ReinOptions {
+    pub evidence: Evidence,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// [`caller_options`] of a body whose `rein` object was read on its own (the one-pass parse).
+pub(crate) fn rein_options(rein: Option<Value>) -> Result<ReinOptions, WireError> {
     match rein {
-        None => Ok(Evidence::new()),
-        Some(rein) => caller_evidence(&Map::from_iter([(REIN_FIELD.to_owned(), rein)])),
+        None => Ok(ReinOptions::default()),
+        Some(rein) => caller_options(&Map::from_iter([(REIN_FIELD.to_owned(), rein)])),
     }
 }
 
-/// The evidence in the body's `rein` object; none when the body has no `rein` (or it is null).
-pub(crate) fn caller_evidence(body: &Map<String, Value>) -> Result<Evidence, WireError> {
+/// The evidence and labels in the body's `rein` object; none when the body has no `rein` (or
+/// it is null).
+pub(crate) fn caller_options(body: &Map<String, Value>) -> Result<ReinOptions, WireError> {
     let rein = match body.get(REIN_FIELD) {
-        None | Some(Value::Null) => return Ok(Evidence::new()),
+        None | Some(Value::Null) => return Ok(ReinOptions::default()),
         Some(Value::Object(rein)) => rein,
         Some(_) => {
             return Err(WireError::invalid(
                 REIN_FIELD,
-                "must be an object like {\"evidence\": [...]}",
+                "must be an object like {\"evidence\": [...], \"labels\": {...}}",
             ));
         }
     };
-    if let Some(unknown) = rein.keys().find(|key| key.as_str() != "evidence") {
+    if let Some(unknown) = rein.keys().find(|key| !matches!(key.as_str(), "evidence" | "labels")) {
         return Err(WireError::invalid(
             format!("{REIN_FIELD}.{unknown}"),
-            "unknown field; `rein` takes `evidence`",
+            "unknown field; `rein` takes `evidence` and `labels`",
         ));
     }
+    let labels = labels(rein.get("labels"))?;
     let items = match rein.get("evidence") {
-        None | Some(Value::Null) => return Ok(Evidence::new()),
+        None | Some(Value::Null) => return Ok(ReinOptions { evidence: Evidence::new(), labels }),
         Some(Value::Array(items)) => items,
         Some(_) => {
             return Err(WireError::invalid(
@@ -50,12 +63,43 @@ pub(crate) fn caller_evidence(body: &Map<String, Value>) -> Result<Evidence, Wir
             ));
         }
     };
-    items
+    let evidence = items
         .iter()
         .enumerate()
         .map(|(index, item)| evidence_item(item, &format!("rein.evidence[{index}]")))
         .collect::<Result<Vec<_>, _>>()
-        .map(Evidence::from_items)
+        .map(Evidence::from_items)?;
+    Ok(ReinOptions { evidence, labels })
+}
+
+/// `rein.labels`: an object of label keys to text values, by the rules of `x-rein-labels`.
+fn labels(labels: Option<&Value>) -> Result<BTreeMap<String, String>, WireError> {
+    let labels = match labels {
+        None | Some(Value::Null) => return Ok(BTreeMap::new()),
+        Some(Value::Object(labels)) => labels,
+        Some(_) => {
+            return Err(WireError::invalid(
+                "rein.labels",
+                "must be an object of label keys to values, like {\"question_type\": \"delivery\"}",
+            ));
+        }
+    };
+    if labels.len() > rein_core::context::MAX_LABELS {
+        return Err(WireError::invalid(
+            "rein.labels",
+            format!("at most {} labels per call", rein_core::context::MAX_LABELS),
+        ));
+    }
+    let mut read = BTreeMap::new();
+    for (key, value) in labels {
+        let path = format!("rein.labels.{key}");
+        let Value::String(value) = value else {
+            return Err(WireError::invalid(path, "must be a string"));
+        };
+        rein_core::context::check_label(key, value).map_err(|why| WireError::invalid(path, why))?;
+        read.insert(key.clone(), value.trim().to_string());
+    }
+    Ok(read)
 }
 
 fn evidence_item(item: &Value, path: &str) -> Result<EvidenceItem, WireError> {
@@ -120,7 +164,14 @@ mod tests {
 
     fn read(rein: Value) -> Result<Evidence, WireError> {
         let Value::Object(body) = json!({"model": "m", "rein": rein}) else { unreachable!() };
-        caller_evidence(&body)
+        caller_options(&body).map(|options| options.evidence)
+    }
+
+    fn read_labels(labels: Value) -> Result<BTreeMap<String, String>, WireError> {
+        let Value::Object(body) = json!({"model": "m", "rein": {"labels": labels}}) else {
+            unreachable!()
+        };
+        caller_options(&body).map(|options| options.labels)
     }
 
     #[test]
@@ -165,5 +216,33 @@ mod tests {
             assert_eq!(error.param(), Some(param), "{rein}: {error}");
             assert!(error.to_string().contains(param), "{error}");
         }
+    }
+
+    #[test]
+    fn labels_are_read_by_the_header_rules() {
+        let labels = read_labels(json!({"question_type": "delivery", "locale": " de "})).unwrap();
+        assert_eq!(
+            labels,
+            BTreeMap::from([
+                ("locale".to_string(), "de".to_string()),
+                ("question_type".to_string(), "delivery".to_string()),
+            ])
+        );
+        assert!(read_labels(Value::Null).unwrap().is_empty());
+        let cases = [
+            (json!("question_type=delivery"), "rein.labels"),
+            (json!({"Question": "x"}), "rein.labels.Question"),
+            (json!({"locale": 7}), "rein.labels.locale"),
+            (json!({"locale": ""}), "rein.labels.locale"),
+            (json!({"locale": "a=b"}), "rein.labels.locale"),
+        ];
+        for (labels, param) in cases {
+            let error = read_labels(labels.clone()).unwrap_err();
+            assert_eq!(error.param(), Some(param), "{labels}: {error}");
+        }
+        let many: Map<String, Value> =
+            (0..=rein_core::context::MAX_LABELS).map(|i| (format!("k{i}"), json!("v"))).collect();
+        let error = read_labels(Value::Object(many)).unwrap_err();
+        assert_eq!(error.param(), Some("rein.labels"));
     }
 }

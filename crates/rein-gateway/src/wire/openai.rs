@@ -16,7 +16,7 @@ use rein_core::{
     TokenLogprob, ToolCall, ToolChoice, ToolSpec,
 };
 
-use super::evidence::{REIN_FIELD, caller_evidence, rein_evidence};
+use super::evidence::{REIN_FIELD, caller_options, rein_options};
 use super::json::{StringOrObject, TextOr, extra, parse_object, require, typed};
 use super::{ErrorKind, ResponseMeta, WireError, rein_summary};
 
@@ -34,6 +34,17 @@ pub struct OpenAiRequest {
     /// Evidence the caller passed in `rein.evidence`, for the route's business rules.
     #[serde(skip_serializing_if = "Evidence::is_empty")]
     pub evidence: Evidence,
+    /// Labels the caller passed in `rein.labels`, joined with `x-rein-labels`.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
+impl OpenAiRequest {
+    /// The same request with the labels of its `rein` object.
+    fn labelled(mut self, labels: std::collections::BTreeMap<String, String>) -> Self {
+        self.labels = labels;
+        self
+    }
 }
 
 /// Fields rein reads itself; everything else that is not null goes to `ChatRequest::extra`.
@@ -194,8 +205,9 @@ struct RawStreamOptions {
 pub fn parse_request(body: &[u8]) -> Result<OpenAiRequest, WireError> {
     match serde_json::from_slice::<RawRequest>(body) {
         Ok(mut raw) => {
-            let evidence = rein_evidence(raw.rein.take())?;
-            translate(raw, Map::new(), evidence)
+            let options = rein_options(raw.rein.take())?;
+            let labels = options.labels;
+            translate(raw, Map::new(), options.evidence).map(|parsed| parsed.labelled(labels))
         }
         Err(_) => parse_tree(body),
     }
@@ -208,11 +220,12 @@ fn parse_tree(body: &[u8]) -> Result<OpenAiRequest, WireError> {
     require(&map, "messages")?;
     // Read before `typed` takes the map; its error still comes after the typed one.
     let extra = extra(&map, KNOWN_FIELDS);
-    let evidence = caller_evidence(&map);
+    let options = caller_options(&map);
     map.retain(|key, _| KNOWN_FIELDS.contains(&key.as_str()));
     let raw: RawRequest = typed(map)?;
-    let evidence = evidence?;
-    translate(raw, extra, evidence)
+    let options = options?;
+    let labels = options.labels;
+    translate(raw, extra, options.evidence).map(|parsed| parsed.labelled(labels))
 }
 
 fn translate(
@@ -351,6 +364,7 @@ fn translate(
         stream: raw.stream.unwrap_or(false),
         include_usage: raw.stream_options.and_then(|o| o.include_usage).unwrap_or(false),
         evidence,
+        labels: std::collections::BTreeMap::new(),
     })
 }
 

@@ -184,7 +184,39 @@ async fn the_intensive_care_question_is_declined_on_logprobs_and_a_covered_one_p
         metric(&gw, r#"rein_escalations_total{route="support",trigger="coverage"}"#).await,
         1
     );
+
+    // The declined call's trace: the check is a span over its model call, before the decided
+    // reply, and the hand-off an event that says it was made.
+    let list = admin_json(&gw, "/admin/traces?route=support&outcome=handed_off").await;
+    let trace_id = list["traces"][0]["trace_id"].as_str().unwrap().to_string();
+    let kept = admin_json(&gw, &format!("/admin/traces/{trace_id}")).await;
+    let spans = kept["calls"][0]["trace"]["spans"].as_array().unwrap().clone();
+    let root = &spans[0];
+    let check = spans.iter().find(|s| s["name"] == "coverage_check").expect("the check's span");
+    assert_eq!(check["parent_id"], root["span_id"]);
+    assert_eq!(check["attributes"]["rein.coverage.method"], "logprobs");
+    assert_eq!(check["attributes"]["rein.coverage.covered"], false);
+    assert_eq!(check["attributes"]["rein.coverage.cutoff"], 0.8);
+    assert!(check["end_ms"].as_u64().unwrap() <= root["end_ms"].as_u64().unwrap());
+    let handoff = root["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "handoff")
+        .expect("the hand-off event")
+        .clone();
+    assert_eq!(handoff["attributes"]["rein.trigger"], "coverage");
+    assert_eq!(handoff["attributes"]["rein.handoff.created"], true);
+    assert!(handoff["at_ms"].as_u64().unwrap() >= check["end_ms"].as_u64().unwrap());
+    let tree = kept["calls"][0]["tree"].as_str().unwrap();
+    assert!(tree.contains("coverage_check") && tree.contains("handoff"), "{tree}");
     gw.stop().await.unwrap();
+}
+
+async fn admin_json(gw: &Running, path: &str) -> Value {
+    let response = gw.client.get(gw.url(path)).bearer_auth("admin-secret-1").send().await.unwrap();
+    assert_eq!(response.status(), 200, "{path}");
+    response.json().await.unwrap()
 }
 
 #[tokio::test]

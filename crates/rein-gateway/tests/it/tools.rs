@@ -1979,3 +1979,109 @@ async fn a_dot_segment_argument_is_a_400_naming_it_and_nothing_is_sent_or_stored
     assert_eq!(dotted.body["result"]["path"], "/search/v1..2");
     gw.stop().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Traces
+// ---------------------------------------------------------------------------------------------
+
+/// The kept trace of the tool call whose response named `reply`'s trace id.
+async fn tool_trace(gw: &Gw, reply: &Reply) -> Value {
+    let trace_id = reply.header("x-rein-trace-id").expect("every tool answer names its trace");
+    let (status, body) = gw.admin_get(&format!("/traces/{trace_id}")).await;
+    assert_eq!(status, 200, "{body}");
+    let calls = body["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "{body}");
+    calls[0].clone()
+}
+
+fn span_names(trace: &Value) -> Vec<String> {
+    trace["spans"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap().into()).collect()
+}
+
+fn event_names(span: &Value) -> Vec<String> {
+    span["events"]
+        .as_array()
+        .map(|events| events.iter().map(|e| e["name"].as_str().unwrap().into()).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_tool_call_is_a_trace_with_a_span_per_rung_and_the_gate_as_an_event() {
+    let primary = Backend::start("search").await;
+    let refunds = Backend::start("refund").await;
+    let tools = search_docs(&primary.url("/search/{q}"), "")
+        + &write_tool("create_refund", &refunds.url("/refunds"), 1000, REFUND_GATE)
+        + OUTBOX_FAST;
+    let gw = start(Dir::new(), &tools).await;
+    let args = json!({"q": "runbook restore"});
+    assert_eq!(gw.call("search_docs", &args).await.status, 200);
+
+    // The primary fails: its rung is a failed client span, the cache's the one that served.
+    primary.set(Mode::Fail(503));
+    let reply = gw
+        .call_with(
+            "search_docs",
+            &args,
+            &[("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")],
+        )
+        .await;
+    assert_eq!(reply.header("x-rein-trace-id"), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
+    let kept = tool_trace(&gw, &reply).await;
+    let trace = &kept["trace"];
+    assert_eq!(trace["operation"], "execute_tool");
+    assert_eq!(trace["outcome"], "ok");
+    assert_eq!(
+        span_names(trace),
+        ["execute_tool search_docs", "rung search_primary", "rung search_cache"]
+    );
+    let spans = trace["spans"].as_array().unwrap();
+    let (root, primary_span, cache) = (&spans[0], &spans[1], &spans[2]);
+    assert_eq!(root["parent_id"], "00f067aa0ba902b7", "under the caller's span");
+    let attr = |span: &Value, key: &str| span["attributes"][key].clone();
+    assert_eq!(attr(root, "gen_ai.operation.name"), "execute_tool");
+    assert_eq!(attr(root, "gen_ai.tool.name"), "search_docs");
+    assert_eq!(attr(root, "rein.rung"), "search_cache");
+    assert_eq!(attr(root, "rein.fidelity"), "stale");
+    assert_eq!(attr(root, "rein.degraded"), true);
+    assert_eq!(primary_span["kind"], "client");
+    assert_eq!(primary_span["parent_id"], root["span_id"]);
+    assert_eq!(attr(primary_span, "rein.disposition"), "down");
+    assert_eq!(attr(primary_span, "rein.reason"), "status");
+    assert_eq!(attr(primary_span, "http.response.status_code"), 503);
+    assert_eq!(attr(primary_span, "rein.fidelity"), "exact");
+    assert!(primary_span["error"].is_string());
+    assert_eq!(attr(cache, "rein.disposition"), "served");
+    assert_eq!(attr(cache, "rein.rung.kind"), "cache");
+    let tree = kept["tree"].as_str().unwrap();
+    assert!(tree.contains("execute_tool search_docs (ok)"), "{tree}");
+    assert!(tree.contains("rung search_primary") && tree.contains("disposition=down"), "{tree}");
+    assert!(!trace.to_string().contains("runbook"), "no arguments or results: {trace}");
+
+    // A gate holding a write is an event; nothing ran, so there is no rung span.
+    let held = gw.write("create_refund", "refund-90", &json!({"order": "o-9", "amount": 90})).await;
+    assert_eq!(held.status, 202);
+    let kept = tool_trace(&gw, &held).await;
+    assert_eq!(kept["trace"]["outcome"], "pending_approval");
+    assert_eq!(span_names(&kept["trace"]), ["execute_tool create_refund"]);
+    let root = &kept["trace"]["spans"][0];
+    assert_eq!(event_names(root), ["gate_held"]);
+    assert_eq!(root["events"][0]["attributes"]["rein.gate"], "refunds over $50 wait for a person");
+
+    // A repeated key is answered from the store: the trace says it was replayed.
+    let again =
+        gw.write("create_refund", "refund-90", &json!({"order": "o-9", "amount": 90})).await;
+    let kept = tool_trace(&gw, &again).await;
+    assert_eq!(event_names(&kept["trace"]["spans"][0]), ["key_replayed"]);
+
+    // The list shows tool calls beside model calls; a clean first-rung answer is not notable.
+    let (_, list) = gw.admin_get("/traces").await;
+    let listed = list["traces"].as_array().unwrap();
+    let first = listed.iter().find(|t| t["route"] == "search_docs" && t["notable"] == false);
+    assert!(first.is_some_and(|t| t["kind"] == "tool" && t["attempts"] == 1), "{list}");
+    let fallback = listed.iter().find(|t| t["route"] == "search_docs" && t["notable"] == true);
+    assert!(fallback.is_some_and(|t| t["tier"] == "search_cache" && t["attempts"] == 2), "{list}");
+    // And the SLIs count model calls only.
+    let (_, slis) = gw.admin_get("/sli?window=1h").await;
+    assert_eq!(slis["calls"], 0, "{slis}");
+    gw.stop().await;
+}

@@ -284,6 +284,7 @@ pub(crate) fn trace_summary<R: Columns>(row: &R) -> Result<TraceSummary, R::Erro
         attempts: row.int(6)?,
         elapsed_ms: row.int(7)?,
         notable: row.flag(8)?,
+        kind: row.text(9)?,
     })
 }
 

@@ -174,6 +174,8 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX calls_at ON calls (at_unix_ms);
     CREATE INDEX calls_trace ON calls (trace_id);
     CREATE INDEX calls_request ON calls (request_id);",
+    // 8: tool calls are recorded too (`kind`); the SLIs read only the model calls.
+    "ALTER TABLE calls ADD COLUMN kind TEXT NOT NULL DEFAULT 'model';",
 ];
 
 /// The advisory lock key that serializes migrations ("reinschm" in ASCII).

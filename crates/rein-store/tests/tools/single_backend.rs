@@ -16,7 +16,7 @@ async fn sqlite_schema_and_route_versions_survive_a_reopen() {
     let path = dir.path().join("rein.sqlite");
     let sqlite = Arc::new(Store::open(&path).unwrap());
     let schema = sqlite.schema_version().unwrap();
-    assert_eq!(schema, 8, "migration 8 holds the recorded calls");
+    assert_eq!(schema, 9, "migration 9 marks tool calls among the recorded calls");
     let tier = TierSettings {
         model: "model-a".to_owned(),
         system_prompt: Some("Be brief.".to_owned()),
@@ -56,7 +56,7 @@ fn sqlite_stores_opening_a_new_file_at_once_migrate_it_once() {
         .collect();
     let versions: Vec<i64> =
         openers.into_iter().map(|opener| opener.join().unwrap().unwrap()).collect();
-    assert!(versions.iter().all(|version| *version == 8), "{versions:?}");
+    assert!(versions.iter().all(|version| *version == 9), "{versions:?}");
 }
 
 /// Another process's write transaction on the same file makes a claim wait (busy timeout), not
@@ -143,16 +143,16 @@ async fn postgres_replicas_starting_at_once_migrate_once() {
         .collect();
     for connect in connects {
         let store = connect.await.unwrap().unwrap();
-        assert_eq!(store.schema_version().await.unwrap(), 7);
+        assert_eq!(store.schema_version().await.unwrap(), 8);
     }
     let client = raw_client(&url).await;
     let rows = client.query("SELECT version FROM rein_schema", &[]).await.unwrap();
-    assert_eq!(rows.len(), 7, "each migration applied once");
+    assert_eq!(rows.len(), 8, "each migration applied once");
 
     // A database migrated by a newer rein is refused, not written to.
     client.execute("INSERT INTO rein_schema VALUES (999, 0)", &[]).await.unwrap();
     match PostgresToolStore::connect(&url).await {
-        Err(StoreError::TooNew { found: 999, known: 7 }) => {}
+        Err(StoreError::TooNew { found: 999, known: 8 }) => {}
         other => panic!("expected TooNew, got {other:?}"),
     }
 }

@@ -327,8 +327,9 @@ impl ToolStore for TestStore {
     async fn calls_record(
         &self,
         calls: &[rein_store::calls::RecordedCall],
+        tools: &[rein_store::calls::RecordedTool],
     ) -> Result<(), StoreError> {
-        self.inner.calls_record(calls).await
+        self.inner.calls_record(calls, tools).await
     }
 
     async fn calls_since(
