@@ -49,6 +49,10 @@ pub struct CallContext {
     /// What the steps before the engine noted for the call's trace (a hand-off, the coverage
     /// check), timed since the call reached rein.
     pub notes: crate::trace::Notes,
+    /// Only this tier of the route may answer (an eval of one tier, `rein eval --tier`): the
+    /// others are passed over as if they were not in the route. The gateway allows it only
+    /// with the admin key.
+    pub pin_tier: Option<String>,
 }
 
 /// A call answered by a decision made before any model was asked.
@@ -138,6 +142,7 @@ impl CallContext {
             decided: None,
             covered: None,
             notes: crate::trace::Notes::default(),
+            pin_tier: None,
         }
     }
 
@@ -202,6 +207,7 @@ impl CallContext {
             decided: None,
             covered: None,
             notes: crate::trace::Notes::default(),
+            pin_tier: None,
         }
     }
 }

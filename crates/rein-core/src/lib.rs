@@ -12,6 +12,7 @@ pub mod clock;
 pub mod context;
 pub mod coverage;
 pub mod degraded;
+pub mod eval;
 pub mod failure;
 pub mod handoff;
 pub mod model;

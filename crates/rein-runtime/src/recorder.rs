@@ -49,6 +49,8 @@ pub struct Finished {
     /// What the trace needs beside the report (its provider kinds are filled in here).
     pub info: CallInfo,
     pub record: CallRecord,
+    /// Pinned to one tier by an eval: its trace is kept, its record is not an SLI's.
+    pub pinned: bool,
 }
 
 /// A finished tool call, as the request path hands it over.
@@ -249,7 +251,7 @@ impl Writer {
 
 /// A finished call's row: its record and its trace.
 fn recorded(call: Finished, kinds: &std::collections::BTreeMap<String, String>) -> RecordedCall {
-    let Finished { at_unix_ms, report, mut info, record } = call;
+    let Finished { at_unix_ms, report, mut info, record, pinned } = call;
     info.provider_kinds = kinds.clone();
     let request_id = info.request_id.clone();
     let trace = Trace::of_call(&report, info);
@@ -260,6 +262,7 @@ fn recorded(call: Finished, kinds: &std::collections::BTreeMap<String, String>) 
         notable: RecordedCall::is_notable(&record),
         record,
         trace: Some(trace),
+        eval: pinned,
     }
 }
 
@@ -439,7 +442,7 @@ mod tests {
         };
         let info = CallInfo { request_id: format!("req_{n}"), ..CallInfo::default() };
         let at_unix_ms = rein_core::clock::unix_ms() as i64 + i64::from(n);
-        Finished { at_unix_ms, report, info, record }
+        Finished { at_unix_ms, report, info, record, pinned: false }
     }
 
     fn kinds() -> ProviderKinds {

@@ -22,6 +22,8 @@ pub struct RecordedCall {
     pub notable: bool,
     /// The call's trace, when the trace store keeps traces.
     pub trace: Option<Trace>,
+    /// An eval's call pinned to one tier: kept as a trace, never counted in the SLIs.
+    pub eval: bool,
 }
 
 impl RecordedCall {
@@ -58,6 +60,8 @@ pub struct RecordedTool {
 pub const MODEL_KIND: &str = "model";
 /// What a recorded tool call was.
 pub const TOOL_KIND: &str = "tool";
+/// What a recorded call of an eval pinned to one tier was.
+pub const EVAL_KIND: &str = "eval";
 
 /// One kept trace, as a list shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -128,7 +132,7 @@ impl CallRow {
     pub(crate) fn of(call: &RecordedCall) -> Self {
         let record = &call.record;
         Self {
-            kind: MODEL_KIND,
+            kind: if call.eval { EVAL_KIND } else { MODEL_KIND },
             at_unix_ms: call.at_unix_ms,
             request_id: call.request_id.clone(),
             trace_id: call.trace_id.clone(),

@@ -1609,6 +1609,7 @@ fn recorded(n: i64, route: &str, outcome: rein_core::Outcome, attempts: u32) -> 
         notable: RecordedCall::is_notable(&record),
         record,
         trace: Some(trace),
+        eval: false,
     }
 }
 

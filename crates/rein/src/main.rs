@@ -10,6 +10,7 @@ use anyhow::Context;
 mod admin;
 mod approvals;
 mod check;
+mod eval;
 mod handoffs;
 mod outbox;
 mod serve;
@@ -56,6 +57,10 @@ enum Command {
     /// The SLIs of a running gateway's recorded calls over a window, per route, tier and label
     /// (through its admin API).
     Sli(traces::SliArgs),
+    /// Run a dataset's cases through a running gateway k times each (from a clean state), and
+    /// report pass@1, pass@k and pass^k, the flaky cases, per-tier scores and repair rates, as a
+    /// table, JSON and HTML. Resumes after Ctrl-C.
+    Eval(eval::EvalArgs),
     #[cfg(feature = "sim")]
     /// Run the fault-injecting OpenAI/Anthropic simulator, for tests and drills.
     ///
@@ -198,6 +203,7 @@ fn main() -> std::process::ExitCode {
             Command::Handoffs(args) => handoffs::run(args).await,
             Command::Traces(args) => traces::run(args).await,
             Command::Sli(args) => traces::sli(args).await,
+            Command::Eval(args) => eval::run(args).await,
             #[cfg(feature = "sim")]
             Command::Sim(args) => sim(args).await,
         }

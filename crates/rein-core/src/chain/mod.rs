@@ -323,7 +323,10 @@ impl Engine {
             call.steps.push(Step::KillSwitch { reason });
             return Err(Ended::Degraded);
         }
-        let order = self.tier_order(&state.0);
+        let mut order = self.tier_order(&state.0);
+        if let Some(pin) = &ctx.pin_tier {
+            order.retain(|&index| route.tiers[index].name == *pin);
+        }
         // Set by a context-length failure: only tiers with a larger window may follow, and
         // while none of them has been tried the provider's message is what the caller gets.
         let mut context_floor: Option<u32> = None;

@@ -52,7 +52,11 @@ async fn handle(gateway: Arc<Gateway>, api: Api, headers: HeaderMap, body: Body)
     let (request_id, admitted) = intake::admit(&runtime, &headers, body).await;
     let prepared = admitted
         .map_err(|refusal| refused(api, refusal, &runtime.config.server, &request_id))
-        .and_then(|call| prepare(api, call, &request_id));
+        .and_then(|call| prepare(api, call, &request_id))
+        .and_then(|(parsed, ctx)| {
+            pinned(&runtime, &headers, api, &parsed.route, &ctx, &request_id)?;
+            Ok((parsed, ctx))
+        });
     let prepared = match prepared {
         Ok((parsed, ctx)) => {
             let (route, request) = (&parsed.route, &parsed.request);
@@ -109,6 +113,43 @@ fn prepare(api: Api, call: Admitted, request_id: &str) -> Result<(Parsed, CallCo
     join_labels(&mut ctx, std::mem::take(&mut parsed.labels))
         .map_err(|error| ApiError::wire(api, &error, request_id))?;
     Ok((parsed, ctx))
+}
+
+/// A call pinned to one tier (`x-rein-pin-tier`, for evaluating it) must carry the admin key
+/// in `x-rein-admin-key` (403 otherwise: a client key alone never picks a tier), and name a
+/// tier of its route (400).
+fn pinned(
+    runtime: &rein_runtime::Snapshot,
+    headers: &HeaderMap,
+    api: Api,
+    route: &str,
+    ctx: &CallContext,
+    request_id: &str,
+) -> Result<(), ApiError> {
+    let Some(tier) = &ctx.pin_tier else { return Ok(()) };
+    let pin = intake::PIN_TIER_HEADER;
+    if !intake::admin_key_beside(runtime, headers) {
+        let message = format!(
+            "Header `{pin}` needs the gateway's admin key in `{}`.",
+            intake::ADMIN_KEY_HEADER
+        );
+        return Err(ApiError::new(api, ErrorKind::PermissionDenied, &message, request_id));
+    }
+    let tiers = runtime
+        .config
+        .routes
+        .get(route)
+        .map(|config| config.tiers.iter().map(|tier| tier.name.clone()).collect::<Vec<_>>());
+    match tiers {
+        Some(tiers) if !tiers.contains(tier) => {
+            let error = wire::WireError::invalid(
+                pin,
+                format!("route `{route}` has no tier `{tier}` (it has: {})", tiers.join(", ")),
+            );
+            Err(ApiError::wire(api, &error, request_id))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The body's `rein.labels` joined with the `x-rein-labels` header's: a key given in both must

@@ -98,6 +98,16 @@ pub fn admin_allowed(snapshot: &Snapshot, headers: &HeaderMap) -> bool {
     }
 }
 
+/// Whether the call carries the admin key in `x-rein-admin-key` (its `Authorization` holds the
+/// client key). No admin key configured: never.
+pub(super) fn admin_key_beside(snapshot: &Snapshot, headers: &HeaderMap) -> bool {
+    let given = headers.get(ADMIN_KEY_HEADER).and_then(|value| value.to_str().ok());
+    match (&snapshot.config.server.admin_key, given) {
+        (Some(key), Some(given)) => same(key, given.trim()),
+        _ => false,
+    }
+}
+
 /// Whether `headers` present `key` in any of the ways [`admin_allowed`] takes.
 fn carries(key: &Secret, headers: &HeaderMap) -> bool {
     presented(headers).iter().any(|given| same(key, given))
@@ -161,6 +171,10 @@ pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 pub const TRACEPARENT_HEADER: &str = "traceparent";
 /// The caller's tags for the call: `key=value` pairs, comma-separated.
 pub(super) const LABELS_HEADER: &str = "x-rein-labels";
+/// The one tier of the route that may answer the call (an eval of that tier).
+pub(super) const PIN_TIER_HEADER: &str = "x-rein-pin-tier";
+/// The admin key, beside the client key, for what only an operator may ask of a call.
+pub(super) const ADMIN_KEY_HEADER: &str = "x-rein-admin-key";
 
 /// A context header the caller got wrong: which one, and what it must be.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,6 +205,7 @@ pub(super) fn call_context(headers: &HeaderMap) -> Result<CallContext, HeaderPro
     };
     ctx.run_id = text(headers, RUN_HEADER)?.map(str::to_string);
     ctx.conversation_id = text(headers, CONVERSATION_HEADER)?.map(str::to_string);
+    ctx.pin_tier = text(headers, PIN_TIER_HEADER)?.map(|tier| tier.trim().to_string());
     ctx.idempotency_key = text(headers, IDEMPOTENCY_HEADER)?.map(str::to_string);
     for (var, value) in [
         ("run_id", &ctx.run_id),

@@ -22,6 +22,8 @@ pub(super) const HANDOFF_EVENT: &str = "handoff";
 /// A model call being recorded.
 pub(super) struct Recording {
     deadline_ms: u64,
+    /// Pinned to one tier by an eval: not counted in the SLIs.
+    pinned: bool,
     covered: Option<bool>,
     labels: std::collections::BTreeMap<String, String>,
     info: CallInfo,
@@ -54,6 +56,7 @@ impl Recording {
         let offset_ms = u64::try_from(ctx.deadline().elapsed().as_millis()).unwrap_or(0);
         Self {
             deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
+            pinned: ctx.pin_tier.is_some(),
             covered: ctx.covered,
             labels: ctx.labels.clone(),
             info: CallInfo {
@@ -84,7 +87,7 @@ impl Recording {
         usage: Option<Usage>,
         output: Option<&str>,
     ) {
-        let Recording { deadline_ms, covered, labels, mut info } = self;
+        let Recording { deadline_ms, pinned, covered, labels, mut info } = self;
         // Only the keys the route slices by: a record's labels are bounded like its metrics.
         let labels =
             labels.into_iter().filter(|(key, _)| report.labels.contains_key(key)).collect();
@@ -93,7 +96,9 @@ impl Recording {
         record.covered = covered.or_else(|| {
             report_decided(report).filter(|s| s.starts_with("coverage")).map(|_| false)
         });
-        gateway.metrics.sli(&record);
+        if !pinned {
+            gateway.metrics.sli(&record);
+        }
         let recorder = &gateway.runtime.recorder;
         if !recorder.enabled() {
             return;
@@ -118,6 +123,7 @@ impl Recording {
             report: report.clone(),
             info,
             record,
+            pinned,
         };
         recorder.submit(finished);
     }

@@ -162,6 +162,8 @@ fn nothing_below_the_edge_builds_a_deadline() {
         "crates/rein-core/src/clock.rs",
         "crates/rein-core/src/context.rs",
         "crates/rein-gateway/src/server/intake.rs",
+        // `rein eval` checks an answer by a business rule offline, outside any call.
+        "crates/rein/src/eval.rs",
     ];
     let makers = [
         "Deadline::after(",

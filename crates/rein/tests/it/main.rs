@@ -9,5 +9,6 @@ mod cli;
 mod crash;
 mod edge;
 mod engine_e2e;
+mod eval;
 mod upstream_caps;
 mod upstream_wire;

@@ -1,0 +1,277 @@
+//! `rein eval` against `rein serve` on simulated providers whose scripted answers make one case
+//! flaky (its answers alternate), one steady and one always wrong: the flaky list names exactly
+//! the flaky case, pass^k is the hand-computed value, a second run resumes from the state file
+//! without calling again, an eval stopped by Ctrl-C resumes where it stopped, and `--tier`
+//! evaluates one tier only with the admin key (403 without it: a client key never picks a tier).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use crate::upstream_caps::Gateway;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rein");
+
+const SCENARIO: &str = r#"
+[[reply]]
+contains = "change my order"
+texts = ["Changes close 48 hours before delivery.", "You can change it any time."]
+
+[[reply]]
+contains = "deliver to hospitals"
+text = "We deliver to hospitals every day before 6 p.m."
+
+[[reply]]
+contains = "refund"
+text = "Refunds take 5 days."
+
+[[reply]]
+contains = "cutoff as json"
+text = '{"cutoff_hours": 48, "source": "140"}'
+"#;
+
+const DATASET: &str = r#"{"id": "change-order", "question": "Can I change my order?", "expect": {"contains": ["48 hours"]}}
+{"id": "hospitals", "question": "Do you deliver to hospitals?", "expect": {"contains": ["6 p.m."], "not_contains": ["intensive care"]}}
+{"id": "refund", "question": "How long does a refund take?", "expect": {"contains": ["3 days"]}}
+{"id": "cutoff-json", "question": "Give the cutoff as JSON", "expect": {"json": {"/cutoff_hours": 48}}}
+"#;
+
+fn config(dir: &Path, primary_model: &str) -> String {
+    let scenario = dir.join("scenario.toml");
+    std::fs::write(&scenario, SCENARIO).unwrap();
+    format!(
+        r#"[server]
+listen = "127.0.0.1:0"
+admin_key_env = "REIN_EVAL_ADMIN"
+
+[store]
+sqlite_path = "{store}"
+
+[providers.sim]
+kind = "sim"
+scenario = "{scenario}"
+
+[routes.support]
+[[routes.support.tiers]]
+name = "primary"
+provider = "sim"
+model = "{primary_model}"
+
+[[routes.support.tiers]]
+name = "fallback"
+provider = "sim"
+model = "sim-fallback"
+"#,
+        store = dir.join("rein.sqlite").display(),
+        scenario = scenario.display(),
+    )
+}
+
+/// A gateway on the scripted providers (its primary on `primary_model`) and the dataset beside
+/// it.
+fn start(primary_model: &str) -> (tempfile::TempDir, Gateway, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = Gateway::start(
+        dir.path(),
+        &config(dir.path(), primary_model),
+        &[("REIN_EVAL_ADMIN", "eval-admin-key")],
+        "warn",
+    );
+    let dataset = dir.path().join("cases.jsonl");
+    std::fs::write(&dataset, DATASET).unwrap();
+    (dir, gateway, dataset)
+}
+
+fn eval(args: &[&str], admin: Option<&str>) -> (Option<i32>, String, String) {
+    let mut command = Command::new(BIN);
+    command.arg("eval").args(args).env_remove("REIN_CLIENT_KEY").env_remove("REIN_ADMIN_KEY");
+    if let Some(admin) = admin {
+        command.env("REIN_ADMIN_KEY", admin);
+    }
+    let output = command.output().unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn close(a: &Value, b: f64) -> bool {
+    a.as_f64().is_some_and(|a| (a - b).abs() < 1e-9)
+}
+
+#[test]
+fn the_flaky_case_is_listed_pass_hat_k_is_hand_computed_and_a_rerun_resumes() {
+    let (dir, gateway, dataset) = start("sim-primary");
+    let (json, html) = (dir.path().join("report.json"), dir.path().join("report.html"));
+    let args = [
+        dataset.to_str().unwrap(),
+        "--route",
+        "support",
+        "--trials",
+        "4",
+        "--k",
+        "2",
+        "--url",
+        gateway.url.as_str(),
+        "--json",
+        json.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ];
+    let (code, stdout, stderr) = eval(&args, None);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("flaky (1): change-order"), "{stdout}");
+    assert!(stdout.contains("4 case(s) x 4 trial(s)"), "{stdout}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["flaky"], serde_json::json!(["change-order"]));
+    let case = |id: &str| {
+        report["cases"].as_array().unwrap().iter().find(|c| c["case"] == id).unwrap().clone()
+    };
+    // Two passes in four trials: pass^2 = C(2,2)/C(4,2) = 1/6, pass@2 = 1 - 1/6.
+    let flaky = case("change-order");
+    assert_eq!(flaky["passes"], 2);
+    assert!(close(&flaky["pass_hat_k"], 1.0 / 6.0), "{flaky}");
+    assert!(close(&flaky["pass_at_k"], 5.0 / 6.0), "{flaky}");
+    assert_eq!(case("hospitals")["passes"], 4);
+    assert_eq!(case("cutoff-json")["passes"], 4, "the JSON pointer checker");
+    let refund = case("refund");
+    assert_eq!((refund["passes"].as_u64(), refund["flaky"].as_bool()), (Some(0), Some(false)));
+    assert_eq!(refund["failure"], "missing `3 days`");
+    // pass@1 over the cases: (0.5 + 1 + 0 + 1) / 4; pass^2: (1/6 + 1 + 0 + 1) / 4.
+    assert!(close(&report["pass_at_1"], 2.5 / 4.0), "{report}");
+    assert!(close(&report["pass_hat_k"], (1.0 / 6.0 + 2.0) / 4.0), "{report}");
+    assert_eq!(report["tiers"]["primary"]["trials"], 16);
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains(r#"<p id="flaky">change-order</p>"#), "{page}");
+    assert!(page.contains("<svg id=\"chart\""), "the chart is in the page");
+
+    // Run again: every trial is kept, nothing is called again, the report is the same.
+    let calls = calls_made(&gateway);
+    let (code, stdout, stderr) = eval(&args, None);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stderr.contains("resuming: 16 of 16 trials kept"), "{stderr}");
+    assert!(stdout.contains("flaky (1): change-order"), "{stdout}");
+    assert_eq!(calls_made(&gateway), calls, "a resumed eval calls nothing it has");
+
+    // A k beyond the trials is refused before anything runs.
+    let (code, _, stderr) =
+        eval(&[&args[..5], &["--k", "5", "--url", gateway.url.as_str()]].concat(), None);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("--k 5 needs 1 <= k <= --trials (4)"), "{stderr}");
+}
+
+/// How many model calls the gateway has counted, from its metrics.
+fn calls_made(gateway: &Gateway) -> u64 {
+    let text = reqwest::blocking_get(&format!("{}/metrics", gateway.url));
+    text.lines()
+        .filter(|line| line.starts_with("rein_sli_calls_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+mod reqwest {
+    /// A GET on a thread of its own (the tests here are synchronous).
+    pub(super) fn blocking_get(url: &str) -> String {
+        let url = url.to_string();
+        std::thread::spawn(move || {
+            rein_providers::install_crypto_provider();
+            let runtime = tokio::runtime::Runtime::new().unwrap();
+            runtime.block_on(async { ::reqwest::get(&url).await.unwrap().text().await.unwrap() })
+        })
+        .join()
+        .unwrap()
+    }
+}
+
+#[test]
+fn one_tier_is_evaluated_with_the_admin_key_and_never_without() {
+    let (dir, gateway, dataset) = start("sim-primary");
+    let json = dir.path().join("report.json");
+    let args = [
+        dataset.to_str().unwrap(),
+        "--route",
+        "support",
+        "--trials",
+        "2",
+        "--tier",
+        "fallback",
+        "--url",
+        gateway.url.as_str(),
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    let (code, stdout, stderr) = eval(&args, Some("eval-admin-key"));
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("on tier fallback"), "{stdout}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let tiers: Vec<&String> = report["tiers"].as_object().unwrap().keys().collect();
+    assert_eq!(tiers, ["fallback"], "only the pinned tier answered: {report}");
+    assert_eq!(calls_made(&gateway), 0, "an eval's pinned calls are not SLI records");
+
+    // A wrong admin key: the gateway's 403 stops the eval at once, naming the header.
+    let (code, _, stderr) = eval(&[&args[..], &["--fresh"]].concat(), Some("wrong"));
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("403") && stderr.contains("x-rein-admin-key"), "{stderr}");
+    // No admin key at all: refused before anything is sent.
+    let (code, _, stderr) = eval(&args, None);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("--tier needs the gateway's admin key"), "{stderr}");
+    // A tier the route does not have: the gateway's 400 names it.
+    let mut unknown = args.to_vec();
+    unknown[6] = "reserve";
+    let (code, _, stderr) = eval(&[&unknown[..], &["--fresh"]].concat(), Some("eval-admin-key"));
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("no tier `reserve`"), "{stderr}");
+}
+
+#[tokio::test]
+async fn an_eval_stopped_by_ctrl_c_resumes_where_it_stopped() {
+    // Slow answers, one at a time, so the interrupt lands mid-eval.
+    let (dir, gateway, dataset) = start("sim:slow_first_token:ms=300");
+    let state = dir.path().join("state.jsonl");
+    let args = [
+        dataset.to_str().unwrap(),
+        "--route",
+        "support",
+        "--trials",
+        "3",
+        "--concurrency",
+        "1",
+        "--url",
+        gateway.url.as_str(),
+        "--state",
+        state.to_str().unwrap(),
+    ];
+    let child = Command::new(BIN)
+        .arg("eval")
+        .args(args)
+        .env_remove("REIN_CLIENT_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let kept = || std::fs::read_to_string(&state).map_or(0, |text| text.lines().count());
+    for _ in 0..1500 {
+        if kept() >= 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(kept() >= 2, "two trials finished within 30 s");
+    let interrupt = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(interrupt.success());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("run the same command again to resume"), "{stderr}");
+    let done = kept();
+    assert!((2..12).contains(&done), "stopped mid-eval with {done} trials kept");
+
+    let (code, stdout, stderr) = eval(&args, None);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stderr.contains(&format!("resuming: {done} of 12 trials kept")), "{stderr}");
+    assert_eq!(kept(), 12, "each trial ran once in all");
+    assert!(stdout.contains("4 case(s) x 3 trial(s)"), "{stdout}");
+}
