@@ -14,6 +14,125 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::validate::{Answer, BuiltinRule, Evidence, EvidenceItem, RuleSet};
+
+/// An evidence item as a dataset or the probe's config writes it (the shape of the request's
+/// `rein.evidence` items).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceSpec {
+    pub id: Value,
+    #[serde(default)]
+    pub source: Option<String>,
+    #[serde(default)]
+    pub text: String,
+    #[serde(default)]
+    pub fields: Value,
+}
+
+impl EvidenceSpec {
+    /// As a `rein.evidence` item of a request body.
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({"id": self.id, "source": self.source, "text": self.text, "fields": self.fields})
+    }
+
+    fn item(&self) -> EvidenceItem {
+        let id = match &self.id {
+            Value::String(id) => id.clone(),
+            other => other.to_string(),
+        };
+        let source = self.source.clone().unwrap_or_else(|| crate::validate::CALLER_SOURCE.into());
+        EvidenceItem::new(source, id, self.text.clone()).with_fields(self.fields.clone())
+    }
+}
+
+/// What an answer must be, for an eval's case or a probe's question; every checker given must
+/// pass. A `judge` rubric is the caller's to ask (it needs a model): [`Expect::check`] leaves it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exact: Option<String>,
+    /// Each must be in the answer (ignoring case).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub contains: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_contains: Vec<String>,
+    /// JSON pointer → the value the answer's JSON has there.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub json: BTreeMap<String, Value>,
+    /// A built-in business rule, against the evidence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<BuiltinRule>,
+    /// A rubric a judge answers PASS or FAIL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<String>,
+}
+
+fn shorten(text: &str) -> String {
+    let mut short: String = text.chars().take(60).collect();
+    if short.len() < text.len() {
+        short.push('…');
+    }
+    short
+}
+
+impl Expect {
+    /// No checker at all.
+    pub fn is_empty(&self) -> bool {
+        self.exact.is_none()
+            && self.contains.is_empty()
+            && self.not_contains.is_empty()
+            && self.json.is_empty()
+            && self.rule.is_none()
+            && self.judge.is_none()
+    }
+
+    /// Every checker but the judge on the answer `text`, with `evidence` for the rule: the
+    /// first that fails says why.
+    pub async fn check(&self, text: &str, evidence: &[EvidenceSpec]) -> Result<(), String> {
+        if let Some(exact) = &self.exact
+            && text.trim() != exact.trim()
+        {
+            return Err(format!("not exactly `{}`", shorten(exact)));
+        }
+        let lower = text.to_lowercase();
+        for needle in &self.contains {
+            if !lower.contains(&needle.to_lowercase()) {
+                return Err(format!("missing `{needle}`"));
+            }
+        }
+        for needle in &self.not_contains {
+            if lower.contains(&needle.to_lowercase()) {
+                return Err(format!("contains `{needle}`"));
+            }
+        }
+        let parsed: Option<Value> = serde_json::from_str(text.trim()).ok();
+        for (pointer, expected) in &self.json {
+            let found = parsed.as_ref().and_then(|json| json.pointer(pointer));
+            if found != Some(expected) {
+                let shown = found.map_or("nothing".to_string(), Value::to_string);
+                return Err(format!("`{pointer}` is {shown}, not {expected}"));
+            }
+        }
+        if let Some(rule) = &self.rule {
+            let items = evidence.iter().map(EvidenceSpec::item).collect();
+            // Offline: the rule reads the evidence, and no call is made.
+            let ctx = crate::CallContext::new().evidence(Evidence::from_items(items));
+            let answer = match parsed {
+                Some(json) => Answer::json(json),
+                None => Answer::text(text),
+            };
+            let problems = RuleSet::from_builtin([rule.clone()]).check(&ctx, &answer).await;
+            if let Some(problem) = problems.first() {
+                return Err(format!("rule `{}`: {}", rule.rule_name(), problem.message));
+            }
+        }
+        Ok(())
+    }
+}
 
 /// `C(a, k) / C(n, k)` for `a ≤ n`, as a product so that large `n` never overflows: the chance
 /// that `k` trials drawn without replacement from `n` all fall among `a`.

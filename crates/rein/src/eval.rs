@@ -33,8 +33,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use rein_core::eval::{Report, Trial};
-use rein_core::validate::{Answer, BuiltinRule, Evidence, EvidenceItem, RuleSet};
+use rein_core::eval::{EvidenceSpec, Expect, Report, Trial};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -98,53 +97,10 @@ struct Case {
     #[serde(default)]
     messages: Option<Vec<Value>>,
     #[serde(default)]
-    evidence: Vec<CaseEvidence>,
+    evidence: Vec<EvidenceSpec>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
     expect: Expect,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CaseEvidence {
-    id: Value,
-    #[serde(default)]
-    source: Option<String>,
-    #[serde(default)]
-    text: String,
-    #[serde(default)]
-    fields: Value,
-}
-
-/// What a case's answer must be; every checker given must pass.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Expect {
-    #[serde(default)]
-    exact: Option<String>,
-    #[serde(default)]
-    contains: Vec<String>,
-    #[serde(default)]
-    not_contains: Vec<String>,
-    /// JSON pointer → the value there.
-    #[serde(default)]
-    json: BTreeMap<String, Value>,
-    #[serde(default)]
-    rule: Option<BuiltinRule>,
-    /// A rubric the judge route answers PASS or FAIL.
-    #[serde(default)]
-    judge: Option<String>,
-}
-
-impl Expect {
-    fn is_empty(&self) -> bool {
-        self.exact.is_none()
-            && self.contains.is_empty()
-            && self.not_contains.is_empty()
-            && self.json.is_empty()
-            && self.rule.is_none()
-            && self.judge.is_none()
-    }
 }
 
 /// A case ready to run: its request body (to its route), and the fingerprint its kept trials are
@@ -187,13 +143,7 @@ fn load(path: &Path, route: Option<&str>, tier: Option<&str>) -> anyhow::Result<
                 case.id
             ),
         };
-        let evidence: Vec<Value> = case
-            .evidence
-            .iter()
-            .map(|item| {
-                json!({"id": item.id, "source": item.source, "text": item.text, "fields": item.fields})
-            })
-            .collect();
+        let evidence: Vec<Value> = case.evidence.iter().map(EvidenceSpec::to_json).collect();
         let mut rein = serde_json::Map::new();
         if !evidence.is_empty() {
             rein.insert("evidence".into(), Value::Array(evidence));
@@ -330,56 +280,8 @@ impl Runner {
 
     /// Every checker of the case on `text`: the first that fails says why.
     async fn check(&self, case: &Case, text: &str) -> Result<(), String> {
-        let expect = &case.expect;
-        if let Some(exact) = &expect.exact
-            && text.trim() != exact.trim()
-        {
-            return Err(format!("not exactly `{}`", shorten(exact)));
-        }
-        let lower = text.to_lowercase();
-        for needle in &expect.contains {
-            if !lower.contains(&needle.to_lowercase()) {
-                return Err(format!("missing `{needle}`"));
-            }
-        }
-        for needle in &expect.not_contains {
-            if lower.contains(&needle.to_lowercase()) {
-                return Err(format!("contains `{needle}`"));
-            }
-        }
-        let parsed: Option<Value> = serde_json::from_str(text.trim()).ok();
-        for (pointer, expected) in &expect.json {
-            let found = parsed.as_ref().and_then(|json| json.pointer(pointer));
-            if found != Some(expected) {
-                let shown = found.map_or("nothing".to_string(), Value::to_string);
-                return Err(format!("`{pointer}` is {shown}, not {expected}"));
-            }
-        }
-        if let Some(rule) = &expect.rule {
-            let items = case
-                .evidence
-                .iter()
-                .map(|item| {
-                    let id = match &item.id {
-                        Value::String(id) => id.clone(),
-                        other => other.to_string(),
-                    };
-                    let source = item.source.clone().unwrap_or_else(|| "caller".to_string());
-                    EvidenceItem::new(source, id, item.text.clone())
-                        .with_fields(item.fields.clone())
-                })
-                .collect();
-            let ctx = rein_core::CallContext::new().evidence(Evidence::from_items(items));
-            let answer = match parsed.clone() {
-                Some(json) => Answer::json(json),
-                None => Answer::text(text),
-            };
-            let problems = RuleSet::from_builtin([rule.clone()]).check(&ctx, &answer).await;
-            if let Some(problem) = problems.first() {
-                return Err(format!("rule `{}`: {}", rule.rule_name(), problem.message));
-            }
-        }
-        if let Some(rubric) = &expect.judge {
+        case.expect.check(text, &case.evidence).await?;
+        if let Some(rubric) = &case.expect.judge {
             return self.judge(rubric, case, text).await;
         }
         Ok(())
@@ -406,18 +308,10 @@ impl Runner {
             .map(|w| w.trim_matches(|c: char| !c.is_ascii_alphabetic()).to_ascii_uppercase());
         match (status.is_success(), word.as_deref()) {
             (true, Some("PASS")) => Ok(()),
-            (true, Some("FAIL")) => Err(format!("the judge failed it by `{}`", shorten(rubric))),
+            (true, Some("FAIL")) => Err(format!("the judge failed it by its rubric `{rubric}`")),
             _ => Err(format!("the judge gave no verdict ({status})")),
         }
     }
-}
-
-fn shorten(text: &str) -> String {
-    let mut short: String = text.chars().take(60).collect();
-    if short.len() < text.len() {
-        short.push('…');
-    }
-    short
 }
 
 pub(crate) async fn run(args: EvalArgs) -> anyhow::Result<std::process::ExitCode> {

@@ -162,8 +162,8 @@ fn nothing_below_the_edge_builds_a_deadline() {
         "crates/rein-core/src/clock.rs",
         "crates/rein-core/src/context.rs",
         "crates/rein-gateway/src/server/intake.rs",
-        // `rein eval` checks an answer by a business rule offline, outside any call.
-        "crates/rein/src/eval.rs",
+        // An eval's or a probe's business rule checks an answer offline, outside any call.
+        "crates/rein-core/src/eval.rs",
     ];
     let makers = [
         "Deadline::after(",
