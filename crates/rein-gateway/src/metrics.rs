@@ -107,6 +107,13 @@ struct CoverageLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProbeLabel {
+    route: String,
+    question: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LabeledOutcome {
     route: String,
     label: String,
@@ -171,6 +178,10 @@ pub struct Metrics {
     run_stops: Family<StatusLabel, Counter>,
     escalations: Family<TriggerLabel, Counter>,
     coverage_checks: Family<CoverageLabel, Counter>,
+    probe_checks: Family<ProbeLabel, Counter>,
+    probe_score: Family<RouteLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    probe_runs: Counter,
+    probe_last_run: Gauge,
     degraded_acted: Family<RuleLabel, Counter>,
     handoff_reviews: Family<ReviewLabel, Counter>,
     kill_diversions: Family<RouteLabel, Counter>,
@@ -326,6 +337,26 @@ impl Metrics {
             "Coverage checks, by route, method (logprobs, samples, error) and verdict (covered, not_covered, error)",
             coverage_checks.clone(),
         );
+        let probe_checks = Family::<ProbeLabel, Counter>::default();
+        registry.register(
+            "probe_checks",
+            "Golden-prompt probe answers, by route, question and result (pass, fail, error)",
+            probe_checks.clone(),
+        );
+        let probe_score = Family::<RouteLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "probe_score",
+            "The share of the golden-prompt probe's questions of a route its last run passed",
+            probe_score.clone(),
+        );
+        let probe_runs = Counter::default();
+        registry.register("probe_runs", "Runs of the golden-prompt probe", probe_runs.clone());
+        let probe_last_run = Gauge::default();
+        registry.register(
+            "probe_last_run_timestamp_seconds",
+            "When the golden-prompt probe last ran, in Unix seconds",
+            probe_last_run.clone(),
+        );
         let degraded_acted = Family::<RuleLabel, Counter>::default();
         registry.register(
             "degraded_acted",
@@ -433,6 +464,10 @@ impl Metrics {
             run_stops,
             escalations,
             coverage_checks,
+            probe_checks,
+            probe_score,
+            probe_runs,
+            probe_last_run,
             degraded_acted,
             handoff_reviews,
             kill_diversions,
@@ -537,6 +572,33 @@ impl Metrics {
             verdict: verdict.to_string(),
         };
         self.coverage_checks.get_or_create(&label).inc();
+    }
+
+    /// One run of the golden-prompt probe: each question's result (`pass`, `fail`, `error`) by
+    /// route and question, and per route the share that passed.
+    pub fn probe_ran<'a>(
+        &self,
+        results: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
+        now_unix_s: i64,
+    ) {
+        let mut per_route: std::collections::BTreeMap<&str, (u32, u32)> = Default::default();
+        for (route, question, result) in results {
+            let label = ProbeLabel {
+                route: route.to_string(),
+                question: question.to_string(),
+                result: result.to_string(),
+            };
+            self.probe_checks.get_or_create(&label).inc();
+            let counts = per_route.entry(route).or_default();
+            counts.0 += u32::from(result == "pass");
+            counts.1 += 1;
+        }
+        for (route, (passed, asked)) in per_route {
+            let score = f64::from(passed) / f64::from(asked.max(1));
+            self.probe_score.get_or_create(&RouteLabel { route: route.to_string() }).set(score);
+        }
+        self.probe_runs.inc();
+        self.probe_last_run.set(now_unix_s);
     }
 
     /// Count a call in each slice its labels put it in.

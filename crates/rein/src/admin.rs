@@ -7,6 +7,27 @@ use std::io::Write;
 use anyhow::Context;
 use serde_json::Value;
 
+/// The flags every admin command takes (also after its subcommand).
+#[derive(Debug, clap::Args)]
+pub(crate) struct AdminFlags {
+    /// The gateway's address.
+    #[arg(long, global = true, default_value = "http://127.0.0.1:8787")]
+    pub url: String,
+    /// Environment variable holding the admin key.
+    #[arg(long, global = true, default_value = "REIN_ADMIN_KEY")]
+    pub admin_key_env: String,
+    /// Print the admin API's JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+impl AdminFlags {
+    /// The gateway's admin API these flags name.
+    pub(crate) fn admin(&self) -> anyhow::Result<Admin> {
+        Admin::new(&self.url, &self.admin_key_env)
+    }
+}
+
 /// A gateway's admin API.
 #[derive(Debug)]
 pub(crate) struct Admin {

@@ -9,19 +9,12 @@ use std::io::Write;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use crate::admin::{self, Admin};
+use crate::admin;
 
 #[derive(Debug, Args)]
 pub(crate) struct ApprovalsArgs {
-    /// The gateway's address.
-    #[arg(long, global = true, default_value = "http://127.0.0.1:8787")]
-    url: String,
-    /// Environment variable holding the admin key.
-    #[arg(long, global = true, default_value = "REIN_ADMIN_KEY")]
-    admin_key_env: String,
-    /// Print the admin API's JSON instead of a table.
-    #[arg(long, global = true)]
-    json: bool,
+    #[command(flatten)]
+    flags: admin::AdminFlags,
     #[command(subcommand)]
     action: ApprovalsAction,
 }
@@ -56,7 +49,7 @@ enum ApprovalsAction {
 }
 
 pub(crate) async fn run(args: ApprovalsArgs) -> anyhow::Result<std::process::ExitCode> {
-    let admin = Admin::new(&args.url, &args.admin_key_env)?;
+    let admin = args.flags.admin()?;
     let request = match &args.action {
         ApprovalsAction::List { state, limit } => {
             admin.get(&format!("/admin/approvals?state={state}&limit={limit}"))
@@ -69,7 +62,7 @@ pub(crate) async fn run(args: ApprovalsArgs) -> anyhow::Result<std::process::Exi
             .json(&serde_json::json!({"by": by, "note": note})),
     };
     let (status, body) = admin.send(request).await?;
-    match (&args.action, args.json) {
+    match (&args.action, args.flags.json) {
         (ApprovalsAction::List { .. }, false) => admin::print(status, &body, write_table),
         _ => admin::print(status, &body, admin::json),
     }

@@ -11,19 +11,12 @@ use std::io::Write;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use crate::admin::{self, Admin};
+use crate::admin;
 
 #[derive(Debug, Args)]
 pub(crate) struct HandoffsArgs {
-    /// The gateway's address.
-    #[arg(long, global = true, default_value = "http://127.0.0.1:8787")]
-    url: String,
-    /// Environment variable holding the admin key.
-    #[arg(long, global = true, default_value = "REIN_ADMIN_KEY")]
-    admin_key_env: String,
-    /// Print the admin API's JSON instead of a table.
-    #[arg(long, global = true)]
-    json: bool,
+    #[command(flatten)]
+    flags: admin::AdminFlags,
     #[command(subcommand)]
     action: HandoffsAction,
 }
@@ -67,7 +60,7 @@ enum HandoffsAction {
 }
 
 pub(crate) async fn run(args: HandoffsArgs) -> anyhow::Result<std::process::ExitCode> {
-    let admin = Admin::new(&args.url, &args.admin_key_env)?;
+    let admin = args.flags.admin()?;
     let request = match &args.action {
         HandoffsAction::List { state, trigger, limit } => {
             let mut path = format!("/admin/handoffs?state={state}&limit={limit}");
@@ -90,7 +83,7 @@ pub(crate) async fn run(args: HandoffsArgs) -> anyhow::Result<std::process::Exit
         }
     };
     let (status, body) = admin.send(request).await?;
-    match (&args.action, args.json) {
+    match (&args.action, args.flags.json) {
         (HandoffsAction::List { .. }, false) => admin::print(status, &body, write_table),
         (HandoffsAction::Show { .. }, false) => admin::print(status, &body, write_packet),
         (HandoffsAction::Stats { .. }, false) => admin::print(status, &body, write_stats),

@@ -13,6 +13,7 @@ mod check;
 mod eval;
 mod handoffs;
 mod outbox;
+mod probe;
 mod serve;
 mod traces;
 
@@ -61,6 +62,9 @@ enum Command {
     /// report pass@1, pass@k and pass^k, the flaky cases, per-tier scores and repair rates, as a
     /// table, JSON and HTML. Resumes after Ctrl-C.
     Eval(eval::EvalArgs),
+    /// The golden-prompt probe of a running gateway (through its admin API): run its questions
+    /// through the production path now, or show the last run.
+    Probe(probe::ProbeArgs),
     #[cfg(feature = "sim")]
     /// Run the fault-injecting OpenAI/Anthropic simulator, for tests and drills.
     ///
@@ -204,6 +208,7 @@ fn main() -> std::process::ExitCode {
             Command::Traces(args) => traces::run(args).await,
             Command::Sli(args) => traces::sli(args).await,
             Command::Eval(args) => eval::run(args).await,
+            Command::Probe(args) => probe::run(args).await,
             #[cfg(feature = "sim")]
             Command::Sim(args) => sim(args).await,
         }

@@ -10,19 +10,12 @@ use std::io::Write;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use crate::admin::{self, Admin};
+use crate::admin;
 
 #[derive(Debug, Args)]
 pub(crate) struct TracesArgs {
-    /// The gateway's address.
-    #[arg(long, global = true, default_value = "http://127.0.0.1:8787")]
-    url: String,
-    /// Environment variable holding the admin key.
-    #[arg(long, global = true, default_value = "REIN_ADMIN_KEY")]
-    admin_key_env: String,
-    /// Print the admin API's JSON instead of a table.
-    #[arg(long, global = true)]
-    json: bool,
+    #[command(flatten)]
+    flags: admin::AdminFlags,
     #[command(subcommand)]
     action: TracesAction,
 }
@@ -48,21 +41,14 @@ enum TracesAction {
 
 #[derive(Debug, Args)]
 pub(crate) struct SliArgs {
-    /// The gateway's address.
-    #[arg(long, default_value = "http://127.0.0.1:8787")]
-    url: String,
-    /// Environment variable holding the admin key.
-    #[arg(long, default_value = "REIN_ADMIN_KEY")]
-    admin_key_env: String,
+    #[command(flatten)]
+    flags: admin::AdminFlags,
     /// The window: 90s, 15m, 1h, 7d.
     #[arg(long, default_value = "1h")]
     window: String,
     /// Only this route.
     #[arg(long)]
     route: Option<String>,
-    /// Print the admin API's JSON instead of a table.
-    #[arg(long)]
-    json: bool,
 }
 
 /// `?key=value&...` of the pairs that are set, each value percent-encoded.
@@ -87,7 +73,7 @@ fn query(pairs: &[(&str, Option<String>)]) -> String {
 }
 
 pub(crate) async fn run(args: TracesArgs) -> anyhow::Result<std::process::ExitCode> {
-    let admin = Admin::new(&args.url, &args.admin_key_env)?;
+    let admin = args.flags.admin()?;
     let request = match &args.action {
         TracesAction::List { route, outcome, notable, limit } => {
             let q = query(&[
@@ -105,7 +91,7 @@ pub(crate) async fn run(args: TracesArgs) -> anyhow::Result<std::process::ExitCo
         }
     };
     let (status, body) = admin.send(request).await?;
-    match (&args.action, args.json) {
+    match (&args.action, args.flags.json) {
         (TracesAction::List { .. }, false) => admin::print(status, &body, write_list),
         (TracesAction::Show { .. }, false) => admin::print(status, &body, write_tree),
         _ => admin::print(status, &body, admin::json),
@@ -113,10 +99,10 @@ pub(crate) async fn run(args: TracesArgs) -> anyhow::Result<std::process::ExitCo
 }
 
 pub(crate) async fn sli(args: SliArgs) -> anyhow::Result<std::process::ExitCode> {
-    let admin = Admin::new(&args.url, &args.admin_key_env)?;
+    let admin = args.flags.admin()?;
     let q = query(&[("window", Some(args.window.clone())), ("route", args.route.clone())]);
     let (status, body) = admin.send(admin.get(&format!("/admin/sli{q}"))).await?;
-    if args.json {
+    if args.flags.json {
         admin::print(status, &body, admin::json)
     } else {
         admin::print(status, &body, write_slis)

@@ -29,6 +29,7 @@ pub(super) fn router() -> Router<Arc<Gateway>> {
         .merge(super::admin_tools::router())
         .merge(super::admin_handoffs::router())
         .merge(super::admin_slis::router())
+        .merge(super::probe::router())
 }
 
 pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {

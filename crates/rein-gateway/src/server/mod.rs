@@ -11,6 +11,7 @@ mod dashboard;
 mod edge;
 mod error;
 mod intake;
+pub mod probe;
 mod record;
 mod run;
 pub(crate) mod tls;
@@ -50,6 +51,8 @@ pub struct Gateway {
     tls: Option<(Arc<tls::CertResolver>, tokio_rustls::TlsAcceptor)>,
     /// Client connections open now, over every worker.
     edge: edge::OpenConnections,
+    /// The golden-prompt probe: where it calls, its last run.
+    pub(crate) probe: probe::Probe,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -100,6 +103,7 @@ impl Gateway {
             draining: AtomicBool::new(false),
             tls,
             edge: edge::OpenConnections::default(),
+            probe: probe::Probe::default(),
         }))
     }
 
@@ -168,6 +172,8 @@ impl Gateway {
         });
 
         self.runtime.spawn_workers(stop_rx.clone());
+        self.probe.listening_on(listener.local_addr()?);
+        tokio::spawn(probe::schedule(self.clone(), stop_rx.clone()));
         let workers = self.current().config.server.worker_threads();
         let listener = listener.into_std()?;
         let mut finished = Vec::with_capacity(workers);

@@ -13,6 +13,7 @@ mod labels;
 mod ladder;
 mod otlp;
 mod phoenix;
+mod probe;
 mod prometheus;
 mod runs;
 mod tools;

@@ -6,6 +6,7 @@
 mod cli;
 pub mod escalation;
 mod output;
+pub mod probe;
 pub mod raw;
 mod tls;
 pub mod traces;
@@ -55,6 +56,8 @@ pub struct Config {
     pub prices: BTreeMap<String, rein_core::run::ModelPrice>,
     /// `[traces]`: recorded calls, the trace store, OTLP export.
     pub traces: traces::TracesConfig,
+    /// `[probe]`: the golden-prompt probe.
+    pub probe: probe::ProbeConfig,
     /// The same sections validated and compiled by `rein_tools`, once: what the dispatcher runs.
     #[serde(skip)]
     pub tools_plan: Arc<rein_tools::ToolsPlan>,
@@ -457,6 +460,8 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
     let handoffs = escalation::validate_handoffs(&raw.handoffs, &tools, &mut problems);
     let prices = escalation::validate_prices(&raw.prices, &mut problems);
     let traces = traces::validate_traces(&raw.traces, env, &mut problems);
+    let known_routes: std::collections::BTreeSet<String> = raw.routes.keys().cloned().collect();
+    let probe = probe::validate_probe(&raw.probe, &known_routes, &mut problems);
     for tool in raw.runs.tools.keys() {
         if !tools.tools.contains_key(tool) {
             problems.add(format!("runs.tools.{tool}"), "is not a configured tool");
@@ -549,6 +554,7 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
         handoffs,
         prices,
         traces,
+        probe,
         tools_plan,
     })
 }

@@ -43,6 +43,9 @@ pub struct RawConfig {
     /// Recorded calls, the trace store and OTLP export.
     #[serde(default)]
     pub traces: super::traces::RawTraces,
+    /// The golden-prompt probe.
+    #[serde(default)]
+    pub probe: super::probe::RawProbe,
 }
 
 /// `[runs]`: the stop conditions of every agent run (the spec's defaults), what a tool call in a

@@ -68,13 +68,30 @@ model = "sim-fallback"
     )
 }
 
+/// The golden-prompt probe on the same scripted answers: one question passes, one fails.
+const PROBE: &str = r#"
+[probe]
+every_ms = 3600000
+route = "support"
+
+[[probe.questions]]
+id = "hospitals"
+question = "Do you deliver to hospitals?"
+expect = { contains = ["6 p.m."] }
+
+[[probe.questions]]
+id = "refund"
+question = "How long does a refund take?"
+expect = { contains = ["3 days"] }
+"#;
+
 /// A gateway on the scripted providers (its primary on `primary_model`) and the dataset beside
 /// it.
 fn start(primary_model: &str) -> (tempfile::TempDir, Gateway, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let gateway = Gateway::start(
         dir.path(),
-        &config(dir.path(), primary_model),
+        &(config(dir.path(), primary_model) + PROBE),
         &[("REIN_EVAL_ADMIN", "eval-admin-key")],
         "warn",
     );
@@ -274,4 +291,28 @@ async fn an_eval_stopped_by_ctrl_c_resumes_where_it_stopped() {
     assert!(stderr.contains(&format!("resuming: {done} of 12 trials kept")), "{stderr}");
     assert_eq!(kept(), 12, "each trial ran once in all");
     assert!(stdout.contains("4 case(s) x 3 trial(s)"), "{stdout}");
+}
+
+#[test]
+fn rein_probe_runs_the_questions_and_shows_the_last_run() {
+    let (_dir, gateway, _) = start("sim-primary");
+    let probe = |action: &str| {
+        let output = Command::new(BIN)
+            .args(["probe", action, "--url", gateway.url.as_str(), "--admin-key-env", "ADMIN"])
+            .env("ADMIN", "eval-admin-key")
+            .output()
+            .unwrap();
+        (output.status.code(), String::from_utf8_lossy(&output.stdout).into_owned())
+    };
+    let (code, stdout) = probe("show");
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.contains("has not run yet"), "{stdout}");
+    let (code, stdout) = probe("run");
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(stdout.starts_with("score 50.0% (2 question(s)"), "{stdout}");
+    let row = |id: &str| stdout.lines().find(|l| l.starts_with(id)).unwrap_or("").to_string();
+    assert!(row("hospitals").contains("pass") && row("hospitals").contains("primary"), "{stdout}");
+    assert!(row("refund").contains("fail") && row("refund").contains("missing `3 days`"));
+    let (_, shown) = probe("show");
+    assert!(shown.starts_with("score 50.0%"), "{shown}");
 }
