@@ -298,7 +298,10 @@ impl TierRun<'_> {
             call.outcome = Outcome::Interrupted;
             let report = Box::new(call.report(route));
             let end = Ended::Error(CallError::Interrupted { reason: failure.to_string(), report });
-            return Next::Done(TierEnd::Ended { end, tier_failed: true });
+            // A caller that hung up is no failure of the tier: counting it would let clients
+            // (or one hostile client) open a healthy upstream's breaker by disconnecting.
+            let tier_failed = !forward.is_some_and(|f| f.caller_gone());
+            return Next::Done(TierEnd::Ended { end, tier_failed });
         }
         let (reason, context_length) = match classified.disposition {
             Disposition::RetryTier => {

@@ -112,3 +112,24 @@ async fn a_stream_with_every_tier_down_releases_the_degraded_reply() {
     let Released::Completed(done) = end else { panic!("{end:?}") };
     assert_eq!(done.outcome(), Outcome::Degraded);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_that_hangs_up_mid_stream_is_no_failure_of_the_tier() {
+    // Each caller takes the first token and hangs up just as the next one arrives: the tier
+    // answered every time, so its breaker must stay closed and every call must reach it.
+    let slow = Act::Ok {
+        first_token: Duration::from_millis(10),
+        token_delay: Duration::from_millis(1000),
+    };
+    let (engine, primary) = engine_with(ReleaseMode::Passthrough, vec![slow; 20], vec![ok()]);
+    for _ in 0..20 {
+        let mut stream = engine.stream(CallContext::new(), "r", ChatRequest::default()).unwrap();
+        assert!(matches!(stream.next().await, Some(Released::Event(_))));
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        drop(stream);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    let state = engine.tier_states().into_iter().find(|t| t.tier == "primary").unwrap();
+    assert_eq!(state.state, BreakerState::Closed, "callers hanging up opened the breaker");
+    assert_eq!(primary.arrivals().len(), 20, "no call was turned away from the primary");
+}
