@@ -3,6 +3,7 @@
 //! retry policy, retry budget) → provider adapter, and every step lands in the call's report.
 //! See ARCHITECTURE.md for the map.
 
+pub mod agreement;
 mod attempt;
 pub mod breaker;
 pub mod budget;

@@ -12,6 +12,7 @@ mod approvals;
 mod check;
 mod eval;
 mod handoffs;
+mod judge;
 mod outbox;
 mod probe;
 mod serve;
@@ -65,6 +66,10 @@ enum Command {
     /// The golden-prompt probe of a running gateway (through its admin API): run its questions
     /// through the production path now, or show the last run.
     Probe(probe::ProbeArgs),
+    /// How far the judge can be trusted: its verdicts against a person's labels (agreement with
+    /// and without ties, Cohen's kappa, TPR/TNR with intervals, the disagreements, the drift
+    /// week over week).
+    Judge(judge::JudgeArgs),
     #[cfg(feature = "sim")]
     /// Run the fault-injecting OpenAI/Anthropic simulator, for tests and drills.
     ///
@@ -209,6 +214,7 @@ fn main() -> std::process::ExitCode {
             Command::Sli(args) => traces::sli(args).await,
             Command::Eval(args) => eval::run(args).await,
             Command::Probe(args) => probe::run(args).await,
+            Command::Judge(args) => judge::run(args),
             #[cfg(feature = "sim")]
             Command::Sim(args) => sim(args).await,
         }

@@ -316,3 +316,60 @@ fn rein_probe_runs_the_questions_and_shows_the_last_run() {
     let (_, shown) = probe("show");
     assert!(shown.starts_with("score 50.0%"), "{shown}");
 }
+
+#[test]
+fn rein_judge_agreement_reports_both_agreements_and_alerts_on_a_weekly_drop() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("labels.jsonl");
+    let mut lines = Vec::new();
+    // Week 47: 9 of 10 agree. Week 48: 7 of 10, and one answer the person called a tie.
+    for (week, pairs) in [
+        ("2026-W47", vec![("pass", "pass", 5), ("fail", "fail", 4), ("fail", "pass", 1)]),
+        (
+            "2026-W48",
+            vec![("pass", "pass", 4), ("fail", "fail", 3), ("fail", "pass", 2), ("tie", "pass", 1)],
+        ),
+    ] {
+        for (human, judge, times) in pairs {
+            for _ in 0..times {
+                let id = format!("{week}-{}", lines.len());
+                lines.push(format!(
+                    r#"{{"id": "{id}", "human": "{human}", "judge": "{judge}", "week": "{week}"}}"#
+                ));
+            }
+        }
+    }
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    let judge = |extra: &[&str]| {
+        let output = Command::new(BIN)
+            .args(["judge", "agreement", path.to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) = judge(&[]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    // 16 of 20 agree with ties counted; 16 of 19 with the tie left out.
+    assert!(stdout.contains("agreement, ties counted 80.0% (16/20)"), "{stdout}");
+    assert!(stdout.contains("agreement, ties out     84.2% (16/19)"), "{stdout}");
+    assert!(stdout.contains("disagreements (4):"), "{stdout}");
+    assert!(stdout.contains("week 2026-W48"), "{stdout}");
+    let (code, _, stderr) = judge(&["--max-drop", "0.1"]);
+    assert_eq!(code, Some(3), "a 20-point drop is more than 10: {stderr}");
+    assert!(stderr.contains("fell from 90.0% in 2026-W47 to 70.0% in 2026-W48"), "{stderr}");
+    assert_eq!(judge(&["--max-drop", "0.25"]).0, Some(0), "20 points is within 25");
+    let (_, json, _) = judge(&["--json"]);
+    let numbers: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(numbers["tnr"]["hits"], 7);
+    assert_eq!(numbers["tnr"]["of"], 10);
+
+    std::fs::write(&path, r#"{"id": "x", "human": "maybe", "judge": "pass"}"#).unwrap();
+    let (code, _, stderr) = judge(&[]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("labels.jsonl:1: not a labelled answer"), "{stderr}");
+}
