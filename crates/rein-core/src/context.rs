@@ -47,8 +47,9 @@ pub struct CallContext {
     /// (`false`: declined), for the call's SLI record.
     pub covered: Option<bool>,
     /// What the steps before the engine noted for the call's trace (a hand-off, the coverage
-    /// check), timed since the call reached rein.
-    pub notes: crate::trace::Notes,
+    /// check), timed since the call reached rein. Boxed, and only when there is a note: the
+    /// context is moved along the request path, and most calls note nothing.
+    pub notes: Option<Box<crate::trace::Notes>>,
     /// Only this tier of the route may answer (an eval of one tier, `rein eval --tier`): the
     /// others are passed over as if they were not in the route. The gateway allows it only
     /// with the admin key.
@@ -141,7 +142,7 @@ impl CallContext {
             labels: BTreeMap::new(),
             decided: None,
             covered: None,
-            notes: crate::trace::Notes::default(),
+            notes: None,
             pin_tier: None,
         }
     }
@@ -179,6 +180,11 @@ impl CallContext {
         self
     }
 
+    /// The notes for the call's trace, made on the first note.
+    pub fn notes_mut(&mut self) -> &mut crate::trace::Notes {
+        self.notes.get_or_insert_with(Box::default)
+    }
+
     /// The call's deadline.
     pub fn deadline(&self) -> &Deadline {
         &self.deadline
@@ -206,7 +212,7 @@ impl CallContext {
             labels: self.labels.clone(),
             decided: None,
             covered: None,
-            notes: crate::trace::Notes::default(),
+            notes: None,
             pin_tier: None,
         }
     }

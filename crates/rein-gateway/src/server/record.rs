@@ -67,8 +67,8 @@ impl Recording {
                 request_model: route.to_string(),
                 content,
                 offset_ms,
-                events: ctx.notes.events.clone(),
-                spans: ctx.notes.spans.clone(),
+                events: ctx.notes.as_ref().map(|notes| notes.events.clone()).unwrap_or_default(),
+                spans: ctx.notes.as_ref().map(|notes| notes.spans.clone()).unwrap_or_default(),
                 ..CallInfo::default()
             },
         }

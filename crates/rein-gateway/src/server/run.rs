@@ -319,7 +319,7 @@ fn note_handoff(ctx: &mut CallContext, trigger: Trigger, rule: &str, created: Op
         Some(created) => event.with("rein.handoff.created", created),
         None => event.with("error.type", "handoff_not_kept"),
     };
-    ctx.notes.events.push(event);
+    ctx.notes_mut().events.push(event);
 }
 
 /// The coverage check on the call's trace: a span over its model calls (the judge's), with
@@ -330,7 +330,7 @@ fn note_coverage(
     judged: Result<&Verdict, &rein_core::CallError>,
 ) {
     let end_ms = since_intake(ctx);
-    let span = ctx.notes.span("coverage_check", SpanKind::Client, start_ms, end_ms);
+    let span = ctx.notes_mut().span("coverage_check", SpanKind::Client, start_ms, end_ms);
     span.attributes.insert("gen_ai.operation.name".into(), "chat".into());
     match judged {
         Ok(verdict) => {
