@@ -129,6 +129,7 @@ pub(super) async fn page(State(gateway): State<Arc<Gateway>>, headers: HeaderMap
                 write!(body, "<h2>SLIs, last hour</h2><p class=note>No SLIs: {}</p>", escape(&why));
         }
     }
+    body.push_str(&probe_section(&gateway, &runtime));
     body.push_str(&tier_section(&gateway));
     body.push_str(&outbox_section(&runtime).await);
     body.push_str(&handoff_section(&gateway, now).await);
@@ -568,6 +569,40 @@ fn kill_section(gateway: &Gateway) -> String {
             if flip.engaged { "on" } else { "off" },
             if flip.engaged { "engaged" } else { "released" },
             escape(&flip.reason),
+        );
+    }
+    out.push_str("</table>");
+    out
+}
+
+/// The golden-prompt probe's last run: its score and each question's result, with the tier
+/// and model that answered. Nothing when the config has no probe.
+fn probe_section(gateway: &Gateway, runtime: &rein_runtime::Snapshot) -> String {
+    if runtime.config.probe.questions.is_empty() {
+        return String::new();
+    }
+    let Some(run) = gateway.probe.last() else {
+        return "<h2>Golden-prompt probe</h2><p class=muted>It has not run yet.</p>".into();
+    };
+    let mut out = format!(
+        "<h2>Golden-prompt probe</h2><p>Last run {}: <b data-probe=score data-value={}>{:.0}%</b>          of {} question(s) passed</p><table><tr><th>question</th><th>route</th><th>result</th>         <th>tier</th><th>model</th><th>detail</th></tr>",
+        when(i64::try_from(run.at_unix_ms).unwrap_or(i64::MAX)),
+        run.score,
+        run.score * 100.0,
+        run.results.len(),
+    );
+    for result in &run.results {
+        let _ = write!(
+            out,
+            "<tr data-probe-question={}><td>{}</td><td>{}</td><td data-result={}>{}</td>             <td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&result.id),
+            escape(&result.id),
+            escape(&result.route),
+            result.result,
+            result.result,
+            escape(result.tier.as_deref().unwrap_or("-")),
+            escape(result.model.as_deref().unwrap_or("-")),
+            escape(result.detail.as_deref().unwrap_or("")),
         );
     }
     out.push_str("</table>");

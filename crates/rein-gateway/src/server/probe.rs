@@ -70,7 +70,7 @@ impl Probe {
         let _ = self.addr.set(reachable);
     }
 
-    fn last(&self) -> Option<ProbeRun> {
+    pub(crate) fn last(&self) -> Option<ProbeRun> {
         self.last.lock().map(|last| last.clone()).unwrap_or_default()
     }
 }

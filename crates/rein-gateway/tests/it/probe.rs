@@ -123,6 +123,12 @@ async fn the_probe_flags_the_tuesday_edit_and_a_revert_restores_its_score() {
     let shown = admin(&gw, reqwest::Method::GET, "/admin/probe", None).await;
     assert_eq!(shown["last"]["score"], 1.0);
     assert_eq!(shown["questions"], 2);
+    // The dashboard shows the last run beside the SLIs.
+    let page = gw.client.get(gw.url("/")).bearer_auth("admin-secret-1").send().await.unwrap();
+    let page = page.text().await.unwrap();
+    assert!(page.contains("<h2>Golden-prompt probe</h2>"), "{page}");
+    assert!(page.contains("data-probe=score data-value=1>100%"), "{page}");
+    assert!(page.contains("<tr data-probe-question=cutoff>"), "{page}");
     let text = metrics(&gw).await;
     assert_eq!(sample(&text, "rein_probe_runs_total"), Some(3.0), "{text}");
     for name in CHECKED_BY_THE_PROBE_TESTS {
