@@ -99,6 +99,12 @@ impl Deadline {
         Instant::now().saturating_duration_since(self.started)
     }
 
+    /// [`Deadline::elapsed`] in whole milliseconds: where in the call something happened, for
+    /// its trace and its envelope.
+    pub fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
     /// Whether `needed` still fits before the deadline.
     pub fn fits(&self, needed: Duration) -> bool {
         self.remaining() >= needed

@@ -278,12 +278,10 @@ pub struct CallInfo {
     /// stop conditions, the hand-off rules, the coverage check): the engine's times are shifted
     /// by it, so the trace starts where the call did.
     pub offset_ms: u64,
-    /// Events the layers above the engine add to the root span (hand-off, coverage, run stop),
-    /// timed since the call reached rein.
-    pub events: Vec<SpanEvent>,
-    /// Spans the layers above the engine add under the root (the coverage check's model
-    /// calls), timed since the call reached rein; their parent is set here.
-    pub spans: Vec<Span>,
+    /// What the layers above the engine add: events on the root span (hand-off, coverage, run
+    /// stop) and spans under it (the coverage check's model calls), timed since the call
+    /// reached rein; the spans' parent is set here.
+    pub notes: Notes,
     /// Message content, only when the route opts in.
     pub content: Option<Content>,
 }
@@ -560,26 +558,50 @@ impl Trace {
                 span.end_ms += offset;
             }
         }
-        root.end_ms = info.spans.iter().map(|span| span.end_ms).fold(root.end_ms, u64::max);
-        for mut span in info.spans {
-            span.parent_id = Some(ids.span_id.clone());
-            children.push(span);
-        }
-        root.events.extend(info.events);
+        root.end_ms = info.notes.spans.iter().map(|span| span.end_ms).fold(root.end_ms, u64::max);
+        root.events.extend(info.notes.events);
+        children.extend(info.notes.spans);
+        let outcome = report.outcome.as_str().to_string();
+        Trace::assemble(ids, root, children, info.request_id, info.started_unix_ms).named(
+            report.route.clone(),
+            "chat",
+            outcome,
+        )
+    }
+
+    /// The root and its children in order: events by time, children (each under the root) by
+    /// start. The target, operation and outcome are set by [`Trace::named`].
+    fn assemble(
+        ids: TraceIds,
+        mut root: Span,
+        mut children: Vec<Span>,
+        request_id: String,
+        started_unix_ms: u64,
+    ) -> Trace {
         root.events.sort_by_key(|event| event.at_ms);
+        for span in &mut children {
+            span.parent_id = Some(ids.span_id.clone());
+        }
         children.sort_by_key(|span| span.start_ms);
         let mut spans = Vec::with_capacity(children.len() + 1);
         spans.push(root);
         spans.extend(children);
         Trace {
             trace_id: ids.trace_id,
-            request_id: info.request_id,
-            target: report.route.clone(),
-            operation: "chat".into(),
-            started_unix_ms: info.started_unix_ms,
-            outcome: report.outcome.as_str().to_string(),
+            request_id,
+            target: String::new(),
+            operation: String::new(),
+            started_unix_ms,
+            outcome: String::new(),
             spans,
         }
+    }
+
+    fn named(mut self, target: String, operation: &str, outcome: String) -> Trace {
+        self.target = target;
+        self.operation = operation.to_string();
+        self.outcome = outcome;
+        self
     }
 
     /// The trace of a finished tool call: a root span for the call (`execute_tool`), a child
@@ -615,24 +637,11 @@ impl Trace {
         if matches!(info.status.as_str(), "refused" | "stopped") {
             root.error = Some(format!("the tool call was {}", info.status));
         }
-        root.events.sort_by_key(|event| event.at_ms);
-        let mut children = info.notes.spans;
-        for span in &mut children {
-            span.parent_id = Some(ids.span_id.clone());
-        }
-        children.sort_by_key(|span| span.start_ms);
-        let mut spans = Vec::with_capacity(children.len() + 1);
-        spans.push(root);
-        spans.extend(children);
-        Trace {
-            trace_id: ids.trace_id,
-            request_id: info.request_id,
-            target: info.tool,
-            operation: "execute_tool".into(),
-            started_unix_ms: info.started_unix_ms,
-            outcome: info.status,
-            spans,
-        }
+        Trace::assemble(ids, root, info.notes.spans, info.request_id, info.started_unix_ms).named(
+            info.tool,
+            "execute_tool",
+            info.status,
+        )
     }
 
     /// One call's timeline as a readable tree: the root, then each attempt and wait under it,
@@ -840,13 +849,8 @@ mod tests {
         let check = notes.span("coverage_check", SpanKind::Client, 5, 40);
         check.attributes.insert("rein.coverage.score".into(), 0.02.into());
         notes.events.push(SpanEvent::new("handoff", 41).with("rein.trigger", "coverage"));
-        let info = CallInfo {
-            request_id: "req_1".into(),
-            offset_ms: 42,
-            events: notes.events,
-            spans: notes.spans,
-            ..CallInfo::default()
-        };
+        let info =
+            CallInfo { request_id: "req_1".into(), offset_ms: 42, notes, ..CallInfo::default() };
         let trace = Trace::of_call(&report(), info);
         let root = trace.root().unwrap();
         assert_eq!((root.start_ms, root.end_ms), (0, 42 + 360), "from the intake to the end");

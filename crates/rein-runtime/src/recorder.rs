@@ -58,6 +58,9 @@ pub struct Finished {
 pub struct FinishedTool {
     pub at_unix_ms: i64,
     pub info: ToolCallInfo,
+    /// Not answered `ok` on the first try (`ToolOutcome::first_try`): its trace is kept for
+    /// the whole retention window.
+    pub notable: bool,
 }
 
 /// Each provider's `gen_ai.provider.name` by its configured name, as the config in force says.
@@ -266,16 +269,12 @@ fn recorded(call: Finished, kinds: &std::collections::BTreeMap<String, String>) 
     }
 }
 
-/// A finished tool call's row: its trace, and what a list shows of it. Notable: anything but an
-/// `ok` from the first rung that ran, with nothing skipped, guarded or replayed on the way.
+/// A finished tool call's row: its trace, and what a list shows of it.
 fn recorded_tool(call: FinishedTool) -> RecordedTool {
-    let FinishedTool { at_unix_ms, info } = call;
+    let FinishedTool { at_unix_ms, info, notable } = call;
     let (tool, status, rung) = (info.tool.clone(), info.status.clone(), info.served_by.clone());
     let trace = Trace::of_tool_call(info);
     let rungs = trace.spans.len().saturating_sub(1);
-    let plain = status == "ok"
-        && rungs <= 1
-        && trace.root().is_some_and(|root| root.events.iter().all(|e| e.name == "run_guard"));
     RecordedTool {
         at_unix_ms,
         request_id: trace.request_id.clone(),
@@ -285,7 +284,7 @@ fn recorded_tool(call: FinishedTool) -> RecordedTool {
         rung,
         rungs: i64::try_from(rungs).unwrap_or(i64::MAX),
         elapsed_ms: i64::try_from(trace.elapsed_ms()).unwrap_or(i64::MAX),
-        notable: !plain,
+        notable,
         trace: Some(trace),
     }
 }

@@ -304,7 +304,7 @@ impl Dispatcher {
     ) -> ToolOutcome {
         let bulkhead = &http.bulkhead;
         self.observer.busy(&tool.name, &bulkhead.name);
-        let elapsed = elapsed_ms(deadline);
+        let elapsed = deadline.elapsed_ms();
         let envelope = envelope::busy(tool, rung, bulkhead.retry_after_ms, key, args, elapsed);
         outcome(envelope, Some(rung), false)
     }
@@ -322,9 +322,15 @@ impl Dispatcher {
     }
 }
 
-/// Milliseconds since the call began, for the envelope.
-pub(crate) fn elapsed_ms(deadline: &Deadline) -> u64 {
-    u64::try_from(deadline.elapsed().as_millis()).unwrap_or(u64::MAX)
+impl ToolOutcome {
+    /// Answered `ok` by the first rung that ran, with nothing skipped, held, guarded or
+    /// replayed on the way: a call whose trace need not outlive the newest ones.
+    pub fn first_try(&self) -> bool {
+        self.status == ToolStatus::Ok
+            && !self.replayed
+            && self.trace.spans.len() <= 1
+            && self.trace.events.is_empty()
+    }
 }
 
 pub(crate) fn outcome(envelope: Envelope, rung: Option<&Rung>, replayed: bool) -> ToolOutcome {

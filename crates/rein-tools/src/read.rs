@@ -10,7 +10,7 @@ use rein_core::Deadline;
 use rein_core::breaker::Permit;
 use serde_json::Value;
 
-use crate::dispatcher::{Dispatcher, Resolution, ToolOutcome, admit, elapsed_ms, resolve};
+use crate::dispatcher::{Dispatcher, Resolution, ToolOutcome, admit, resolve};
 use crate::envelope;
 use crate::http::{self, HttpOutcome};
 use crate::keys::args_hash;
@@ -75,7 +75,7 @@ pub(crate) async fn call_read(
         }
     }
     let envelope =
-        envelope::refused(tool, Situation::Refused, None, None, None, args, elapsed_ms(deadline));
+        envelope::refused(tool, Situation::Refused, None, None, None, args, deadline.elapsed_ms());
     dispatcher.finish(tool, envelope, None)
 }
 
@@ -128,7 +128,7 @@ impl RungRead<'_> {
                     Some(&message),
                     None,
                     args,
-                    elapsed_ms(self.deadline),
+                    self.deadline.elapsed_ms(),
                 );
                 return Step::Served(dispatcher.finish(tool, envelope, Some(rung)));
             }
@@ -199,7 +199,7 @@ impl RungRead<'_> {
     fn served(&self, result: Value, age_ms: Option<i64>, status: Option<u16>) -> Step {
         self.turn(Turn::Served, None, status);
         let (tool, rung) = (self.tool, self.rung);
-        let elapsed = elapsed_ms(self.deadline);
+        let elapsed = self.deadline.elapsed_ms();
         let envelope = envelope::served(tool, rung, result, age_ms, None, self.args, elapsed);
         Step::Served(self.dispatcher.finish(tool, envelope, Some(rung)))
     }

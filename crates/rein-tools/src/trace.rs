@@ -59,7 +59,7 @@ impl RungLog {
 
     /// Milliseconds since the call started.
     pub(crate) fn now_ms(&self) -> u64 {
-        u64::try_from(self.deadline.elapsed().as_millis()).unwrap_or(u64::MAX)
+        self.deadline.elapsed_ms()
     }
 
     /// `rung`'s turn, from `start_ms` until now: how it ended, why, and the HTTP status when

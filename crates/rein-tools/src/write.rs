@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use crate::config::compile::DEFAULT_QUEUE_TIMEOUT_MS;
 use crate::config::{Idempotency, KeyFrom};
-use crate::dispatcher::{Dispatcher, Resolution, ToolOutcome, admit, elapsed_ms, outcome, resolve};
+use crate::dispatcher::{Dispatcher, Resolution, ToolOutcome, admit, outcome, resolve};
 use crate::envelope::{self, Envelope, ToolStatus};
 use crate::error::ToolError;
 use crate::gate::{Gate, first_hold};
@@ -104,7 +104,7 @@ pub(crate) async fn call_write(
         release_key(dispatcher, &key, false).await;
         Situation::RefusedWrite
     };
-    let elapsed = elapsed_ms(deadline);
+    let elapsed = deadline.elapsed_ms();
     let envelope = envelope::refused(tool, situation, None, None, Some(&key), &args, elapsed);
     Ok(dispatcher.finish(tool, envelope, None))
 }
@@ -272,7 +272,7 @@ impl Sends<'_> {
                         Some(&message),
                         Some(key),
                         args,
-                        elapsed_ms(deadline),
+                        deadline.elapsed_ms(),
                     );
                     store_final(dispatcher, key, &envelope).await;
                     return Sent::Done(dispatcher.finish(tool, envelope, Some(rung)));
@@ -315,7 +315,7 @@ async fn defer(
     let (dispatcher, tool, key, deadline) =
         (sends.dispatcher, sends.tool, sends.key, sends.deadline);
     let source = queue.map_or(REVIEW_SOURCE, |rung| rung.source.as_str());
-    let (args, elapsed) = (sends.write.args, elapsed_ms(deadline));
+    let (args, elapsed) = (sends.write.args, deadline.elapsed_ms());
     let envelope = match queue {
         Some(rung) if !review => envelope::queued(tool, rung, key, maybe_executed, args, elapsed),
         _ => envelope::held_for_review(tool, source, key, args, elapsed),
@@ -367,7 +367,7 @@ async fn defer(
 /// The write executed (by `rung`): its result becomes the key's final result.
 async fn write_done(sends: &Sends<'_>, rung: &Rung, result: Value) -> ToolOutcome {
     let (dispatcher, tool, key) = (sends.dispatcher, sends.tool, sends.key);
-    let elapsed = elapsed_ms(sends.deadline);
+    let elapsed = sends.deadline.elapsed_ms();
     let args = sends.write.args;
     let envelope = envelope::served(tool, rung, result, None, Some(key), args, elapsed);
     store_final(dispatcher, key, &envelope).await;
@@ -405,7 +405,7 @@ async fn hold(
     deadline: &Deadline,
 ) -> Result<ToolOutcome, ToolError> {
     let held =
-        envelope::pending_approval(tool, key, None, &gate.reason, &args, elapsed_ms(deadline));
+        envelope::pending_approval(tool, key, None, &gate.reason, &args, deadline.elapsed_ms());
     let new_hold = NewHold {
         idempotency_key: key.to_string(),
         tool: tool.name.clone(),
@@ -422,7 +422,7 @@ async fn hold(
         }
     };
     dispatcher.observer.gate_held(&tool.name);
-    let elapsed = elapsed_ms(deadline);
+    let elapsed = deadline.elapsed_ms();
     let envelope =
         envelope::pending_approval(tool, key, Some(hold.id), &gate.reason, &hold.args, elapsed);
     Ok(outcome(envelope, None, false))

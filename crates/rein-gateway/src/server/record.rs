@@ -17,7 +17,24 @@ use super::Gateway;
 use super::error::Api;
 
 /// The root span's event for a hand-off to a person.
-pub(super) const HANDOFF_EVENT: &str = "handoff";
+const HANDOFF_EVENT: &str = "handoff";
+
+/// A hand-off on a call's trace: its trigger, what fired it (`rule`: the hand-off rule, the
+/// stop's status, the coverage method) and whether it was kept (`None`: the store failed).
+pub(super) fn handoff_event(
+    at_ms: u64,
+    trigger: Trigger,
+    rule: &str,
+    created: Option<bool>,
+) -> SpanEvent {
+    let event = SpanEvent::new(HANDOFF_EVENT, at_ms)
+        .with("rein.trigger", trigger.as_str())
+        .with("rein.rule", rule);
+    match created {
+        Some(created) => event.with("rein.handoff.created", created),
+        None => event.with("error.type", "handoff_not_kept"),
+    }
+}
 
 /// A model call being recorded.
 pub(super) struct Recording {
@@ -53,7 +70,7 @@ impl Recording {
             output: String::new(),
         });
         // The trace starts where the call reached rein; the steps before the engine took this.
-        let offset_ms = u64::try_from(ctx.deadline().elapsed().as_millis()).unwrap_or(0);
+        let offset_ms = ctx.deadline().elapsed_ms();
         Self {
             deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
             pinned: ctx.pin_tier.is_some(),
@@ -67,8 +84,7 @@ impl Recording {
                 request_model: route.to_string(),
                 content,
                 offset_ms,
-                events: ctx.notes.as_ref().map(|notes| notes.events.clone()).unwrap_or_default(),
-                spans: ctx.notes.as_ref().map(|notes| notes.spans.clone()).unwrap_or_default(),
+                notes: ctx.notes.as_deref().cloned().unwrap_or_default(),
                 ..CallInfo::default()
             },
         }
@@ -109,12 +125,13 @@ impl Recording {
         }
         info.labels = report.labels.clone();
         if let Some(trigger) = record.escalation
-            && !info.events.iter().any(|event| event.name == HANDOFF_EVENT)
+            && !info.notes.events.iter().any(|event| event.name == HANDOFF_EVENT)
         {
             // Sent to a person by what the engine did (checks failed, a degraded reply that
             // hands off, a stop): at the end of the call, when the hand-off is made.
             let at_ms = info.offset_ms + report.elapsed_ms;
-            info.events
+            info.notes
+                .events
                 .push(SpanEvent::new(HANDOFF_EVENT, at_ms).with("rein.trigger", trigger.as_str()));
         }
         let finished = Finished {
@@ -140,7 +157,7 @@ pub(super) struct ToolRecording {
 impl ToolRecording {
     /// Before the run's guard: the call's trace ids and labels.
     pub(super) fn start(ctx: &CallContext, tool: &str) -> Self {
-        let since = u64::try_from(ctx.deadline().elapsed().as_millis()).unwrap_or(0);
+        let since = ctx.deadline().elapsed_ms();
         Self {
             info: ToolCallInfo {
                 ids: ctx.trace.clone(),
@@ -157,7 +174,7 @@ impl ToolRecording {
 
     /// Milliseconds since the call reached rein.
     pub(super) fn now_ms(&self) -> u64 {
-        u64::try_from(self.deadline.elapsed().as_millis()).unwrap_or(u64::MAX)
+        self.deadline.elapsed_ms()
     }
 
     /// Something the steps around the dispatcher did, now.
@@ -178,7 +195,9 @@ impl ToolRecording {
             return;
         }
         let ToolRecording { mut info, events, .. } = self;
-        info.elapsed_ms = u64::try_from(self.deadline.elapsed().as_millis()).unwrap_or(u64::MAX);
+        // A stopped run's call never reached the dispatcher: not a first-try answer.
+        let notable = !outcome.is_some_and(ToolOutcome::first_try);
+        info.elapsed_ms = self.deadline.elapsed_ms();
         info.status = status.to_string();
         if let Some(outcome) = outcome {
             info.served_by = outcome.served_by.clone();
@@ -190,7 +209,7 @@ impl ToolRecording {
         }
         info.notes.events.extend(events);
         let at_unix_ms = i64::try_from(info.started_unix_ms).unwrap_or(i64::MAX);
-        recorder.submit_tool(FinishedTool { at_unix_ms, info });
+        recorder.submit_tool(FinishedTool { at_unix_ms, info, notable });
     }
 }
 

@@ -18,11 +18,11 @@ use rein_runtime::runs::RunStep;
 use rein_store::StoreError;
 use rein_store::runs::RunNote;
 
-use rein_core::trace::{SpanEvent, SpanKind};
+use rein_core::trace::SpanKind;
 
 use super::Gateway;
 use super::error::{Api, ApiError};
-use super::record::HANDOFF_EVENT;
+use super::record::handoff_event;
 use crate::wire::ErrorKind;
 
 /// What is left to do once a call in a run or a conversation is answered: its context, boxed
@@ -173,7 +173,7 @@ async fn steps(
         Some(verdict) => verdict,
         None => {
             let engine = &gateway.runtime.engine;
-            let start_ms = since_intake(&ctx);
+            let start_ms = ctx.deadline().elapsed_ms();
             let judged = check.judge(engine, &ctx, &message, ctx.evidence.items()).await;
             note_coverage(&mut ctx, start_ms, judged.as_ref());
             match judged {
@@ -302,23 +302,10 @@ pub(super) async fn hand_off(
     }
 }
 
-/// Milliseconds since the call reached rein: when a step before the engine happened, on the
-/// call's trace.
-fn since_intake(ctx: &CallContext) -> u64 {
-    u64::try_from(ctx.deadline().elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
 /// A hand-off made before the engine ran, on the call's trace: its trigger, what fired it
 /// (`rule`: the hand-off rule, the stop, the coverage method) and whether it was kept.
 fn note_handoff(ctx: &mut CallContext, trigger: Trigger, rule: &str, created: Option<bool>) {
-    let at_ms = since_intake(ctx);
-    let mut event = SpanEvent::new(HANDOFF_EVENT, at_ms)
-        .with("rein.trigger", trigger.as_str())
-        .with("rein.rule", rule);
-    event = match created {
-        Some(created) => event.with("rein.handoff.created", created),
-        None => event.with("error.type", "handoff_not_kept"),
-    };
+    let event = handoff_event(ctx.deadline().elapsed_ms(), trigger, rule, created);
     ctx.notes_mut().events.push(event);
 }
 
@@ -329,7 +316,7 @@ fn note_coverage(
     start_ms: u64,
     judged: Result<&Verdict, &rein_core::CallError>,
 ) {
-    let end_ms = since_intake(ctx);
+    let end_ms = ctx.deadline().elapsed_ms();
     let span = ctx.notes_mut().span("coverage_check", SpanKind::Client, start_ms, end_ms);
     span.attributes.insert("gen_ai.operation.name".into(), "chat".into());
     match judged {

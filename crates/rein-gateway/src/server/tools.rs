@@ -120,7 +120,7 @@ async fn dispatch(
                 if now {
                     gateway.metrics.run_stopped(&status);
                     let created = stop_handoff(gateway, runtime, &ctx, request_id, &status).await;
-                    recording.event(handoff_event(recording.now_ms(), &status, created));
+                    recording.event(stop_handoff_event(recording.now_ms(), &status, created));
                 }
                 let trace_id = recording.trace_id().map(str::to_string);
                 recording.finish(gateway, "stopped", None);
@@ -158,7 +158,7 @@ async fn dispatch(
         recording.event(stop_event(recording.now_ms(), status));
         gateway.metrics.run_stopped(status);
         let created = stop_handoff(gateway, runtime, &ctx, request_id, status).await;
-        recording.event(handoff_event(recording.now_ms(), status, created));
+        recording.event(stop_handoff_event(recording.now_ms(), status, created));
     }
     if outcome.status == ToolStatus::PendingApproval && !outcome.replayed {
         // A gate in code held the action for a person: an escalation of its own.
@@ -206,14 +206,9 @@ fn stop_event(at_ms: u64, status: &str) -> SpanEvent {
 }
 
 /// The stop's hand-off, on the call's trace.
-fn handoff_event(at_ms: u64, status: &str, created: Option<bool>) -> SpanEvent {
-    let event = SpanEvent::new(super::record::HANDOFF_EVENT, at_ms)
-        .with("rein.trigger", rein_core::handoff::Trigger::StopCondition.as_str())
-        .with("rein.rule", status);
-    match created {
-        Some(created) => event.with("rein.handoff.created", created),
-        None => event.with("error.type", "handoff_not_kept"),
-    }
+fn stop_handoff_event(at_ms: u64, status: &str, created: Option<bool>) -> SpanEvent {
+    let stop = rein_core::handoff::Trigger::StopCondition;
+    super::record::handoff_event(at_ms, stop, status, created)
 }
 
 /// What a tool result failed with, for the run's same-error count: its status and detail.
