@@ -37,6 +37,45 @@ pub struct Labelled {
     /// The week the person labelled it (`2026-W48`), for the week-over-week drift.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub week: Option<String>,
+    /// What the person reads to label it (the question, evidence, answer and the judge's
+    /// reply, as `rein judge verdicts --labels-out` writes them); the numbers ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<serde_json::Value>,
+}
+
+/// The ISO 8601 week (`2026-W49`) of a time in Unix milliseconds (UTC): weeks start on
+/// Monday, and week 1 is the one holding the year's first Thursday.
+pub fn iso_week(unix_ms: i64) -> String {
+    let day = unix_ms.div_euclid(86_400_000);
+    // 1970-01-01 was a Thursday: Monday = 1 … Sunday = 7.
+    let weekday = (day + 3).rem_euclid(7) + 1;
+    let thursday = day - weekday + 4;
+    let year = civil_year(thursday);
+    let week = (thursday - days_from_civil(year, 1, 1)) / 7 + 1;
+    format!("{year}-W{week:02}")
+}
+
+/// The year of a day counted from 1970-01-01 (the proleptic Gregorian calendar).
+fn civil_year(day: i64) -> i64 {
+    let z = day + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    yoe + era * 400 + i64::from(month <= 2)
+}
+
+/// The day counted from 1970-01-01 of a date.
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = if month > 2 { month - 3 } else { month + 9 };
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 /// A share with its Wilson score interval (95 %).
@@ -195,6 +234,19 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn iso_weeks_by_hand() {
+        let day = |y, m, d| days_from_civil(y, m, d) * 86_400_000;
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(iso_week(day(2026, 12, 2)), "2026-W49", "a Wednesday");
+        assert_eq!(iso_week(day(2026, 1, 1)), "2026-W01", "a Thursday starts week 1");
+        assert_eq!(iso_week(day(2027, 1, 1)), "2026-W53", "a Friday belongs to the year before");
+        assert_eq!(iso_week(day(2024, 12, 30)), "2025-W01", "a Monday of next year's week 1");
+        assert_eq!(iso_week(day(2021, 1, 3)), "2020-W53", "a Sunday");
+        assert_eq!(iso_week(day(2026, 12, 6) + 86_399_999), "2026-W49", "Sunday's last ms");
+        assert_eq!(iso_week(day(2026, 12, 7)), "2026-W50", "Monday starts the next");
+    }
+
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9
     }
@@ -208,6 +260,7 @@ mod tests {
                     human: *human,
                     judge: *judge,
                     week: week.map(str::to_string),
+                    context: None,
                 });
             }
         }

@@ -33,16 +33,21 @@ pub struct EvidenceSpec {
 }
 
 impl EvidenceSpec {
+    /// The item's id as text (a number is written as it is).
+    pub fn id_text(&self) -> String {
+        match &self.id {
+            Value::String(id) => id.clone(),
+            other => other.to_string(),
+        }
+    }
+
     /// As a `rein.evidence` item of a request body.
     pub fn to_json(&self) -> Value {
         serde_json::json!({"id": self.id, "source": self.source, "text": self.text, "fields": self.fields})
     }
 
     fn item(&self) -> EvidenceItem {
-        let id = match &self.id {
-            Value::String(id) => id.clone(),
-            other => other.to_string(),
-        };
+        let id = self.id_text();
         let source = self.source.clone().unwrap_or_else(|| crate::validate::CALLER_SOURCE.into());
         EvidenceItem::new(source, id, self.text.clone()).with_fields(self.fields.clone())
     }

@@ -19,6 +19,7 @@ pub mod handoff;
 pub mod model;
 pub mod problems;
 pub mod provider;
+pub mod quality;
 pub mod release;
 pub mod report;
 pub mod retry;

@@ -14,7 +14,8 @@
 //! - **fallback beyond plan**: calls a fallback tier served because an earlier one failed (the
 //!   failover share's planned calls are not counted), and the **degraded share**;
 //! - **escalation rate** by trigger, **coverage** (the share of checked questions answered) and
-//!   the mean **quality score** (from the online judge, when calls carry one).
+//!   the **quality score** (the online judge's mean over the sampled calls, each weighted by
+//!   1/p of its sampling probability: `rein_core::quality`).
 //!
 //! [`breakdown`] computes them for every route, every (route, tier) and every (route, label):
 //! quiet failures hide in slices, like one question type getting worse while the average holds.
@@ -50,6 +51,10 @@ pub struct CallRecord {
     pub covered: Option<bool>,
     /// The online judge's score, when the call was sampled.
     pub quality: Option<f64>,
+    /// The probability the call was sampled for the judge with (its score weighs 1/p in the
+    /// quality SLI); `None` counts as 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality_probability: Option<f64>,
 }
 
 impl CallRecord {
@@ -76,6 +81,7 @@ impl CallRecord {
             escalation: None,
             covered: None,
             quality: None,
+            quality_probability: None,
         }
     }
 
@@ -164,7 +170,8 @@ impl Slis {
             }
         }
         let checked: Vec<bool> = calls.iter().filter_map(|c| c.covered).collect();
-        let scores: Vec<f64> = calls.iter().filter_map(|c| c.quality).collect();
+        let scores =
+            calls.iter().filter_map(|c| Some((c.quality?, c.quality_probability.unwrap_or(1.0))));
         Slis {
             calls: n as u64,
             availability: share(count(&CallRecord::available), n),
@@ -182,7 +189,7 @@ impl Slis {
             degraded_share: share(count(&|c| c.outcome == Outcome::Degraded), n),
             escalation_rate,
             coverage: share(checked.iter().filter(|covered| **covered).count(), checked.len()),
-            quality: (!scores.is_empty()).then(|| scores.iter().sum::<f64>() / scores.len() as f64),
+            quality: crate::quality::weighted_mean(scores),
         }
     }
 }
@@ -293,6 +300,7 @@ mod tests {
             escalation: None,
             covered: None,
             quality: None,
+            quality_probability: None,
         }
     }
 

@@ -416,6 +416,7 @@ mod tests {
             escalation: None,
             covered: None,
             quality: None,
+            quality_probability: None,
         };
         let report = CallReport {
             route: "support".into(),

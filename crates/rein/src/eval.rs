@@ -292,23 +292,17 @@ impl Runner {
         let Some(route) = &self.judge_route else {
             return Err("a `judge` rubric needs --judge-route".to_string());
         };
-        let evidence: Vec<String> =
-            case.evidence.iter().map(|item| format!("[{}] {}", item.id, item.text)).collect();
-        let prompt = format!(
-            "You check an answer against a rubric.\nRubric: {rubric}\nEvidence:\n{}\nAnswer:\n{text}\n\nReply with one word: PASS or FAIL.",
-            evidence.join("\n")
-        );
+        let evidence: Vec<(String, String)> =
+            case.evidence.iter().map(|item| (item.id_text(), item.text.clone())).collect();
+        let prompt = rein_core::quality::rubric_prompt(rubric, None, &evidence, text);
         let body = json!({"model": route, "messages": [{"role": "user", "content": prompt}]});
         let run_id = format!("eval-judge-{}", rein_core::trace::new_span_id());
         let (status, _, answer) =
             self.chat(&body, &run_id, false).await.map_err(|error| format!("judge: {error:#}"))?;
-        let verdict = answer.pointer("/choices/0/message/content").and_then(Value::as_str);
-        let word = verdict
-            .and_then(|v| v.split_whitespace().next())
-            .map(|w| w.trim_matches(|c: char| !c.is_ascii_alphabetic()).to_ascii_uppercase());
-        match (status.is_success(), word.as_deref()) {
-            (true, Some("PASS")) => Ok(()),
-            (true, Some("FAIL")) => Err(format!("the judge failed it by its rubric `{rubric}`")),
+        let reply = answer.pointer("/choices/0/message/content").and_then(Value::as_str);
+        match (status.is_success(), reply.and_then(rein_core::quality::read_verdict)) {
+            (true, Some(true)) => Ok(()),
+            (true, Some(false)) => Err(format!("the judge failed it by its rubric `{rubric}`")),
             _ => Err(format!("the judge gave no verdict ({status})")),
         }
     }
