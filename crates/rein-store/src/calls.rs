@@ -178,3 +178,51 @@ impl CallRow {
         calls.iter().map(CallRow::of).chain(tools.iter().map(CallRow::of_tool)).collect()
     }
 }
+
+/// The online judge's verdict on one sampled answer (`verdicts`, one per call). Its score joins
+/// the call's record when the SLIs are read, weighted by the probability it was sampled with.
+/// Kept as long as the call's record; the question, evidence and answer only when the judge's
+/// `keep_content` says so (a person labels them to check the judge).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Verdict {
+    /// The judged call's.
+    pub request_id: String,
+    pub trace_id: String,
+    /// When the judged call was made.
+    pub at_unix_ms: i64,
+    pub judged_unix_ms: i64,
+    pub route: String,
+    pub tier: Option<String>,
+    /// The model that gave the judged answer.
+    pub model: Option<String>,
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub pass: bool,
+    /// 1 for a pass, 0 for a fail.
+    pub score: f64,
+    /// The probability the answer was sampled with.
+    pub probability: f64,
+    /// Drawn inside the route's own share (not only a slice's).
+    pub base: bool,
+    pub rubric: String,
+    /// The model that judged it.
+    pub judge_model: Option<String>,
+    /// The judge's reply, cut short.
+    pub reply: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<(String, String)>,
+}
+
+/// Which verdicts a list shows.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VerdictFilter {
+    /// Of calls made at or after this.
+    pub since_unix_ms: i64,
+    pub route: Option<String>,
+    /// Only failed answers.
+    pub failed: bool,
+}

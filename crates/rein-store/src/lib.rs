@@ -239,6 +239,19 @@ const MIGRATIONS: &[&str] = &[
     // 9: tool calls are recorded too (`kind`): their traces are kept beside the model calls',
     // and the SLIs read only the model calls.
     "ALTER TABLE calls ADD COLUMN kind TEXT NOT NULL DEFAULT 'model';",
+    // 10: the online judge's verdicts on sampled answers, one per call (`verdicts`), joined to
+    // the calls' records by request id when the SLIs are read.
+    "CREATE TABLE verdicts (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        request_id TEXT NOT NULL UNIQUE,
+        at_unix_ms INTEGER NOT NULL,
+        route TEXT NOT NULL,
+        pass INTEGER NOT NULL,
+        score REAL NOT NULL,
+        probability REAL NOT NULL,
+        verdict TEXT NOT NULL
+    );
+    CREATE INDEX verdicts_at ON verdicts (at_unix_ms);",
 ];
 
 /// How long a writer waits for another connection's write transaction (another process on the

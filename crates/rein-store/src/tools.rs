@@ -29,7 +29,8 @@ use rein_core::trace::Trace;
 
 use crate::StoreError;
 use crate::calls::{
-    CallsPruned, CallsRetention, RecordedCall, RecordedTool, TraceFilter, TraceSummary,
+    CallsPruned, CallsRetention, RecordedCall, RecordedTool, TraceFilter, TraceSummary, Verdict,
+    VerdictFilter,
 };
 use crate::handoffs::{
     Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
@@ -558,7 +559,8 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
     ) -> Result<(), StoreError>;
 
     /// The records of model calls made at or after `since_unix_ms` (of one route, when given),
-    /// oldest first, at most `limit`, each with when it was made.
+    /// oldest first, at most `limit`, each with when it was made, and with the online judge's
+    /// score and sampling probability when it judged the call.
     async fn calls_since(
         &self,
         since_unix_ms: i64,
@@ -577,7 +579,19 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
     /// oldest first.
     async fn trace_get(&self, id: &str) -> Result<Vec<Trace>, StoreError>;
 
-    /// Drop what `retention` no longer keeps, in one transaction.
+    /// Keep the online judge's verdict on a call; `false` when that call has one already (the
+    /// first stays).
+    async fn verdict_record(&self, verdict: &Verdict) -> Result<bool, StoreError>;
+
+    /// The verdicts `filter` selects, newest first, at most `limit`.
+    async fn verdicts_list(
+        &self,
+        filter: &VerdictFilter,
+        limit: i64,
+    ) -> Result<Vec<Verdict>, StoreError>;
+
+    /// Drop what `retention` no longer keeps, in one transaction (verdicts go with their
+    /// calls' records).
     async fn calls_prune(&self, retention: &CallsRetention) -> Result<CallsPruned, StoreError>;
 
     // ---- hand-offs ----

@@ -31,15 +31,15 @@ use rein_core::KillFlip;
 use crate::StoreError;
 use crate::calls::{
     CallRow, CallsPruned, CallsRetention, RecordedCall, RecordedTool, SUMMARY_COLUMNS, TraceFilter,
-    TraceSummary,
+    TraceSummary, Verdict, VerdictFilter,
 };
 use crate::handoffs::{
     Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
 };
 use crate::runs::{self, RunCounts, RunEvent, RunInfo, RunNote, RunToolCall};
 use crate::tools::rows::{
-    self, CACHE_COLUMNS, Columns, HANDOFF_COLUMNS, HOLD_COLUMNS, KEY_COLUMNS, OUTBOX_COLUMNS,
-    RUN_COLUMNS, STANDING_COLUMNS, TOOL_LOG_COLUMNS, Unreadable,
+    self, CACHE_COLUMNS, CALL_RECORD_COLUMNS, Columns, HANDOFF_COLUMNS, HOLD_COLUMNS, KEY_COLUMNS,
+    OUTBOX_COLUMNS, RUN_COLUMNS, STANDING_COLUMNS, TOOL_LOG_COLUMNS, Unreadable,
 };
 use crate::tools::rules::{self, DecisionEffect, ItemStanding, KeyChange, KeyStep, Replay};
 use crate::tools::{
@@ -1091,18 +1091,16 @@ impl ToolStore for PostgresToolStore {
     ) -> Result<Vec<(i64, CallRecord)>, StoreError> {
         self.guard(async {
             let client = self.pool.get().await?;
-            let found = query(
-                &client,
-                "SELECT at_unix_ms, record FROM calls
-                 WHERE at_unix_ms >= $1 AND kind = 'model' AND ($2::TEXT IS NULL OR route = $2)
-                 ORDER BY id LIMIT $3",
-                &[&since_unix_ms, &route, &rules::list_limit(limit)],
-            )
-            .await?;
-            found
-                .iter()
-                .map(|row| Ok((row.try_get::<_, i64>(0)?, rows::typed::<_, CallRecord>(row, 1)?)))
-                .collect()
+            let sql = format!(
+                "SELECT {CALL_RECORD_COLUMNS} FROM calls c
+                 LEFT JOIN verdicts v ON v.request_id = c.request_id
+                 WHERE c.at_unix_ms >= $1 AND c.kind = 'model'
+                   AND ($2::TEXT IS NULL OR c.route = $2)
+                 ORDER BY c.id LIMIT $3"
+            );
+            let found =
+                query(&client, &sql, &[&since_unix_ms, &route, &rules::list_limit(limit)]).await?;
+            found.iter().map(rows::call_record).collect()
         })
         .await
     }
@@ -1143,12 +1141,65 @@ impl ToolStore for PostgresToolStore {
         .await
     }
 
+    async fn verdict_record(&self, verdict: &Verdict) -> Result<bool, StoreError> {
+        let text =
+            serde_json::to_string(verdict).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let inserted = execute(
+                &client,
+                "INSERT INTO verdicts (request_id, at_unix_ms, route, pass, score, probability,
+                     verdict)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (request_id) DO NOTHING",
+                &[
+                    &verdict.request_id,
+                    &verdict.at_unix_ms,
+                    &verdict.route,
+                    &verdict.pass,
+                    &verdict.score,
+                    &verdict.probability,
+                    &text,
+                ],
+            )
+            .await?;
+            Ok(inserted == 1)
+        })
+        .await
+    }
+
+    async fn verdicts_list(
+        &self,
+        filter: &VerdictFilter,
+        limit: i64,
+    ) -> Result<Vec<Verdict>, StoreError> {
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let found = query(
+                &client,
+                "SELECT verdict FROM verdicts
+                 WHERE at_unix_ms >= $1 AND ($2::TEXT IS NULL OR route = $2)
+                   AND (NOT $3 OR NOT pass)
+                 ORDER BY id DESC LIMIT $4",
+                &[&filter.since_unix_ms, &filter.route, &filter.failed, &rules::list_limit(limit)],
+            )
+            .await?;
+            found.iter().map(|row| rows::typed::<_, Verdict>(row, 0)).collect()
+        })
+        .await
+    }
+
     async fn calls_prune(&self, retention: &CallsRetention) -> Result<CallsPruned, StoreError> {
         let keep = retention.keep_last.max(0);
         self.transaction(async |tx| {
             let records = execute(
                 &tx,
                 "DELETE FROM calls WHERE at_unix_ms < $1",
+                &[&retention.records_before_unix_ms],
+            )
+            .await?;
+            execute(
+                &tx,
+                "DELETE FROM verdicts WHERE at_unix_ms < $1",
                 &[&retention.records_before_unix_ms],
             )
             .await?;

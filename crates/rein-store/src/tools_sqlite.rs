@@ -21,15 +21,15 @@ use rein_core::KillFlip;
 
 use crate::calls::{
     CallRow, CallsPruned, CallsRetention, RecordedCall, RecordedTool, SUMMARY_COLUMNS, TraceFilter,
-    TraceSummary,
+    TraceSummary, Verdict, VerdictFilter,
 };
 use crate::handoffs::{
     Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
 };
 use crate::runs::{self, OwnedEvent, RunCounts, RunEvent, RunInfo, RunNote, RunToolCall};
 use crate::tools::rows::{
-    self, CACHE_COLUMNS, Columns, HANDOFF_COLUMNS, HOLD_COLUMNS, KEY_COLUMNS, OUTBOX_COLUMNS,
-    RUN_COLUMNS, STANDING_COLUMNS, TOOL_LOG_COLUMNS, Unreadable,
+    self, CACHE_COLUMNS, CALL_RECORD_COLUMNS, Columns, HANDOFF_COLUMNS, HOLD_COLUMNS, KEY_COLUMNS,
+    OUTBOX_COLUMNS, RUN_COLUMNS, STANDING_COLUMNS, TOOL_LOG_COLUMNS, Unreadable,
 };
 use crate::tools::rules::{self, DecisionEffect, ItemStanding, KeyChange, KeyStep, Replay};
 use crate::tools::{
@@ -957,14 +957,16 @@ impl ToolStore for SqliteToolStore {
     ) -> Result<Vec<(i64, CallRecord)>, StoreError> {
         let route = route.map(str::to_owned);
         self.run(move |conn| {
-            let mut statement = conn.prepare_cached(
-                "SELECT at_unix_ms, record FROM calls
-                 WHERE at_unix_ms >= ?1 AND kind = 'model' AND (?2 IS NULL OR route = ?2)
-                 ORDER BY id LIMIT ?3",
-            )?;
+            let sql = format!(
+                "SELECT {CALL_RECORD_COLUMNS} FROM calls c
+                 LEFT JOIN verdicts v ON v.request_id = c.request_id
+                 WHERE c.at_unix_ms >= ?1 AND c.kind = 'model' AND (?2 IS NULL OR c.route = ?2)
+                 ORDER BY c.id LIMIT ?3"
+            );
+            let mut statement = conn.prepare_cached(&sql)?;
             let found = statement
                 .query_map(params![since_unix_ms, route, rules::list_limit(limit)], |row| {
-                    Ok((row.get::<_, i64>(0)?, rows::typed::<_, CallRecord>(row, 1)?))
+                    rows::call_record(row)
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(found)
@@ -1012,11 +1014,67 @@ impl ToolStore for SqliteToolStore {
         .await
     }
 
+    async fn verdict_record(&self, verdict: &Verdict) -> Result<bool, StoreError> {
+        let text =
+            serde_json::to_string(verdict).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let verdict = verdict.clone();
+        self.write(move |tx| {
+            let inserted = tx.execute(
+                "INSERT INTO verdicts (request_id, at_unix_ms, route, pass, score, probability,
+                     verdict)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (request_id) DO NOTHING",
+                params![
+                    verdict.request_id,
+                    verdict.at_unix_ms,
+                    verdict.route,
+                    verdict.pass,
+                    verdict.score,
+                    verdict.probability,
+                    text
+                ],
+            )?;
+            Ok(inserted == 1)
+        })
+        .await
+    }
+
+    async fn verdicts_list(
+        &self,
+        filter: &VerdictFilter,
+        limit: i64,
+    ) -> Result<Vec<Verdict>, StoreError> {
+        let filter = filter.clone();
+        self.run(move |conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT verdict FROM verdicts
+                 WHERE at_unix_ms >= ?1 AND (?2 IS NULL OR route = ?2) AND (?3 = 0 OR pass = 0)
+                 ORDER BY id DESC LIMIT ?4",
+            )?;
+            let found = statement
+                .query_map(
+                    params![
+                        filter.since_unix_ms,
+                        filter.route,
+                        filter.failed,
+                        rules::list_limit(limit)
+                    ],
+                    |row| rows::typed::<_, Verdict>(row, 0),
+                )?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(found)
+        })
+        .await
+    }
+
     async fn calls_prune(&self, retention: &CallsRetention) -> Result<CallsPruned, StoreError> {
         let retention = *retention;
         self.write(move |tx| {
             let records = tx.execute(
                 "DELETE FROM calls WHERE at_unix_ms < ?1",
+                [retention.records_before_unix_ms],
+            )?;
+            tx.execute(
+                "DELETE FROM verdicts WHERE at_unix_ms < ?1",
                 [retention.records_before_unix_ms],
             )?;
             let old = tx.execute(

@@ -10,7 +10,9 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use rein_store::calls::{CallsPruned, CallsRetention, RecordedCall, RecordedTool, TraceFilter};
+use rein_store::calls::{
+    CallsPruned, CallsRetention, RecordedCall, RecordedTool, TraceFilter, Verdict, VerdictFilter,
+};
 use rein_store::handoffs::{
     Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
 };
@@ -101,6 +103,7 @@ on_both_backends!(
     review_stats_count_canaries_apart,
     recorded_calls_come_back_by_window_and_route,
     the_trace_store_keeps_the_newest_and_every_notable_trace,
+    verdicts_join_their_calls_records_once_each_and_go_with_them,
 );
 
 /// Where a backend's data lives, so more instances can be opened on it.
@@ -1592,6 +1595,7 @@ fn recorded(n: i64, route: &str, outcome: rein_core::Outcome, attempts: u32) -> 
         escalation: None,
         covered: None,
         quality: None,
+        quality_probability: None,
     };
     let trace = rein_core::trace::Trace {
         trace_id: format!("{n:032x}"),
@@ -1712,4 +1716,71 @@ async fn the_trace_store_keeps_the_newest_and_every_notable_trace(backend: Backe
     assert_eq!(kept.len(), 1);
     assert_eq!(kept[0].request_id, "req_6");
     assert_eq!(store.calls_since(T0, None, 100).await.unwrap().len(), 4);
+}
+
+fn verdict(n: i64, route: &str, pass: bool, probability: f64) -> Verdict {
+    Verdict {
+        request_id: format!("req_{n}"),
+        trace_id: format!("{n:032x}"),
+        at_unix_ms: T0 + n,
+        judged_unix_ms: T0 + n + 500,
+        route: route.to_owned(),
+        tier: Some("primary".to_owned()),
+        model: Some("gpt-x".to_owned()),
+        labels: std::collections::BTreeMap::from([("topic".to_owned(), "cutoff".to_owned())]),
+        pass,
+        score: if pass { 1.0 } else { 0.0 },
+        probability,
+        base: probability < 1.0,
+        rubric: "cites it".to_owned(),
+        judge_model: Some("judge-1".to_owned()),
+        reply: if pass { "PASS" } else { "FAIL: wrong cutoff" }.to_owned(),
+        question: Some("Can I change my order?".to_owned()),
+        answer: Some("Any time.".to_owned()),
+        evidence: vec![("140".to_owned(), "Changes close 48 hours before.".to_owned())],
+    }
+}
+
+async fn verdicts_join_their_calls_records_once_each_and_go_with_them(backend: Backend) {
+    use rein_core::Outcome;
+    let store = &*backend.store;
+    let calls = vec![
+        recorded(1, "support", Outcome::Answered, 1),
+        recorded(2, "support", Outcome::Answered, 1),
+        recorded(3, "billing", Outcome::Answered, 1),
+    ];
+    store.calls_record(&calls, &[]).await.unwrap();
+    // The verdict may land before or after its call's record: the join is made on reading.
+    assert!(store.verdict_record(&verdict(1, "support", true, 0.05)).await.unwrap());
+    assert!(store.verdict_record(&verdict(2, "support", false, 1.0)).await.unwrap());
+    assert!(
+        !store.verdict_record(&verdict(2, "support", true, 1.0)).await.unwrap(),
+        "one verdict per call: the first stays"
+    );
+    let read = store.calls_since(T0, None, 100).await.unwrap();
+    assert_eq!(read.len(), 3, "a verdict never duplicates its call's record");
+    assert_eq!((read[0].1.quality, read[0].1.quality_probability), (Some(1.0), Some(0.05)));
+    assert_eq!((read[1].1.quality, read[1].1.quality_probability), (Some(0.0), Some(1.0)));
+    assert_eq!((read[2].1.quality, read[2].1.quality_probability), (None, None));
+
+    let all = store.verdicts_list(&VerdictFilter::default(), 10).await.unwrap();
+    assert_eq!(all, vec![verdict(2, "support", false, 1.0), verdict(1, "support", true, 0.05)]);
+    let failed = VerdictFilter { failed: true, ..VerdictFilter::default() };
+    assert_eq!(store.verdicts_list(&failed, 10).await.unwrap().len(), 1);
+    let later =
+        VerdictFilter { since_unix_ms: T0 + 2, route: Some("support".into()), failed: false };
+    assert_eq!(store.verdicts_list(&later, 10).await.unwrap().len(), 1);
+    let other = VerdictFilter { route: Some("billing".into()), ..VerdictFilter::default() };
+    assert!(store.verdicts_list(&other, 10).await.unwrap().is_empty());
+    assert_eq!(store.verdicts_list(&VerdictFilter::default(), 1).await.unwrap().len(), 1);
+
+    // A verdict goes with its call's record.
+    let retention = CallsRetention {
+        records_before_unix_ms: T0 + 2,
+        traces_before_unix_ms: T0,
+        keep_last: 100,
+    };
+    store.calls_prune(&retention).await.unwrap();
+    let left = store.verdicts_list(&VerdictFilter::default(), 10).await.unwrap();
+    assert_eq!(left, vec![verdict(2, "support", false, 1.0)]);
 }

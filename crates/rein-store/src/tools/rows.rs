@@ -289,6 +289,23 @@ pub(crate) fn trace_summary<R: Columns>(row: &R) -> Result<TraceSummary, R::Erro
 }
 
 /// A JSON text column as `T`.
+/// A model call's record as the SLIs read it (`at_unix_ms, record, verdict`, the verdict from a
+/// left join): with the online judge's score and sampling probability when it judged the call.
+pub(crate) fn call_record<R: Columns>(
+    row: &R,
+) -> Result<(i64, rein_core::sli::CallRecord), R::Error> {
+    let mut record: rein_core::sli::CallRecord = typed(row, 1)?;
+    if row.text_opt(2)?.is_some() {
+        let verdict: crate::calls::Verdict = typed(row, 2)?;
+        record.quality = Some(verdict.score);
+        record.quality_probability = Some(verdict.probability);
+    }
+    Ok((row.int(0)?, record))
+}
+
+/// The columns [`call_record`] reads, from `calls c` left-joined to `verdicts v`.
+pub(crate) const CALL_RECORD_COLUMNS: &str = "c.at_unix_ms, c.record, v.verdict";
+
 pub(crate) fn typed<R: Columns, T: serde::de::DeserializeOwned>(
     row: &R,
     index: usize,

@@ -176,6 +176,19 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX calls_request ON calls (request_id);",
     // 8: tool calls are recorded too (`kind`); the SLIs read only the model calls.
     "ALTER TABLE calls ADD COLUMN kind TEXT NOT NULL DEFAULT 'model';",
+    // 9: the online judge's verdicts on sampled answers, one per call (`verdicts`), joined to
+    // the calls' records by request id when the SLIs are read.
+    "CREATE TABLE verdicts (
+        id BIGSERIAL PRIMARY KEY,
+        request_id TEXT NOT NULL UNIQUE,
+        at_unix_ms BIGINT NOT NULL,
+        route TEXT NOT NULL,
+        pass BOOLEAN NOT NULL,
+        score DOUBLE PRECISION NOT NULL,
+        probability DOUBLE PRECISION NOT NULL,
+        verdict TEXT NOT NULL
+    );
+    CREATE INDEX verdicts_at ON verdicts (at_unix_ms);",
 ];
 
 /// The advisory lock key that serializes migrations ("reinschm" in ASCII).

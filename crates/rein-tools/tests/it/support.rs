@@ -353,6 +353,21 @@ impl ToolStore for TestStore {
         self.inner.trace_get(id).await
     }
 
+    async fn verdict_record(
+        &self,
+        verdict: &rein_store::calls::Verdict,
+    ) -> Result<bool, StoreError> {
+        self.inner.verdict_record(verdict).await
+    }
+
+    async fn verdicts_list(
+        &self,
+        filter: &rein_store::calls::VerdictFilter,
+        limit: i64,
+    ) -> Result<Vec<rein_store::calls::Verdict>, StoreError> {
+        self.inner.verdicts_list(filter, limit).await
+    }
+
     async fn calls_prune(
         &self,
         retention: &rein_store::calls::CallsRetention,
