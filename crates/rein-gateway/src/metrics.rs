@@ -84,6 +84,18 @@ struct RouteLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerdictLabel {
+    route: String,
+    verdict: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NoVerdictLabel {
+    route: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
     reason: String,
 }
@@ -193,6 +205,8 @@ pub struct Metrics {
     sli_fallback_beyond_plan: Family<RouteLabel, Counter>,
     sli_degraded: Family<RouteLabel, Counter>,
     quality_score: Family<RouteLabel, Histogram, fn() -> Histogram>,
+    judge_verdicts: Family<VerdictLabel, Counter>,
+    judge_no_verdict: Family<NoVerdictLabel, Counter>,
     spans_exported: Counter,
     spans_dropped: Family<ReasonLabel, Counter>,
     records_dropped: Counter,
@@ -422,6 +436,18 @@ impl Metrics {
             "The online judge's score (0 to 1) of sampled answers, by route",
             quality_score.clone(),
         );
+        let judge_verdicts = Family::<VerdictLabel, Counter>::default();
+        registry.register(
+            "judge_verdicts",
+            "The online judge's verdicts on sampled answers (pass, fail), by route; a slice judged at a higher share counts here too",
+            judge_verdicts.clone(),
+        );
+        let judge_no_verdict = Family::<NoVerdictLabel, Counter>::default();
+        registry.register(
+            "judge_no_verdict",
+            "Sampled answers the online judge gave no verdict on, by route and reason (queue_full, judge_failed, unreadable, store_failed)",
+            judge_no_verdict.clone(),
+        );
         let spans_exported = Counter::default();
         registry.register(
             "trace_spans_exported",
@@ -479,6 +505,8 @@ impl Metrics {
             sli_fallback_beyond_plan,
             sli_degraded,
             quality_score,
+            judge_verdicts,
+            judge_no_verdict,
             spans_exported,
             spans_dropped,
             records_dropped,
@@ -530,6 +558,25 @@ impl Metrics {
         if let Some(score) = record.quality {
             self.quality_score.get_or_create(&route).observe(score);
         }
+    }
+
+    /// A verdict of the online judge. Only answers drawn inside the route's own share feed
+    /// `rein_quality_score`, so a slice judged at 100 % while someone investigates it does not
+    /// pull the route's score (its verdicts are in `rein_judge_verdicts_total` and the store).
+    pub fn judged(&self, verdict: &rein_store::calls::Verdict) {
+        let verdict_label = if verdict.pass { "pass" } else { "fail" };
+        let label = VerdictLabel { route: verdict.route.clone(), verdict: verdict_label.into() };
+        self.judge_verdicts.get_or_create(&label).inc();
+        if verdict.base {
+            let route = RouteLabel { route: verdict.route.clone() };
+            self.quality_score.get_or_create(&route).observe(verdict.score);
+        }
+    }
+
+    /// A sampled answer the online judge gave no verdict on.
+    pub fn no_verdict(&self, route: &str, why: rein_runtime::online_judge::NoVerdict) {
+        let label = NoVerdictLabel { route: route.to_string(), reason: why.as_str().to_string() };
+        self.judge_no_verdict.get_or_create(&label).inc();
     }
 
     /// Set the recorder's counters from its numbers, read now.
@@ -806,5 +853,19 @@ fn set_counter(counter: &Counter, total: u64) {
     let now = counter.get();
     if total > now {
         counter.inc_by(total - now);
+    }
+}
+
+/// The online judge's verdicts, counted in the gateway's metrics.
+#[derive(Debug, Clone)]
+pub struct VerdictMetrics(pub Arc<Metrics>);
+
+impl rein_runtime::online_judge::VerdictObserver for VerdictMetrics {
+    fn judged(&self, verdict: &rein_store::calls::Verdict) {
+        self.0.judged(verdict);
+    }
+
+    fn no_verdict(&self, route: &str, why: rein_runtime::online_judge::NoVerdict) {
+        self.0.no_verdict(route, why);
     }
 }

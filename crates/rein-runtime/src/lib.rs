@@ -42,6 +42,7 @@
 pub mod config;
 mod degraded;
 pub mod escalation;
+pub mod online_judge;
 pub mod otlp;
 pub mod recorder;
 pub mod runs;

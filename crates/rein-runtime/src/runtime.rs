@@ -72,6 +72,8 @@ struct Fixed {
     sqlite_path: String,
     postgres_url: Option<Secret>,
     tls: bool,
+    judge_queue: usize,
+    judge_concurrency: usize,
 }
 
 impl Fixed {
@@ -82,6 +84,8 @@ impl Fixed {
             sqlite_path: config.store.sqlite_path.clone(),
             postgres_url: config.store.postgres_url.clone(),
             tls: config.server.tls.is_some(),
+            judge_queue: config.judge.queue,
+            judge_concurrency: config.judge.concurrency,
         }
     }
 
@@ -102,6 +106,8 @@ impl Fixed {
         check("server.tls", new.tls == self.tls);
         check("store.sqlite_path", new.sqlite_path == self.sqlite_path);
         check("store.postgres_url_env", new.postgres_url == self.postgres_url);
+        check("judge.queue", new.judge_queue == self.judge_queue);
+        check("judge.concurrency", new.judge_concurrency == self.judge_concurrency);
         changed
     }
 }
@@ -257,6 +263,7 @@ impl RuntimeBuilder {
             None => None,
         };
         let recorder = crate::recorder::Recorder::new(&config.traces, sink);
+        let judge = crate::online_judge::OnlineJudge::new(&config.judge);
         let current = Arc::new(ArcSwap::from_pointee(Snapshot { config, version: 1, tools }));
         acts.connect(current.clone(), escalations.clone());
         Ok(Runtime {
@@ -273,6 +280,7 @@ impl RuntimeBuilder {
             stops: RunStops::new(stops_store),
             replay_kick: tokio::sync::Notify::new(),
             recorder,
+            judge,
             fixed,
             overrides: self.overrides,
         })
@@ -324,6 +332,9 @@ pub struct Runtime {
     /// Finished calls' records and traces, written to the store and exported off the request
     /// path (`[traces]`, fixed at start).
     pub recorder: crate::recorder::Recorder,
+    /// Sampled answers judged off the request path (`[judge]`; its queue and concurrency fixed
+    /// at start).
+    pub judge: crate::online_judge::OnlineJudge,
     /// What was fixed at start and a reload cannot change (the socket, the stores, TLS on/off).
     fixed: Fixed,
     overrides: Overrides,
@@ -430,7 +441,8 @@ impl Runtime {
         Ok(applied)
     }
 
-    /// Start the background workers (the outbox replay, the kill-switch sync) on the current
+    /// Start the background workers (the outbox replay, the kill-switch sync, the recorder, the
+    /// online judge) on the current
     /// tokio runtime; they stop when `stop` turns true.
     pub fn spawn_workers(self: &Arc<Self>, stop: tokio::sync::watch::Receiver<bool>) {
         tokio::spawn(crate::workers::replay_outbox(self.clone(), stop.clone()));
@@ -445,6 +457,7 @@ impl Runtime {
                 .collect()
         });
         self.recorder.spawn(self.tools.store.clone(), kinds, stop.clone());
+        self.judge.spawn(self.clone(), stop.clone());
         tokio::spawn(crate::workers::sync_kill_switch(self.clone(), stop));
     }
 }

@@ -66,9 +66,10 @@ enum Command {
     /// The golden-prompt probe of a running gateway (through its admin API): run its questions
     /// through the production path now, or show the last run.
     Probe(probe::ProbeArgs),
-    /// How far the judge can be trusted: its verdicts against a person's labels (agreement with
-    /// and without ties, Cohen's kappa, TPR/TNR with intervals, the disagreements, the drift
-    /// week over week).
+    /// The online judge: its verdicts on a running gateway's sampled answers (and the lines a
+    /// person labels), and how far it can be trusted: its verdicts against a person's labels
+    /// (agreement with and without ties, Cohen's kappa, TPR/TNR with intervals, the
+    /// disagreements, the drift week over week).
     Judge(judge::JudgeArgs),
     #[cfg(feature = "sim")]
     /// Run the fault-injecting OpenAI/Anthropic simulator, for tests and drills.
@@ -214,7 +215,7 @@ fn main() -> std::process::ExitCode {
             Command::Sli(args) => traces::sli(args).await,
             Command::Eval(args) => eval::run(args).await,
             Command::Probe(args) => probe::run(args).await,
-            Command::Judge(args) => judge::run(args),
+            Command::Judge(args) => judge::run(args).await,
             #[cfg(feature = "sim")]
             Command::Sim(args) => sim(args).await,
         }

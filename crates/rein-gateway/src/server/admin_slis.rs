@@ -3,7 +3,8 @@
 //! buckets for charts) and the embedded trace store (`GET /admin/traces`, newest first, and
 //! `GET /admin/traces/{id}` by trace id or request id, with the call's timeline as a tree). Both
 //! first wait briefly for the recorder to write what is queued, so a call made just before is
-//! in the answer.
+//! in the answer. `GET /admin/judge/verdicts` lists the online judge's verdicts (newest first,
+//! over a window, by route, only the failed ones) with how many sampled answers still wait.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +15,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use rein_core::sli::{self, Slice};
-use rein_store::calls::TraceFilter;
+use rein_store::calls::{TraceFilter, VerdictFilter};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -26,6 +27,52 @@ pub(super) fn router() -> Router<Arc<Gateway>> {
         .route("/sli", get(slis))
         .route("/traces", get(traces))
         .route("/traces/{id}", get(trace))
+        .route("/judge/verdicts", get(verdicts))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VerdictsQuery {
+    /// Of calls made within this window (default 7d).
+    #[serde(default)]
+    window: Option<String>,
+    #[serde(default)]
+    route: Option<String>,
+    /// Only failed answers.
+    #[serde(default)]
+    failed: Option<bool>,
+    #[serde(default)]
+    limit: Option<i64>,
+}
+
+async fn verdicts(
+    State(gateway): State<Arc<Gateway>>,
+    Query(query): Query<VerdictsQuery>,
+) -> Response {
+    let text = query.window.as_deref().unwrap_or("7d");
+    let window = match sli::parse_window(text) {
+        Ok(window) => window,
+        Err(why) => return error(StatusCode::BAD_REQUEST, format!("`window`: {why}")),
+    };
+    let now = rein_core::clock::unix_ms() as i64;
+    let since = now - i64::try_from(window.as_millis()).unwrap_or(i64::MAX).min(now);
+    let filter = VerdictFilter {
+        since_unix_ms: since,
+        route: query.route.clone(),
+        failed: query.failed.unwrap_or(false),
+    };
+    let limit = query.limit.unwrap_or(100).clamp(1, 10_000);
+    let stats = gateway.runtime.judge.stats();
+    match gateway.runtime.tool_store().verdicts_list(&filter, limit).await {
+        Ok(list) => axum::Json(json!({
+            "window": text,
+            "pending": stats.pending(),
+            "dropped": stats.dropped.load(std::sync::atomic::Ordering::Relaxed),
+            "verdicts": list,
+        }))
+        .into_response(),
+        Err(failure) => store_error(failure),
+    }
 }
 
 /// The most recorded calls one SLI answer reads; beyond, it says it was truncated.

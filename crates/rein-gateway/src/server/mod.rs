@@ -32,7 +32,7 @@ use tokio::net::TcpListener;
 use rein_runtime::config::Config;
 use rein_runtime::{BuildError, EnvSource, Runtime, RuntimeBuilder, Snapshot, StartError};
 
-use crate::metrics::{Metrics, MetricsObserver, ToolMetricsObserver};
+use crate::metrics::{Metrics, MetricsObserver, ToolMetricsObserver, VerdictMetrics};
 use crate::wire::ErrorKind;
 
 pub use error::{Api, ApiError, status};
@@ -88,6 +88,7 @@ impl Gateway {
             Some(config) => builder.build_from(config).await?,
             None => builder.build().await?,
         };
+        runtime.judge.observe(Arc::new(VerdictMetrics(metrics.clone())));
         let tls = match &runtime.current().config.server.tls {
             Some(files) => {
                 let resolver = tls::CertResolver::new(files.key.clone());

@@ -4,12 +4,15 @@
 //! consumes it (trace ids, deadline, labels, the coverage verdict, the messages when the route
 //! exports content); [`Recording::finish`] adds the report. A tool call is recorded the same way
 //! ([`ToolRecording`]): the dispatcher's notes (a span per rung) with the run's guard, its stop
-//! and hand-off around them.
+//! and hand-off around them. A model call the route's `[judge]` sampling draws (at its start,
+//! so only drawn calls copy their question and evidence) is handed to the online judge once it
+//! has answered.
 
 use rein_core::handoff::Trigger;
 use rein_core::sli::CallRecord;
 use rein_core::trace::{CallInfo, Content, SpanEvent, ToolCallInfo};
 use rein_core::{CallContext, CallReport, ChatRequest, Step, Usage};
+use rein_runtime::online_judge::Sampled;
 use rein_runtime::recorder::{Finished, FinishedTool};
 use rein_tools::ToolOutcome;
 
@@ -44,6 +47,41 @@ pub(super) struct Recording {
     covered: Option<bool>,
     labels: std::collections::BTreeMap<String, String>,
     info: CallInfo,
+    /// Drawn for the online judge: what it reads besides the answer.
+    judged: Option<Box<Drawn>>,
+}
+
+/// A call drawn for the online judge, as its start knows it.
+struct Drawn {
+    draw: rein_core::quality::Draw,
+    question: Option<String>,
+    evidence: Vec<(String, String)>,
+}
+
+impl Drawn {
+    /// Whether the judge samples this call of `route`: never an eval's pinned call.
+    fn draw(
+        gateway: &Gateway,
+        route: &str,
+        ctx: &CallContext,
+        request: &ChatRequest,
+    ) -> Option<Box<Self>> {
+        if ctx.pin_tier.is_some() {
+            return None;
+        }
+        let runtime = gateway.current();
+        let judging = runtime.config.judge.of(route)?;
+        let draw = judging.sampling.draw(&ctx.labels, rand::random::<f64>())?;
+        let question = request
+            .messages
+            .iter()
+            .rev()
+            .find(|message| message.role == rein_core::Role::User)
+            .map(|message| message.content.clone());
+        let evidence =
+            ctx.evidence.items().iter().map(|item| (item.id.clone(), item.text.clone())).collect();
+        Some(Box::new(Drawn { draw, question, evidence }))
+    }
 }
 
 impl Recording {
@@ -72,6 +110,7 @@ impl Recording {
         // The trace starts where the call reached rein; the steps before the engine took this.
         let offset_ms = ctx.deadline().elapsed_ms();
         Self {
+            judged: Drawn::draw(gateway, route, ctx, request),
             deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
             pinned: ctx.pin_tier.is_some(),
             covered: ctx.covered,
@@ -103,10 +142,28 @@ impl Recording {
         usage: Option<Usage>,
         output: Option<&str>,
     ) {
-        let Recording { deadline_ms, pinned, covered, labels, mut info } = self;
+        let Recording { deadline_ms, pinned, covered, labels, mut info, judged } = self;
         // Only the keys the route slices by: a record's labels are bounded like its metrics.
-        let labels =
+        let labels: std::collections::BTreeMap<String, String> =
             labels.into_iter().filter(|(key, _)| report.labels.contains_key(key)).collect();
+        if let (Some(drawn), Some(served), Some(answer)) = (judged, &report.served_by, output)
+            && !answer.trim().is_empty()
+        {
+            let Drawn { draw, question, evidence } = *drawn;
+            gateway.runtime.judge.submit(Sampled {
+                at_unix_ms: i64::try_from(info.started_unix_ms).unwrap_or(i64::MAX),
+                request_id: info.request_id.clone(),
+                trace_id: info.ids.as_ref().map(|ids| ids.trace_id.clone()).unwrap_or_default(),
+                route: report.route.clone(),
+                tier: Some(served.tier_name.clone()),
+                model: Some(served.model.clone()),
+                labels: labels.clone(),
+                draw,
+                question,
+                evidence,
+                answer: answer.to_string(),
+            });
+        }
         let mut record = CallRecord::of_report(report, labels, deadline_ms);
         record.escalation = escalation_of(report);
         record.covered = covered.or_else(|| {

@@ -8,6 +8,7 @@ mod coverage;
 mod dashboard;
 mod gateway;
 mod handoffs;
+mod judge;
 mod keepalive;
 mod labels;
 mod ladder;

@@ -1348,6 +1348,7 @@ timeout_ms = 300
     for (alert, name, matchers) in &wanted {
         if CHECKED_BY_THE_GATEWAY_SLI_TESTS.contains(&name.as_str())
             || crate::probe::CHECKED_BY_THE_PROBE_TESTS.contains(&name.as_str())
+            || crate::judge::CHECKED_BY_THE_JUDGE_TESTS.contains(&name.as_str())
         {
             continue;
         }

@@ -5,6 +5,7 @@
 
 mod cli;
 pub mod escalation;
+pub mod judge;
 mod output;
 pub mod probe;
 pub mod raw;
@@ -58,6 +59,8 @@ pub struct Config {
     pub traces: traces::TracesConfig,
     /// `[probe]`: the golden-prompt probe.
     pub probe: probe::ProbeConfig,
+    /// `[judge]`: the online judge's sampling of live answers.
+    pub judge: judge::JudgeConfig,
     /// The same sections validated and compiled by `rein_tools`, once: what the dispatcher runs.
     #[serde(skip)]
     pub tools_plan: Arc<rein_tools::ToolsPlan>,
@@ -462,6 +465,12 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
     let traces = traces::validate_traces(&raw.traces, env, &mut problems);
     let known_routes: std::collections::BTreeSet<String> = raw.routes.keys().cloned().collect();
     let probe = probe::validate_probe(&raw.probe, &known_routes, &mut problems);
+    let route_labels = raw
+        .routes
+        .iter()
+        .map(|(name, route)| (name.clone(), route.labels.iter().cloned().collect()))
+        .collect();
+    let judge = judge::validate_judge(&raw.judge, &route_labels, &mut problems);
     for tool in raw.runs.tools.keys() {
         if !tools.tools.contains_key(tool) {
             problems.add(format!("runs.tools.{tool}"), "is not a configured tool");
@@ -555,6 +564,7 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
         prices,
         traces,
         probe,
+        judge,
         tools_plan,
     })
 }

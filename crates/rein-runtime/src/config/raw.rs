@@ -46,6 +46,9 @@ pub struct RawConfig {
     /// The golden-prompt probe.
     #[serde(default)]
     pub probe: super::probe::RawProbe,
+    /// The online judge.
+    #[serde(default)]
+    pub judge: super::judge::RawJudge,
 }
 
 /// `[runs]`: the stop conditions of every agent run (the spec's defaults), what a tool call in a

@@ -164,6 +164,8 @@ fn nothing_below_the_edge_builds_a_deadline() {
         "crates/rein-gateway/src/server/intake.rs",
         // An eval's or a probe's business rule checks an answer offline, outside any call.
         "crates/rein-core/src/eval.rs",
+        // The online judge's call starts after the judged call is over, on its own deadline.
+        "crates/rein-runtime/src/online_judge.rs",
     ];
     let makers = [
         "Deadline::after(",

@@ -27,7 +27,7 @@ fn check_prints_the_effective_config_with_secrets_masked() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
-    assert!(stdout.contains("is valid: 2 route(s), 2 provider(s)"), "{stdout}");
+    assert!(stdout.contains("is valid: 3 route(s), 2 provider(s)"), "{stdout}");
     assert!(stdout.contains("\"deadline_ms\": 20000"), "durations print in the keys' units");
     for secret in ["sk-cli-secret", "sk-ant-cli-secret", "client-cli-secret", "admin-cli-secret"] {
         assert!(!stdout.contains(secret), "{secret} printed");
