@@ -8,6 +8,7 @@ pub mod escalation;
 mod output;
 pub mod probe;
 pub mod raw;
+pub mod snippet;
 mod tls;
 pub mod traces;
 
