@@ -39,7 +39,8 @@ pub(super) fn handoff_event(
 /// A model call being recorded.
 pub(super) struct Recording {
     deadline_ms: u64,
-    /// Pinned to one tier by an eval: not counted in the SLIs.
+    /// An eval's call (pinned to one tier, or past the coverage check): not counted in the
+    /// SLIs.
     pinned: bool,
     covered: Option<bool>,
     labels: std::collections::BTreeMap<String, String>,
@@ -73,7 +74,7 @@ impl Recording {
         let offset_ms = ctx.deadline().elapsed_ms();
         Self {
             deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
-            pinned: ctx.pin_tier.is_some(),
+            pinned: ctx.pin_tier.is_some() || ctx.skip_coverage,
             covered: ctx.covered,
             labels: ctx.labels.clone(),
             info: CallInfo {
