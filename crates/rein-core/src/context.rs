@@ -54,6 +54,10 @@ pub struct CallContext {
     /// others are passed over as if they were not in the route. The gateway allows it only
     /// with the admin key.
     pub pin_tier: Option<String>,
+    /// The route's coverage check is not run for this call (an eval's, `rein eval --sweep
+    /// coverage`, which scores coverage on its own and needs the answer the route gives whatever
+    /// the score). The gateway allows it only with the admin key.
+    pub skip_coverage: bool,
 }
 
 /// A call answered by a decision made before any model was asked.
@@ -144,6 +148,7 @@ impl CallContext {
             covered: None,
             notes: None,
             pin_tier: None,
+            skip_coverage: false,
         }
     }
 
@@ -214,6 +219,7 @@ impl CallContext {
             covered: None,
             notes: None,
             pin_tier: None,
+            skip_coverage: false,
         }
     }
 }

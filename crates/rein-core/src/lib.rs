@@ -27,6 +27,7 @@ pub mod route;
 pub mod run;
 pub mod secret;
 pub mod sli;
+pub mod sweep;
 pub mod trace;
 pub mod validate;
 

@@ -22,7 +22,16 @@
 //! ```
 //!
 //! (`messages` instead of `question` for a whole conversation; `route` to override `--route`;
-//! `labels` for the call's labels.)
+//! `labels` for the call's labels; `"answerable": false` for a question nothing in the evidence
+//! answers, which is right only when the gateway declines it: handed off or clarified, and
+//! needs no `expect`.)
+//!
+//! `--sweep coverage` chooses the route's coverage cutoff instead ([`sweep`]): each case once,
+//! its coverage score from the route's check and its answer with the check skipped, then
+//! coverage and accuracy on the answered share at each `--cutoffs` value, and the cutoff
+//! `--min-accuracy` asks for written as a config snippet (`--snippet`).
+
+mod sweep;
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
@@ -45,10 +54,10 @@ pub(crate) struct EvalArgs {
     #[arg(long)]
     route: Option<String>,
     /// Trials per case.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, conflicts_with = "sweep")]
     trials: u32,
     /// The k of pass@k and pass^k (at most --trials; default: --trials).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "sweep")]
     k: Option<u32>,
     /// Evaluate only this tier of the route (needs the admin key).
     #[arg(long)]
@@ -72,10 +81,10 @@ pub(crate) struct EvalArgs {
     #[arg(long, default_value_t = 60_000)]
     timeout_ms: u64,
     /// Where finished trials are kept for resuming (default: DATASET.state.jsonl).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "sweep")]
     state: Option<PathBuf>,
     /// Forget the kept trials and run every trial again.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "sweep")]
     fresh: bool,
     /// Also write the report as JSON here.
     #[arg(long)]
@@ -83,6 +92,31 @@ pub(crate) struct EvalArgs {
     /// Also write the report as an HTML page here.
     #[arg(long)]
     html: Option<PathBuf>,
+    /// Sweep a setting's threshold over the dataset instead of scoring trials: `coverage`, the
+    /// route's coverage check (needs the admin key).
+    #[arg(long, value_enum)]
+    sweep: Option<Sweep>,
+    /// The cutoffs the sweep tries.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_values_t = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95],
+        requires = "sweep"
+    )]
+    cutoffs: Vec<f64>,
+    /// The sweep chooses the lowest cutoff whose accuracy on the answered share reaches this.
+    #[arg(long, default_value_t = 0.99, requires = "sweep")]
+    min_accuracy: f64,
+    /// Write the chosen cutoff here, as the route's `[routes.<name>.coverage]` table.
+    #[arg(long, requires = "sweep")]
+    snippet: Option<PathBuf>,
+}
+
+/// What `--sweep` sweeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Sweep {
+    /// The coverage check's cutoff.
+    Coverage,
 }
 
 /// One case as the dataset has it.
@@ -100,7 +134,13 @@ struct Case {
     evidence: Vec<EvidenceSpec>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
-    expect: Expect,
+    /// Required unless the case is unanswerable.
+    #[serde(default)]
+    expect: Option<Expect>,
+    /// `false`: nothing in the evidence answers the question (read as a value, so a mistake
+    /// names the field).
+    #[serde(default)]
+    answerable: Option<Value>,
 }
 
 /// A case ready to run: its request body (to its route), and the fingerprint its kept trials are
@@ -108,6 +148,9 @@ struct Case {
 #[derive(Debug)]
 struct Prepared {
     case: Case,
+    route: String,
+    /// Something in the evidence answers the question.
+    answerable: bool,
     body: Value,
     fingerprint: String,
 }
@@ -128,8 +171,24 @@ fn load(path: &Path, route: Option<&str>, tier: Option<&str>) -> anyhow::Result<
         if let Some(first) = seen.insert(case.id.clone(), number) {
             bail!("{}:{number}: case id `{}` is also on line {first}", path.display(), case.id);
         }
-        if case.expect.is_empty() {
-            bail!("{}:{number}: case `{}` has nothing in `expect`", path.display(), case.id);
+        let answerable = match &case.answerable {
+            None | Some(Value::Bool(true)) => true,
+            Some(Value::Bool(false)) => false,
+            Some(other) => bail!(
+                "{}:{number}: case `{}`: `answerable` must be true or false, not {other}",
+                path.display(),
+                case.id
+            ),
+        };
+        match (&case.expect, answerable) {
+            (None, true) => bail!(
+                "{}:{number}: not a case: missing field `expect` (only an unanswerable case, `\"answerable\": false`, goes without)",
+                path.display()
+            ),
+            (Some(expect), true) if expect.is_empty() => {
+                bail!("{}:{number}: case `{}` has nothing in `expect`", path.display(), case.id)
+            }
+            _ => {}
         }
         let Some(route) = case.route.clone().or_else(|| route.map(str::to_string)) else {
             bail!("{}:{number}: case `{}` names no route (give --route)", path.display(), case.id);
@@ -158,7 +217,7 @@ fn load(path: &Path, route: Option<&str>, tier: Option<&str>) -> anyhow::Result<
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         (line.trim(), &route, tier).hash(&mut hasher);
         let fingerprint = format!("{:016x}", hasher.finish());
-        cases.push(Prepared { case, body, fingerprint });
+        cases.push(Prepared { case, route, answerable, body, fingerprint });
     }
     if cases.is_empty() {
         bail!("{}: no cases", path.display());
@@ -206,6 +265,8 @@ struct Runner {
     tier: Option<String>,
     judge_route: Option<String>,
     timeout: Duration,
+    /// The case's calls skip the route's coverage check (a coverage sweep; needs the admin key).
+    skip_coverage: bool,
 }
 
 impl Runner {
@@ -226,8 +287,16 @@ impl Runner {
         if let Some(key) = &self.key {
             request = request.bearer_auth(key);
         }
-        if pin && let (Some(tier), Some(admin)) = (&self.tier, &self.admin_key) {
-            request = request.header("x-rein-pin-tier", tier).header("x-rein-admin-key", admin);
+        if pin && let Some(admin) = &self.admin_key {
+            if let Some(tier) = &self.tier {
+                request = request.header("x-rein-pin-tier", tier);
+            }
+            if self.skip_coverage {
+                request = request.header("x-rein-skip-coverage", "true");
+            }
+            if self.tier.is_some() || self.skip_coverage {
+                request = request.header("x-rein-admin-key", admin);
+            }
         }
         let response =
             request.send().await.with_context(|| format!("cannot reach {}", self.url))?;
@@ -270,6 +339,19 @@ impl Runner {
             result.detail = Some(format!("the gateway answered {status}: {message}"));
             return Ok(result);
         }
+        if !case.answerable {
+            // Right only when declined: whatever an answer says, nothing backs it.
+            let outcome = result.outcome.as_deref().unwrap_or("");
+            match outcome {
+                "handed_off" | "clarified" => result.passed = true,
+                _ => {
+                    result.detail = Some(format!(
+                        "answered ({outcome}) a question nothing in the evidence answers"
+                    ));
+                }
+            }
+            return Ok(result);
+        }
         let text = body.pointer("/choices/0/message/content").and_then(Value::as_str).unwrap_or("");
         match self.check(&case.case, text).await {
             Ok(()) => result.passed = true,
@@ -280,8 +362,9 @@ impl Runner {
 
     /// Every checker of the case on `text`: the first that fails says why.
     async fn check(&self, case: &Case, text: &str) -> Result<(), String> {
-        case.expect.check(text, &case.evidence).await?;
-        if let Some(rubric) = &case.expect.judge {
+        let Some(expect) = &case.expect else { return Ok(()) };
+        expect.check(text, &case.evidence).await?;
+        if let Some(rubric) = &expect.judge {
             return self.judge(rubric, case, text).await;
         }
         Ok(())
@@ -309,6 +392,9 @@ impl Runner {
 }
 
 pub(crate) async fn run(args: EvalArgs) -> anyhow::Result<std::process::ExitCode> {
+    if let Some(Sweep::Coverage) = args.sweep {
+        return sweep::coverage(args).await;
+    }
     if args.trials == 0 {
         bail!("--trials must be at least 1");
     }
@@ -360,6 +446,7 @@ pub(crate) async fn run(args: EvalArgs) -> anyhow::Result<std::process::ExitCode
         tier: args.tier.clone(),
         judge_route: args.judge_route.clone(),
         timeout: Duration::from_millis(args.timeout_ms),
+        skip_coverage: false,
     });
     let cases = Arc::new(cases);
     let mut writer = std::fs::OpenOptions::new()
@@ -626,6 +713,32 @@ mod tests {
     }
 
     #[test]
+    fn an_unanswerable_case_needs_no_expect_and_answerable_must_be_a_boolean() {
+        let (_dir, path) = dataset(&[
+            r#"{"id": "icu", "question": "ICU?", "answerable": false}"#,
+            r#"{"id": "hours", "question": "Hours?", "answerable": true, "expect": {"contains": ["9"]}}"#,
+        ]);
+        let cases = load(&path, Some("support"), None).unwrap();
+        let answerable: Vec<bool> = cases.iter().map(|case| case.answerable).collect();
+        assert_eq!(answerable, [false, true]);
+        assert_eq!(cases[0].route, "support");
+        for (line, says) in [
+            (
+                r#"{"id": "b", "question": "q", "answerable": "no"}"#,
+                "1: case `b`: `answerable` must be true or false, not \"no\"",
+            ),
+            (
+                r#"{"id": "b", "question": "q", "answerable": true}"#,
+                "1: not a case: missing field `expect`",
+            ),
+        ] {
+            let (_dir, path) = dataset(&[line]);
+            let error = format!("{:#}", load(&path, Some("support"), None).unwrap_err());
+            assert!(error.contains(says), "{line}: {error}");
+        }
+    }
+
+    #[test]
     fn a_changed_case_or_tier_is_run_afresh() {
         let (dir, path) =
             dataset(&[r#"{"id": "a", "question": "q?", "expect": {"contains": ["x"]}}"#]);
@@ -660,6 +773,7 @@ mod tests {
             tier: None,
             judge_route: None,
             timeout: Duration::from_secs(1),
+            skip_coverage: false,
         };
         let case = &cases[0].case;
         assert_eq!(runner.check(case, "Changes close 48 hours before delivery.").await, Ok(()));

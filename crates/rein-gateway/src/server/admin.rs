@@ -27,6 +27,7 @@ pub(super) fn router() -> Router<Arc<Gateway>> {
         .route("/routes/{route}/diff", get(diff))
         .route("/routes/{route}/revert", post(revert))
         .merge(super::admin_tools::router())
+        .merge(super::admin_coverage::router())
         .merge(super::admin_handoffs::router())
         .merge(super::admin_slis::router())
         .merge(super::probe::router())

@@ -115,9 +115,10 @@ fn prepare(api: Api, call: Admitted, request_id: &str) -> Result<(Parsed, CallCo
     Ok((parsed, ctx))
 }
 
-/// A call pinned to one tier (`x-rein-pin-tier`, for evaluating it) must carry the admin key
-/// in `x-rein-admin-key` (403 otherwise: a client key alone never picks a tier), and name a
-/// tier of its route (400).
+/// A call pinned to one tier (`x-rein-pin-tier`, for evaluating it) or past the coverage check
+/// (`x-rein-skip-coverage: true`, for sweeping its cutoff) must carry the admin key in
+/// `x-rein-admin-key` (403 otherwise: a client key alone never picks a tier or skips a check),
+/// and a pinned tier must be one of its route's (400).
 fn pinned(
     runtime: &rein_runtime::Snapshot,
     headers: &HeaderMap,
@@ -126,15 +127,20 @@ fn pinned(
     ctx: &CallContext,
     request_id: &str,
 ) -> Result<(), ApiError> {
-    let Some(tier) = &ctx.pin_tier else { return Ok(()) };
-    let pin = intake::PIN_TIER_HEADER;
+    let asked = match (&ctx.pin_tier, ctx.skip_coverage) {
+        (Some(_), _) => intake::PIN_TIER_HEADER,
+        (None, true) => intake::SKIP_COVERAGE_HEADER,
+        (None, false) => return Ok(()),
+    };
     if !intake::admin_key_beside(runtime, headers) {
         let message = format!(
-            "Header `{pin}` needs the gateway's admin key in `{}`.",
+            "Header `{asked}` needs the gateway's admin key in `{}`.",
             intake::ADMIN_KEY_HEADER
         );
         return Err(ApiError::new(api, ErrorKind::PermissionDenied, &message, request_id));
     }
+    let Some(tier) = &ctx.pin_tier else { return Ok(()) };
+    let pin = intake::PIN_TIER_HEADER;
     let tiers = runtime
         .config
         .routes

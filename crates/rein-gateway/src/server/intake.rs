@@ -173,6 +173,8 @@ pub const TRACEPARENT_HEADER: &str = "traceparent";
 pub(super) const LABELS_HEADER: &str = "x-rein-labels";
 /// The one tier of the route that may answer the call (an eval of that tier).
 pub(super) const PIN_TIER_HEADER: &str = "x-rein-pin-tier";
+/// `true`: the route's coverage check is not run for the call (an eval's coverage sweep).
+pub(super) const SKIP_COVERAGE_HEADER: &str = "x-rein-skip-coverage";
 /// The admin key, beside the client key, for what only an operator may ask of a call.
 pub(super) const ADMIN_KEY_HEADER: &str = "x-rein-admin-key";
 
@@ -207,6 +209,17 @@ pub(super) fn call_context(headers: &HeaderMap) -> Result<CallContext, HeaderPro
     ctx.conversation_id = text(headers, CONVERSATION_HEADER)?.map(str::to_string);
     ctx.pin_tier = text(headers, PIN_TIER_HEADER)?.map(|tier| tier.trim().to_string());
     ctx.idempotency_key = text(headers, IDEMPOTENCY_HEADER)?.map(str::to_string);
+    ctx.skip_coverage = match text(headers, SKIP_COVERAGE_HEADER)?.map(str::trim) {
+        None => false,
+        Some(value) if value.eq_ignore_ascii_case("true") => true,
+        Some(value) if value.eq_ignore_ascii_case("false") => false,
+        Some(_) => {
+            return Err(HeaderProblem {
+                header: SKIP_COVERAGE_HEADER,
+                message: format!("Header `{SKIP_COVERAGE_HEADER}` must be `true` or `false`."),
+            });
+        }
+    };
     for (var, value) in [
         ("run_id", &ctx.run_id),
         ("conversation_id", &ctx.conversation_id),

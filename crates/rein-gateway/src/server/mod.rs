@@ -3,6 +3,7 @@
 //! runtime owns the config, its reload and the background workers.
 
 mod admin;
+mod admin_coverage;
 mod admin_handoffs;
 mod admin_slis;
 mod admin_tools;

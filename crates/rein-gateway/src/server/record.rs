@@ -42,7 +42,8 @@ pub(super) fn handoff_event(
 /// A model call being recorded.
 pub(super) struct Recording {
     deadline_ms: u64,
-    /// Pinned to one tier by an eval: not counted in the SLIs.
+    /// An eval's call (pinned to one tier, or past the coverage check): not counted in the
+    /// SLIs.
     pinned: bool,
     covered: Option<bool>,
     labels: std::collections::BTreeMap<String, String>,
@@ -59,14 +60,15 @@ struct Drawn {
 }
 
 impl Drawn {
-    /// Whether the judge samples this call of `route`: never an eval's pinned call.
+    /// Whether the judge samples this call of `route`: never an eval's call (pinned to a tier,
+    /// or past the coverage check).
     fn draw(
         gateway: &Gateway,
         route: &str,
         ctx: &CallContext,
         request: &ChatRequest,
     ) -> Option<Box<Self>> {
-        if ctx.pin_tier.is_some() {
+        if ctx.pin_tier.is_some() || ctx.skip_coverage {
             return None;
         }
         let runtime = gateway.current();
@@ -112,7 +114,7 @@ impl Recording {
         Self {
             judged: Drawn::draw(gateway, route, ctx, request),
             deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
-            pinned: ctx.pin_tier.is_some(),
+            pinned: ctx.pin_tier.is_some() || ctx.skip_coverage,
             covered: ctx.covered,
             labels: ctx.labels.clone(),
             info: CallInfo {

@@ -160,9 +160,10 @@ async fn steps(
         return Ok((ctx, followup));
     }
 
-    // The coverage check, after retrieval and before drafting: once per run.
+    // The coverage check, after retrieval and before drafting: once per run (an eval sweeping
+    // its cutoff skips it, to see the answer whatever the score).
     let Some(check) = &escalation.coverage else { return Ok((ctx, followup)) };
-    if ctx.evidence.is_empty() {
+    if ctx.evidence.is_empty() || ctx.skip_coverage {
         return Ok((ctx, followup));
     }
     let known = match stops.info(&ctx).await.map_err(unavailable)? {

@@ -53,23 +53,29 @@ pub(crate) fn caller_options(body: &Map<String, Value>) -> Result<ReinOptions, W
         ));
     }
     let labels = labels(rein.get("labels"))?;
-    let items = match rein.get("evidence") {
-        None | Some(Value::Null) => return Ok(ReinOptions { evidence: Evidence::new(), labels }),
+    let evidence = evidence_list(rein.get("evidence"), "rein.evidence")?;
+    Ok(ReinOptions { evidence, labels })
+}
+
+/// An array of evidence items at `path` (absent or null: none); a mistake names its place
+/// under `path` (`{path}[2].id`).
+pub(crate) fn evidence_list(items: Option<&Value>, path: &str) -> Result<Evidence, WireError> {
+    let items = match items {
+        None | Some(Value::Null) => return Ok(Evidence::new()),
         Some(Value::Array(items)) => items,
         Some(_) => {
             return Err(WireError::invalid(
-                "rein.evidence",
+                path,
                 "must be an array of evidence items ({\"id\", \"source\", \"text\", \"fields\"})",
             ));
         }
     };
-    let evidence = items
+    items
         .iter()
         .enumerate()
-        .map(|(index, item)| evidence_item(item, &format!("rein.evidence[{index}]")))
+        .map(|(index, item)| evidence_item(item, &format!("{path}[{index}]")))
         .collect::<Result<Vec<_>, _>>()
-        .map(Evidence::from_items)?;
-    Ok(ReinOptions { evidence, labels })
+        .map(Evidence::from_items)
 }
 
 /// `rein.labels`: an object of label keys to text values, by the rules of `x-rein-labels`.

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use rein_core::{CallError, CallReport};
 
 pub use anthropic::{AnthropicRequest, AnthropicStream};
+pub(crate) use evidence::evidence_list;
 pub use openai::{OpenAiRequest, OpenAiStream};
 
 /// What the caller is told for one response: the ids and times rein assigns, not the provider's.

@@ -260,3 +260,117 @@ async fn an_unclear_question_under_the_cutoff_gets_a_clarifying_question() {
     assert!(handoffs(&gw).await.is_empty(), "a clarifying question is not a hand-off");
     gw.stop().await.unwrap();
 }
+
+async fn check_coverage(gw: &Running, route: &str, key: Option<&str>, body: Value) -> (u16, Value) {
+    let mut request =
+        gw.client.post(gw.url(&format!("/admin/routes/{route}/coverage"))).json(&body);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
+}
+
+async fn sli_calls(gw: &Running) -> u64 {
+    let text = gw.client.get(gw.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .filter(|line| line.starts_with("rein_sli_calls_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// What `rein eval --sweep coverage` needs of a gateway: the route's check run on its own
+/// (`POST /admin/routes/{route}/coverage`: the verdict and the whole check, nothing handed off),
+/// and the answer the check would have declined (`x-rein-skip-coverage: true`, only with the
+/// admin key, and counted in no SLI).
+#[tokio::test]
+async fn the_admin_endpoint_scores_a_question_and_an_eval_call_may_skip_the_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start_with(&config(&scenario_file(&dir)), None).await;
+    let admin = Some("admin-secret-1");
+    let icu = "Can flowers be delivered to a hospital's intensive care unit?";
+
+    let (status, verdict) =
+        check_coverage(&gw, "support", admin, json!({"question": icu, "evidence": evidence()}))
+            .await;
+    assert_eq!(status, 200, "{verdict}");
+    assert_eq!(verdict["method"], "logprobs");
+    let score = verdict["score"].as_f64().unwrap();
+    assert!((score - (1.0 - (-0.02f64).exp())).abs() < 1e-9, "{verdict}");
+    assert_eq!(
+        (verdict["cutoff"].as_f64(), verdict["covered"].as_bool()),
+        (Some(0.8), Some(false))
+    );
+    assert_eq!(verdict["check"]["route"], "coverage");
+    assert_eq!(verdict["check"]["cutoff"], 0.8);
+    assert_eq!(verdict["check"]["ambiguous"][0]["contains"][0], "change my order");
+    let messages = json!([{"role": "user", "content": "Do you deliver to hospitals?"}]);
+    let (status, verdict) = check_coverage(
+        &gw,
+        "support",
+        admin,
+        json!({"messages": messages, "evidence": evidence()}),
+    )
+    .await;
+    assert_eq!(status, 200, "{verdict}");
+    assert_eq!(verdict["covered"], true);
+    assert!((verdict["score"].as_f64().unwrap() - (-0.05f64).exp()).abs() < 1e-9, "{verdict}");
+    assert!(handoffs(&gw).await.is_empty(), "a verdict alone hands nothing off");
+
+    for (body, says) in [
+        (json!({"question": "q", "evidence": [{"text": "no id"}]}), "`evidence[0].id` is required"),
+        (json!({"evidence": evidence()}), "`question` is required"),
+        (json!({"question": "q"}), "`evidence` must hold at least one item"),
+        (json!({"question": "q", "evidence": evidence(), "evidense": []}), "`evidense`"),
+        (json!({"question": "q", "messages": messages, "evidence": evidence()}), "not both"),
+        (
+            json!({"messages": [{"role": "wizard", "content": "q"}], "evidence": evidence()}),
+            "messages[0]",
+        ),
+        (json!(["q"]), "body must be"),
+    ] {
+        let (status, answer) = check_coverage(&gw, "support", admin, body.clone()).await;
+        let message = answer["error"]["message"].as_str().unwrap_or_default().to_string();
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert!(message.contains(says), "{body}: {message}");
+    }
+    let body = json!({"question": icu, "evidence": evidence()});
+    let (status, answer) = check_coverage(&gw, "nowhere", admin, body.clone()).await;
+    assert_eq!(status, 404, "{answer}");
+    let (status, answer) = check_coverage(&gw, "coverage", admin, body.clone()).await;
+    assert_eq!(status, 409, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("route `coverage` has no coverage check")
+    );
+    assert_eq!(check_coverage(&gw, "support", Some("client-secret-1"), body.clone()).await.0, 401);
+    assert_eq!(check_coverage(&gw, "support", None, body).await.0, 401);
+
+    // The eval's answer call: past the check only with the admin key beside the client key.
+    let eval_call = |admin: Option<&'static str>| {
+        let mut request = gw
+            .client
+            .post(gw.url("/v1/chat/completions"))
+            .bearer_auth("client-secret-1")
+            .header("x-rein-run-id", "eval-icu")
+            .header("x-rein-skip-coverage", "true")
+            .json(&json!({"model": "support", "messages": [{"role": "user", "content": icu}],
+                          "rein": {"evidence": evidence()}}));
+        if let Some(admin) = admin {
+            request = request.header("x-rein-admin-key", admin);
+        }
+        request.send()
+    };
+    let refused = eval_call(None).await.unwrap();
+    assert_eq!(refused.status(), 403);
+    let body: Value = refused.json().await.unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("x-rein-skip-coverage"), "{body}");
+    let answered = eval_call(Some("admin-secret-1")).await.unwrap();
+    assert_eq!(answered.status(), 200);
+    assert_eq!(answered.headers()["x-rein-outcome"], "answered", "declined without the skip");
+    assert!(handoffs(&gw).await.is_empty());
+    assert_eq!(sli_calls(&gw).await, 0, "an eval's calls are not SLI records");
+    gw.stop().await.unwrap();
+}

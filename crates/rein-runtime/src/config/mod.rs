@@ -9,6 +9,7 @@ pub mod judge;
 mod output;
 pub mod probe;
 pub mod raw;
+pub mod snippet;
 mod tls;
 pub mod traces;
 

@@ -3,6 +3,8 @@
 //! the flaky case, pass^k is the hand-computed value, a second run resumes from the state file
 //! without calling again, an eval stopped by Ctrl-C resumes where it stopped, and `--tier`
 //! evaluates one tier only with the admin key (403 without it: a client key never picks a tier).
+//! `--sweep coverage` on a 10-case synthetic dataset with scripted coverage scores and answers
+//! reproduces a table computed by hand, and its config snippet is read back by the loader.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -372,4 +374,266 @@ fn rein_judge_agreement_reports_both_agreements_and_alerts_on_a_weekly_drop() {
     let (code, _, stderr) = judge(&[]);
     assert_eq!(code, Some(1));
     assert!(stderr.contains("labels.jsonl:1: not a labelled answer"), "{stderr}");
+}
+
+/// The coverage sweep's synthetic dataset: (id, the check's score, answerable, the answer right).
+/// Scores are scripted as the label's token probability (`not_covered` at p scores 1 - p).
+const SWEEP_CASES: [(&str, f64, bool, bool); 10] = [
+    ("a1", 0.95, true, true),
+    ("a2", 0.95, true, true),
+    ("a3", 0.85, true, true),
+    ("a4", 0.85, true, false),
+    ("a5", 0.75, true, true),
+    ("a6", 0.65, true, true),
+    ("a7", 0.45, true, false),
+    ("u1", 0.72, false, false),
+    ("u2", 0.55, false, false),
+    ("u3", 0.15, false, false),
+];
+
+/// A gateway whose `support` route has a coverage check (`coverage_line`) judged by the `small`
+/// model, answered by `big`; `plain` has no check: the config's text.
+fn sweep_gateway(dir: &Path, coverage_line: &str) -> String {
+    let mut scenario = String::new();
+    for (id, score, answerable, right) in SWEEP_CASES {
+        let (label, p) =
+            if score >= 0.5 { ("covered", score) } else { ("not_covered", 1.0 - score) };
+        scenario.push_str(&format!(
+            "[[reply]]\ncontains = \"topic-{id}\"\nmodels = [\"small\"]\ntext = \"{label}\"\nlogprob = {}\n\n",
+            f64::ln(p)
+        ));
+        if answerable {
+            let answer = if right { "The answer is right." } else { "The answer is wrong." };
+            scenario.push_str(&format!(
+                "[[reply]]\ncontains = \"topic-{id}\"\nmodels = [\"big\"]\ntext = \"{answer}\"\n\n"
+            ));
+        }
+    }
+    let scenario_path = dir.join("sweep.toml");
+    std::fs::write(&scenario_path, scenario).unwrap();
+    let text = format!(
+        r#"[server]
+listen = "127.0.0.1:0"
+admin_key_env = "REIN_EVAL_ADMIN"
+
+[store]
+sqlite_path = "{store}"
+
+[providers.sim]
+kind = "sim"
+scenario = "{scenario}"
+
+[routes.coverage]
+[[routes.coverage.tiers]]
+name = "small"
+provider = "sim"
+model = "small"
+
+[routes.plain]
+[[routes.plain.tiers]]
+name = "primary"
+provider = "sim"
+model = "big"
+
+[routes.support]
+handoff_reply = {{ template = "A person will reply within 2 hours." }}
+{coverage_line}
+[[routes.support.tiers]]
+name = "primary"
+provider = "sim"
+model = "big"
+"#,
+        store = dir.join("rein.sqlite").display(),
+        scenario = scenario_path.display(),
+    );
+    text
+}
+
+#[test]
+fn the_coverage_sweep_reproduces_the_hand_computed_table_and_writes_the_cutoff() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = sweep_gateway(
+        dir.path(),
+        r#"coverage = { route = "coverage", cutoff = 0.5, samples = 3 }"#,
+    );
+    let gateway =
+        Gateway::start(dir.path(), &text, &[("REIN_EVAL_ADMIN", "eval-admin-key")], "warn");
+    let dataset = dir.path().join("sweep.jsonl");
+    let evidence = r#"[{"id": "140", "source": "search", "text": "An article."}]"#;
+    let lines: Vec<String> = SWEEP_CASES
+        .iter()
+        .map(|(id, _, answerable, _)| {
+            let question = format!("What about topic-{id}?");
+            if *answerable {
+                format!(
+                    r#"{{"id": "{id}", "question": "{question}", "evidence": {evidence}, "expect": {{"contains": ["right"]}}}}"#
+                )
+            } else {
+                format!(
+                    r#"{{"id": "{id}", "question": "{question}", "evidence": {evidence}, "answerable": false}}"#
+                )
+            }
+        })
+        .collect();
+    std::fs::write(&dataset, lines.join("\n")).unwrap();
+    let (json, html, snippet) = (
+        dir.path().join("sweep.json"),
+        dir.path().join("sweep.html"),
+        dir.path().join("coverage.toml"),
+    );
+    let args = [
+        dataset.to_str().unwrap(),
+        "--route",
+        "support",
+        "--sweep",
+        "coverage",
+        "--cutoffs",
+        "0.9,0.3,0.5,0.6,0.7,0.8",
+        "--min-accuracy",
+        "0.75",
+        "--url",
+        gateway.url.as_str(),
+        "--json",
+        json.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+        "--snippet",
+        snippet.to_str().unwrap(),
+    ];
+    let (code, stdout, stderr) = eval(&args, Some("eval-admin-key"));
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("10 case(s), 7 answerable, 3 unanswerable"), "{stdout}");
+    assert!(stdout.contains("chosen: cutoff 0.8 answers 40.0% with 75.0% right"), "{stdout}");
+
+    // By hand, answered = score >= cutoff, right = answerable and answered right:
+    // 0.3: all but u3 (9): right a1 a2 a3 a5 a6 (5); u3 of 3 unanswerable declined.
+    // 0.5: also a7 declined (8), 5 right.
+    // 0.6: also u2 (7), 5 right; 2 of 3 unanswerable declined.
+    // 0.7: also a6 (6), 4 right.
+    // 0.8: also a5 and u1 (4: a1 a2 a3 a4), 3 right; every unanswerable declined.
+    // 0.9: a1 a2 (2), both right.
+    let expected = [
+        (0.3, 9, 5, 1),
+        (0.5, 8, 5, 1),
+        (0.6, 7, 5, 2),
+        (0.7, 6, 4, 2),
+        (0.8, 4, 3, 3),
+        (0.9, 2, 2, 3),
+    ];
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), expected.len(), "{report}");
+    for (row, (cutoff, answered, correct, declined)) in rows.iter().zip(expected) {
+        assert!(close(&row["cutoff"], cutoff), "{row}");
+        assert_eq!(row["answered"], answered, "{row}");
+        assert_eq!(row["correct"], correct, "{row}");
+        assert_eq!(row["unanswerable_declined"], declined, "{row}");
+        assert!(close(&row["coverage"], f64::from(answered) / 10.0), "{row}");
+        assert!(close(&row["accuracy"], f64::from(correct) / f64::from(answered)), "{row}");
+        assert!(close(&row["unanswerable_declined_share"], f64::from(declined) / 3.0), "{row}");
+    }
+    assert!(close(&report["chosen"], 0.8), "3/4 = 75 %, the lowest cutoff reaching it");
+    for case in report["cases"].as_array().unwrap() {
+        let (_, score, answerable, right) =
+            SWEEP_CASES.iter().find(|(id, ..)| case["id"] == *id).unwrap();
+        assert!((case["score"].as_f64().unwrap() - score).abs() < 1e-9, "{case}");
+        assert_eq!(case["method"], "logprobs");
+        assert_eq!(case["correct"], *answerable && *right, "{case}");
+    }
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains(r#"<svg id="sweep-chart""#), "the chart is in the page");
+    assert!(
+        page.contains(r#"<polyline class="coverage""#) && page.contains("accuracy at 0.8: 75.0%")
+    );
+    assert!(page.contains(r#"<tr class="chosen"><td>0.8</td><td>4/10</td>"#), "{page}");
+    assert_eq!(calls_made(&gateway), 0, "the sweep's calls are not SLI records");
+
+    // The snippet replaces the route's coverage setting: the config loader reads it back, with
+    // the new cutoff and the rest of the check as it was.
+    let written = std::fs::read_to_string(&snippet).unwrap();
+    assert!(written.contains("[routes.support.coverage]\n"), "{written}");
+    let base = sweep_gateway(dir.path(), "");
+    let config = rein_runtime::config::Config::from_toml(&format!("{base}\n{written}"), &|_| {
+        Some("eval-admin-key".to_string())
+    })
+    .unwrap();
+    let check = config.routes["support"].escalation.coverage.clone().unwrap();
+    assert_eq!((check.route.as_str(), check.cutoff, check.samples), ("coverage", 0.8, 3));
+
+    // The same dataset as an ordinary eval, through the check at the gateway's cutoff (0.5): an
+    // unanswerable case passes only when declined (u3), an answerable one declined fails (a7).
+    let (code, stdout, stderr) = eval(
+        &[dataset.to_str().unwrap(), "--route", "support", "--trials", "1", "--url", &gateway.url],
+        None,
+    );
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("10 case(s) x 1 trial(s): pass@1 60.0%"), "{stdout}");
+    let row = |id: &str| stdout.lines().find(|l| l.starts_with(id)).unwrap_or("").to_string();
+    assert!(row("u3").contains("1/1") && row("u1").contains("0/1"), "{stdout}");
+    assert!(row("u1").contains("answered (answered) a question nothing in the evidence answers"));
+    assert!(row("a7").contains("0/1"), "{stdout}");
+}
+
+#[test]
+fn a_sweep_says_what_it_cannot_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = sweep_gateway(dir.path(), r#"coverage = { route = "coverage", cutoff = 0.8 }"#);
+    let gateway =
+        Gateway::start(dir.path(), &text, &[("REIN_EVAL_ADMIN", "eval-admin-key")], "warn");
+    let dataset = dir.path().join("cases.jsonl");
+    std::fs::write(
+        &dataset,
+        r#"{"id": "a1", "question": "What about topic-a1?", "evidence": [{"id": "1", "text": "x"}], "expect": {"contains": ["right"]}}"#,
+    )
+    .unwrap();
+    let sweep = |route: &str, more: &[&str], admin: Option<&str>| {
+        let args = [dataset.to_str().unwrap(), "--route", route, "--url", gateway.url.as_str()];
+        eval(&[&args[..], more].concat(), admin)
+    };
+    let admin = Some("eval-admin-key");
+    // A route with no coverage check: named.
+    let (code, _, stderr) = sweep("plain", &["--sweep", "coverage"], admin);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("route `plain` has no coverage check"), "{stderr}");
+    // Only coverage is swept.
+    let (code, _, stderr) = sweep("support", &["--sweep", "latency"], admin);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("invalid value 'latency'") && stderr.contains("coverage"), "{stderr}");
+    // The sweep needs the admin key, runs each case once and takes cutoffs between 0 and 1.
+    let (code, _, stderr) = sweep("support", &["--sweep", "coverage"], None);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("--sweep coverage needs the gateway's admin key"), "{stderr}");
+    let (code, _, stderr) = sweep("support", &["--sweep", "coverage", "--trials", "3"], admin);
+    assert_eq!(code, Some(2), "{stderr}");
+    let (code, _, stderr) =
+        sweep("support", &["--sweep", "coverage", "--cutoffs", "0.5,1.5"], admin);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("--cutoffs: 1.5 is not between 0 and 1"), "{stderr}");
+    // No cutoff reaches 100 % when every answer is wrong: exit 3, no snippet.
+    std::fs::write(
+        &dataset,
+        r#"{"id": "a4", "question": "What about topic-a4?", "evidence": [{"id": "1", "text": "x"}], "expect": {"contains": ["right"]}}"#,
+    )
+    .unwrap();
+    let snippet = dir.path().join("coverage.toml");
+    let (code, stdout, _) = sweep(
+        "support",
+        &["--sweep", "coverage", "--min-accuracy", "1", "--snippet", snippet.to_str().unwrap()],
+        admin,
+    );
+    assert_eq!(code, Some(3), "{stdout}");
+    assert!(stdout.contains("no cutoff reaches 100.0% accuracy on the answered share"), "{stdout}");
+    assert!(!snippet.exists());
+    // A dataset line whose `answerable` is not a boolean: named, with its line.
+    std::fs::write(
+        &dataset,
+        r#"{"id": "u1", "question": "q", "evidence": [{"id": "1"}], "answerable": "no"}"#,
+    )
+    .unwrap();
+    let (code, _, stderr) = sweep("support", &["--sweep", "coverage"], admin);
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("cases.jsonl:1: case `u1`: `answerable` must be true or false"),
+        "{stderr}"
+    );
 }
