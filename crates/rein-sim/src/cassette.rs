@@ -10,7 +10,9 @@
 //!
 //! A request's match key is the SHA-256 of its body in canonical form: a JSON body parsed and
 //! written back with sorted keys and no whitespace (so key order and spacing do not matter),
-//! any other body as its bytes. A file is written whole to a temporary file and renamed over
+//! any other body as its bytes. A replay compares JSON bodies as parsed JSON, where a recorded
+//! string holding `[scrubbed]` matches any value in the scrubbed part's place (the replay
+//! cannot know the secret that was there), and paths the same way. A file is written whole to a temporary file and renamed over
 //! the old one, so a crash never leaves half a cassette.
 
 use std::path::{Path, PathBuf};
@@ -19,6 +21,8 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+use crate::scrub::SCRUBBED;
 
 /// The cassette format this build reads and writes.
 pub const VERSION: u32 = 1;
@@ -254,7 +258,41 @@ fn write_canonical(value: &Value, out: &mut String) {
     }
 }
 
-/// The JSON pointer of the first place two values differ (`""` for the whole value).
+/// Whether a request sent now matches a recorded value: equal, except that a recorded string
+/// holding `[scrubbed]` matches any string with one or more characters in its place (a
+/// scrubbed value is unknown, so whatever key the replay's client sends matches it).
+pub(crate) fn json_matches(recorded: &Value, sent: &Value) -> bool {
+    match (recorded, sent) {
+        (Value::String(pattern), Value::String(text)) => glob_matches(pattern, text),
+        (Value::Object(r), Value::Object(s)) => {
+            r.len() == s.len()
+                && r.iter().all(|(k, v)| s.get(k).is_some_and(|w| json_matches(v, w)))
+        }
+        (Value::Array(r), Value::Array(s)) => {
+            r.len() == s.len() && r.iter().zip(s).all(|(a, b)| json_matches(a, b))
+        }
+        _ => recorded == sent,
+    }
+}
+
+/// Whether `text` matches `pattern`, where each `[scrubbed]` stands for one or more characters.
+pub(crate) fn glob_matches(pattern: &str, text: &str) -> bool {
+    match pattern.split_once(SCRUBBED) {
+        None => pattern == text,
+        Some((head, tail)) => {
+            let Some(rest) = text.strip_prefix(head) else { return false };
+            rest.char_indices()
+                .map(|(i, _)| i)
+                .skip(1)
+                .chain([rest.len()])
+                .filter(|&i| i > 0)
+                .any(|i| glob_matches(tail, &rest[i..]))
+        }
+    }
+}
+
+/// The JSON pointer of the first place a recorded value and a sent one differ (`""` for the
+/// whole value), by [`json_matches`].
 pub(crate) fn first_difference(a: &Value, b: &Value) -> Option<String> {
     fn walk(a: &Value, b: &Value, at: &str) -> Option<String> {
         match (a, b) {
@@ -282,7 +320,7 @@ pub(crate) fn first_difference(a: &Value, b: &Value) -> Option<String> {
                     None => None,
                 }
             }
-            _ if a == b => None,
+            _ if json_matches(a, b) => None,
             _ => Some(at.to_string()),
         }
     }
@@ -314,6 +352,24 @@ mod tests {
         assert_eq!(first_difference(&a, &a), None);
         let c = json!({"model": "m", "messages": [{"content": "hi"}, {"content": "x"}]});
         assert_eq!(first_difference(&a, &c).as_deref(), Some("/messages/1"));
+    }
+
+    #[test]
+    fn a_scrubbed_value_matches_any_value_in_its_place() {
+        assert!(glob_matches("[scrubbed]", "sk-anything"));
+        assert!(glob_matches("Bearer [scrubbed]", "Bearer sk-1"));
+        assert!(glob_matches("/v1/x?key=[scrubbed]&a=1", "/v1/x?key=k&a=1"));
+        assert!(!glob_matches("/v1/x?key=[scrubbed]&a=1", "/v1/x?key=&a=1"), "one or more");
+        assert!(!glob_matches("/v1/x?key=[scrubbed]&a=1", "/v1/x?key=k&a=2"));
+        assert!(glob_matches("a[scrubbed]b[scrubbed]c", "a1b2b3c"));
+        let recorded = json!({"user": "[scrubbed]", "messages": [{"content": "hi"}]});
+        assert!(json_matches(&recorded, &json!({"messages": [{"content": "hi"}], "user": "sk-2"})));
+        assert!(!json_matches(
+            &recorded,
+            &json!({"messages": [{"content": "ho"}], "user": "sk-2"})
+        ));
+        assert!(!json_matches(&recorded, &json!({"messages": [{"content": "hi"}], "user": 3})));
+        assert!(!json_matches(&recorded, &json!({"messages": [{"content": "hi"}]})));
     }
 
     #[test]

@@ -8,13 +8,14 @@
 //! end. The proxy asks the upstream for an uncompressed answer (`accept-encoding: identity`),
 //! so what the cassette keeps can be scrubbed and read. An exchange is written (the whole file,
 //! to a temporary file renamed over it) before the client sees the end of its body, so once a
-//! client has read an answer, the cassette holds it. An answer the upstream broke off is
-//! recorded as cut, and replays cut; one the client walked away from is not recorded.
+//! client has read a whole body, the cassette holds it ([`RecordHandle::wait_recorded`] waits
+//! for a client that stops reading early, as an SSE client may at its last event). An answer the
+//! upstream broke off is recorded as cut, and replays cut; one the client walked away from is
+//! still read to its end, within the same bounds, and recorded.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -91,7 +92,8 @@ struct Recorder {
     secrets: Scrubber,
     max_body_bytes: usize,
     timeout: Duration,
-    recorded: AtomicUsize,
+    /// How many exchanges are on file.
+    written: watch::Sender<usize>,
 }
 
 impl RecordConfig {
@@ -136,7 +138,7 @@ pub async fn start(
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| RecordError::Client(e.to_string()))?;
-    let recorded = AtomicUsize::new(0);
+    let (written, _) = watch::channel(0);
     let recorder = Arc::new(Recorder {
         upstream,
         client,
@@ -145,7 +147,7 @@ pub async fn start(
         secrets: Scrubber::new(config.secrets.iter().map(|s| s.expose().to_string())),
         max_body_bytes: config.max_body_bytes,
         timeout: config.timeout,
-        recorded,
+        written,
     });
     let handler: Handler = {
         let recorder = recorder.clone();
@@ -277,6 +279,9 @@ async fn relay(
     let what = format!("{} {}", exchange.method, recorder.secrets.path(&exchange.path));
     let mut bytes = Vec::new();
     let mut chunks = Vec::new();
+    let length = response.content_length();
+    let mut held: Option<Bytes> = None;
+    let mut client_gone = false;
     let cut = loop {
         match tokio::time::timeout_at(deadline, response.chunk()).await {
             Ok(Ok(Some(chunk))) => {
@@ -287,10 +292,18 @@ async fn relay(
                 }
                 bytes.extend_from_slice(&chunk);
                 chunks.push(chunk.len());
-                let sent = tokio::time::timeout_at(deadline, tx.send(Chunk::Data(chunk))).await;
-                if !matches!(sent, Ok(Ok(()))) {
-                    tracing::warn!(%what, "rein record: the client went away; not recorded");
-                    return;
+                let mut chunk = chunk;
+                // With a length, the client's body is done with its last byte, which waits
+                // until the exchange is on file (without one, the end of the channel does).
+                if length == Some(bytes.len() as u64) && !chunk.is_empty() {
+                    held = Some(chunk.split_off(chunk.len() - 1));
+                }
+                // A client that stops reading (an SSE client is done at its `[DONE]`, maybe
+                // before the body's end) does not stop the recording: the rest is read within
+                // the same bounds.
+                if !client_gone {
+                    let sent = tokio::time::timeout_at(deadline, tx.send(Chunk::Data(chunk))).await;
+                    client_gone = !matches!(sent, Ok(Ok(())));
                 }
             }
             Ok(Ok(None)) => break false,
@@ -303,6 +316,9 @@ async fn relay(
         }
     };
     recorder.record(exchange, bytes, chunks, cut).await;
+    if let Some(last) = held {
+        let _ = tx.send(Chunk::Data(last)).await;
+    }
     if cut {
         let _ = tx.send(Chunk::Abort).await;
     }
@@ -337,7 +353,7 @@ impl Recorder {
         cassette.interactions.push(Interaction { request, response });
         match cassette.write_atomically(&self.path).await {
             Ok(()) => {
-                self.recorded.fetch_add(1, Ordering::SeqCst);
+                self.written.send_modify(|count| *count += 1);
                 tracing::info!(%what, "rein record: recorded");
             }
             Err(error) => tracing::error!(%what, %error, "rein record: not written"),
@@ -372,7 +388,13 @@ impl RecordHandle {
 
     /// How many exchanges were written to the cassette.
     pub fn recorded(&self) -> usize {
-        self.recorder.recorded.load(Ordering::SeqCst)
+        *self.recorder.written.borrow()
+    }
+
+    /// Waits until at least `count` exchanges are on file.
+    pub async fn wait_recorded(&self, count: usize) {
+        let mut written = self.recorder.written.subscribe();
+        let _ = written.wait_for(|recorded| *recorded >= count).await;
     }
 
     /// Stops accepting, drops every open connection and waits for the accept loop to end.

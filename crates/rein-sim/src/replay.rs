@@ -2,10 +2,10 @@
 //! run on real provider answers with their quirks and without the network.
 //!
 //! A request matches the first unplayed interaction with the same method, the same path and
-//! query (scrubbed as the recorder scrubbed them, so `?key=...` matches whatever key is sent)
-//! and the same body in canonical form (JSON compared as parsed, so key order and spacing do
-//! not matter; any other body byte for byte), after scrubbing it of the request's own
-//! credentials. Each interaction plays once; equal requests play in recorded order. The answer
+//! query and the same body (JSON compared as parsed, so key order and spacing do not matter;
+//! any other body byte for byte), after scrubbing it of the request's own credentials as the
+//! recorder did. Where the recording reads `[scrubbed]`, any value matches (`?key=...`, a key
+//! in a body: the replay cannot know what was there). Each interaction plays once; equal requests play in recorded order. The answer
 //! is the recorded status, headers and body bytes exactly (framing headers aside: the length
 //! or chunking is hyper's), in the recorded chunks, and cut where the recording was cut.
 //!
@@ -215,10 +215,14 @@ async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Respons
     let (canonical, json) = cassette::canonical(&body);
     let key = cassette::hash(&canonical);
     let mut guard = lock(&state);
-    let found = guard
-        .slots
-        .iter_mut()
-        .find(|s| !s.played && s.method == method && s.path == path && s.key == key);
+    let found = guard.slots.iter_mut().find(|s| {
+        !s.played && s.method == method && cassette::glob_matches(&s.path, &path) && {
+            match (&s.json, &json) {
+                (Some(recorded), Some(sent)) => cassette::json_matches(recorded, sent),
+                _ => s.key == key,
+            }
+        }
+    });
     if let Some(slot) = found {
         slot.played = true;
         return play(slot);
@@ -293,7 +297,7 @@ fn miss_message(
     json: Option<&Value>,
 ) -> String {
     let head = format!("no recorded interaction matches {method} {path} (body {key})");
-    let same_route = |s: &&Slot| s.method == method && s.path == path;
+    let same_route = |s: &&Slot| s.method == method && cassette::glob_matches(&s.path, path);
     let unplayed: Vec<(usize, &Slot)> =
         slots.iter().enumerate().filter(|(_, s)| !s.played).collect();
     if let Some((index, closest)) = unplayed.iter().find(|(_, s)| same_route(s)) {
@@ -305,7 +309,7 @@ fn miss_message(
             },
             _ => format!("its body is {}", closest.key),
         };
-        return format!("{head}; closest: #{index} {method} {path}, {differs}");
+        return format!("{head}; closest: #{index} {method} {}, {differs}", closest.path);
     }
     let played: Vec<String> = slots
         .iter()
