@@ -10,5 +10,6 @@ mod crash;
 mod edge;
 mod engine_e2e;
 mod eval;
+mod record;
 mod upstream_caps;
 mod upstream_wire;
