@@ -239,3 +239,35 @@ fn a_replay_provider_needs_a_readable_valid_cassette() {
     let wrong = Config::from_toml(&format!("{scenario}{}", route("sim")), &env).unwrap_err();
     assert!(wrong.to_string().contains("providers.sim.cassette"), "{wrong}");
 }
+
+#[test]
+fn rein_check_explains_a_replay_provider() {
+    let dir = tempfile::tempdir().unwrap();
+    let cassette = dir.path().join("cassette.json");
+    std::fs::write(
+        &cassette,
+        r#"{"version": 1, "interactions": [{
+            "request": {"method": "POST", "path": "/v1/chat/completions", "body": {"text": "{}"}},
+            "response": {"status": 200, "body": {"text": "{}"}}}]}"#,
+    )
+    .unwrap();
+    let config = dir.path().join("rein.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[providers.replayed]\nkind = \"replay\"\ncassette = \"{}\"\n\n{}",
+            cassette.display(),
+            route("replayed")
+        ),
+    )
+    .unwrap();
+    let output = Command::new(BIN).arg("check").arg(&config).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    let note = format!(
+        "note: `providers.replayed` replays {} (1 recorded interaction(s)), served in-process",
+        cassette.display()
+    );
+    assert!(stdout.contains(&note), "{stdout}");
+    assert!(stdout.contains("\"kind\": \"replay\""), "{stdout}");
+}
