@@ -178,6 +178,7 @@ impl Cassette {
 
     /// The cassette as the file holds it (pretty JSON, a newline at the end).
     pub fn to_json(&self) -> String {
+        // Strings, numbers and lists of them: serializing cannot fail.
         let mut text = serde_json::to_string_pretty(self).unwrap_or_default();
         text.push('\n');
         text
@@ -189,9 +190,12 @@ impl Cassette {
         let mut temporary = path.as_os_str().to_owned();
         temporary.push(format!(".{}.tmp", std::process::id()));
         let temporary = PathBuf::from(temporary);
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|error| fail(std::io::Error::other(error)))?
+            + "\n";
         let result = async {
             let mut file = tokio::fs::File::create(&temporary).await?;
-            tokio::io::AsyncWriteExt::write_all(&mut file, self.to_json().as_bytes()).await?;
+            tokio::io::AsyncWriteExt::write_all(&mut file, text.as_bytes()).await?;
             file.sync_all().await?;
             drop(file);
             tokio::fs::rename(&temporary, path).await

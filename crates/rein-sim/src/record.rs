@@ -349,6 +349,12 @@ impl Recorder {
             cut,
         };
         let what = format!("{} {} -> {}", request.method, request.path, response.status);
+        let compressed = exchange.response_headers.iter().any(|(name, value)| {
+            name.eq_ignore_ascii_case("content-encoding") && !value.eq_ignore_ascii_case("identity")
+        });
+        if compressed {
+            tracing::warn!(%what, "rein record: the upstream compressed its answer although asked not to; a secret inside the compressed body cannot be scrubbed");
+        }
         let mut cassette = self.cassette.lock().await;
         cassette.interactions.push(Interaction { request, response });
         match cassette.write_atomically(&self.path).await {
