@@ -62,7 +62,8 @@ pub struct RecordConfig {
 /// Why the recorder could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
-    #[error("the upstream `{0}` is not an http:// or https:// URL without a query")]
+    /// The URL is not printed: it may hold credentials.
+    #[error("the upstream is not an http:// or https:// URL without credentials or a query")]
     Upstream(String),
     #[error("{} exists: pass --append to add to it, or remove it to record afresh", .0.display())]
     Exists(PathBuf),
@@ -164,6 +165,8 @@ fn upstream_base(upstream: &str) -> Result<String, RecordError> {
     let url = reqwest::Url::parse(upstream).map_err(|_| fail())?;
     if !matches!(url.scheme(), "http" | "https")
         || url.host_str().is_none()
+        || !url.username().is_empty()
+        || url.password().is_some()
         || url.query().is_some()
         || url.fragment().is_some()
     {
@@ -415,5 +418,29 @@ impl RecordHandle {
 impl Drop for RecordHandle {
     fn drop(&mut self) {
         self.stop.send_replace(true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_upstream_is_a_plain_base_url() {
+        assert_eq!(upstream_base("https://api.openai.com/").unwrap(), "https://api.openai.com");
+        assert_eq!(
+            upstream_base("http://127.0.0.1:8080/prefix").unwrap(),
+            "http://127.0.0.1:8080/prefix"
+        );
+        for bad in [
+            "api.openai.com",
+            "ftp://host",
+            "https://user:sk-secret@host",
+            "https://host/?key=sk-secret",
+            "https://host/#x",
+        ] {
+            let error = upstream_base(bad).unwrap_err().to_string();
+            assert!(!error.contains("sk-secret"), "{error}");
+        }
     }
 }
