@@ -2,7 +2,8 @@
 //! scrubbed cassette that replays byte for byte; and a `kind = "replay"` provider answers a
 //! route through the engine and the real OpenAI adapter from a cassette recorded through the
 //! same adapter, while a request the cassette does not hold fails the call after one attempt
-//! (a permanent failure, not a missing model) and `Runtime::verify_replays` names it.
+//! (a permanent failure, not a missing model) and `Runtime::verify_replays` names it; the same
+//! for the Anthropic format; `rein check` explains a replay provider.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -270,4 +271,59 @@ fn rein_check_explains_a_replay_provider() {
     );
     assert!(stdout.contains(&note), "{stdout}");
     assert!(stdout.contains("\"kind\": \"replay\""), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anthropic_replay_provider_answers_what_the_anthropic_adapter_recorded() {
+    const KEY: &str = "sk-ant-replay-runtime-SECRET-4242";
+    let sim = rein_sim::bind(([127, 0, 0, 1], 0).into(), SimConfig::default()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("anthropic.json");
+    let recorder = rein_sim::record::bind(
+        ([127, 0, 0, 1], 0).into(),
+        rein_sim::record::RecordConfig::new(sim.base_url(), &path),
+    )
+    .await
+    .unwrap();
+    let live = format!(
+        "{}[providers.live]\nkind = \"anthropic\"\nbase_url = \"{}/v1\"\napi_key_env = \"REIN_REPLAY_ANT_KEY\"\n\n{}",
+        store(dir.path(), "live.sqlite"),
+        recorder.base_url(),
+        route("live")
+    );
+    let runtime =
+        Runtime::from_toml(&live, |name| (name == "REIN_REPLAY_ANT_KEY").then(|| KEY.into()))
+            .await
+            .unwrap();
+    let answered = runtime
+        .engine
+        .complete(CallContext::new(), "chat", ask("Capital of Norway?"))
+        .await
+        .unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(30), recorder.wait_recorded(1))
+        .await
+        .expect("the exchange is recorded");
+    recorder.shutdown().await;
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(!text.contains(KEY), "{text}");
+    let request = &Cassette::from_file(&path).unwrap().interactions[0].request;
+    assert_eq!(request.path, "/v1/messages");
+    assert!(request.headers.contains(&("x-api-key".into(), "[scrubbed]".into())), "{text}");
+
+    let replayed = format!(
+        "{}[providers.replayed]\nkind = \"replay\"\nformat = \"anthropic\"\ncassette = \"{}\"\n\n{}",
+        store(dir.path(), "replay.sqlite"),
+        path.display(),
+        route("replayed")
+    );
+    let runtime = Runtime::from_toml(&replayed, |_| None).await.unwrap();
+    let again = runtime
+        .engine
+        .complete(CallContext::new(), "chat", ask("Capital of Norway?"))
+        .await
+        .unwrap();
+    assert_eq!(again.response.text, answered.response.text);
+    assert_eq!(again.response.model, answered.response.model);
+    runtime.verify_replays().unwrap();
+    assert_eq!(sim.log().len(), 1);
 }
