@@ -1,13 +1,14 @@
 //! Turning a validated [`Config`] into live parts: provider adapters over one pooled HTTP
 //! client, in-process simulators for `kind = "sim"` providers and replay servers for
 //! `kind = "replay"` ones (the real adapter talks to either over loopback HTTP, so the code
-//! path is the production one), and the engine's routes with
-//! their output contracts (compiled schema, built-in rules, then webhook rules over a second
-//! pooled client, and the fail-open selectors).
+//! path is the production one), and the engine's routes with their output contracts (compiled
+//! schema, built-in rules, then webhook rules over a second pooled client, and the fail-open
+//! selectors).
 //!
 //! A reload builds everything anew except what must survive it: the pooled clients, simulators
-//! and replay servers whose settings did not change (a replay keeps what it has played), and the cooldown state of every tier that still points at the
-//! same provider and model (an outage does not end because someone edited a prompt).
+//! and replay servers whose settings did not change (a replay keeps what it has played), and
+//! the cooldown state of every tier that still points at the same provider and model (an outage
+//! does not end because someone edited a prompt).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
