@@ -4,16 +4,16 @@
 //! its query, headers, body, and the `match` key a replay compares) and the response (status,
 //! headers, the body bytes exactly as received: for a stream, the whole byte stream, with the
 //! sizes of the chunks as they arrived, and `cut` when the upstream broke it off). A body is
-//! `{"text": "..."}` when it is UTF-8, else `{"base64": "..."}`. Headers are `[name, value]`
-//! pairs in the order received. Everything written was scrubbed first (see [`crate::scrub`]):
+//! `{"text": "..."}` when it is UTF-8, else `{"base64": "..."}`. Headers are `"name: value"`
+//! lines in the order received. Everything written was scrubbed first (see [`crate::scrub`]):
 //! credential headers read `[scrubbed]` and no secret value remains anywhere.
 //!
 //! A request's match key is the SHA-256 of its body in canonical form: a JSON body parsed and
 //! written back with sorted keys and no whitespace (so key order and spacing do not matter),
 //! any other body as its bytes. A replay compares JSON bodies as parsed JSON, where a recorded
 //! string holding `[scrubbed]` matches any value in the scrubbed part's place (the replay
-//! cannot know the secret that was there), and paths the same way. A file is written whole to a temporary file and renamed over
-//! the old one, so a crash never leaves half a cassette.
+//! cannot know the secret that was there), and paths the same way. A file is written whole to
+//! a temporary file and renamed over the old one, so a crash never leaves half a cassette.
 
 use std::path::{Path, PathBuf};
 
@@ -50,7 +50,7 @@ pub struct RecordedRequest {
     pub method: String,
     /// The path with its query string, as the client sent it to the recorder.
     pub path: String,
-    #[serde(default)]
+    #[serde(default, with = "header_lines")]
     pub headers: Vec<(String, String)>,
     pub body: Body,
     /// `sha256:<hex>` of the body in canonical form ([`match_key`]); informational when read
@@ -64,7 +64,7 @@ pub struct RecordedRequest {
 #[serde(deny_unknown_fields)]
 pub struct RecordedResponse {
     pub status: u16,
-    #[serde(default)]
+    #[serde(default, with = "header_lines")]
     pub headers: Vec<(String, String)>,
     pub body: Body,
     /// The sizes of the body's chunks as they arrived (a stream's), when scrubbing left the
@@ -205,6 +205,36 @@ impl Cassette {
             let _ = tokio::fs::remove_file(&temporary).await;
         }
         result.map_err(fail)
+    }
+}
+
+/// Headers as `"name: value"` lines.
+mod header_lines {
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        headers: &[(String, String)],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(headers.iter().map(|(name, value)| format!("{name}: {value}")))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<(String, String)>, D::Error> {
+        Vec::<String>::deserialize(deserializer)?
+            .into_iter()
+            .map(|line| match line.split_once(':') {
+                Some((name, value)) if !name.trim().is_empty() => Ok((
+                    name.trim().to_string(),
+                    value.strip_prefix(' ').unwrap_or(value).to_string(),
+                )),
+                _ => {
+                    Err(D::Error::custom(format!("`{line}` is not a header line (`name: value`)")))
+                }
+            })
+            .collect()
     }
 }
 
@@ -374,6 +404,34 @@ mod tests {
         ));
         assert!(!json_matches(&recorded, &json!({"messages": [{"content": "hi"}], "user": 3})));
         assert!(!json_matches(&recorded, &json!({"messages": [{"content": "hi"}]})));
+    }
+
+    #[test]
+    fn headers_are_name_value_lines() {
+        let mut cassette = Cassette::new();
+        cassette.interactions.push(Interaction {
+            request: RecordedRequest {
+                method: "GET".into(),
+                path: "/v1/models".into(),
+                headers: vec![("authorization".into(), "[scrubbed]".into())],
+                body: Body::Text(String::new()),
+                match_key: None,
+            },
+            response: RecordedResponse {
+                status: 200,
+                headers: vec![("x-empty".into(), String::new()), ("a".into(), "b: c".into())],
+                body: Body::Text("{}".into()),
+                chunks: None,
+                cut: false,
+            },
+        });
+        let text = cassette.to_json();
+        assert!(text.contains(r#""authorization: [scrubbed]""#), "{text}");
+        assert!(text.contains(r#""a: b: c""#), "{text}");
+        assert_eq!(Cassette::parse(&text, "c.json").unwrap(), cassette);
+        let bad = text.replace("authorization: [scrubbed]", "no colon");
+        let error = Cassette::parse(&bad, "c.json").unwrap_err().to_string();
+        assert!(error.contains("`no colon` is not a header line"), "{error}");
     }
 
     #[test]

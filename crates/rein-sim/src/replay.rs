@@ -5,9 +5,10 @@
 //! query and the same body (JSON compared as parsed, so key order and spacing do not matter;
 //! any other body byte for byte), after scrubbing it of the request's own credentials as the
 //! recorder did. Where the recording reads `[scrubbed]`, any value matches (`?key=...`, a key
-//! in a body: the replay cannot know what was there). Each interaction plays once; equal requests play in recorded order. The answer
-//! is the recorded status, headers and body bytes exactly (framing headers aside: the length
-//! or chunking is hyper's), in the recorded chunks, and cut where the recording was cut.
+//! in a body: the replay cannot know what was there). Each interaction plays once; equal
+//! requests play in recorded order. The answer is the recorded status, headers and body bytes
+//! exactly (framing headers aside: the length or chunking is hyper's), in the recorded chunks,
+//! and cut where the recording was cut.
 //!
 //! A request nothing matches is a **miss**, and fails loudly: a `400` that rein classifies as
 //! a permanent failure (never retried, never mistaken for a missing model as a 404 would be),
