@@ -391,6 +391,13 @@ impl Runtime {
         &self.tools.store
     }
 
+    /// Whether the `kind = "replay"` providers' replays went as recorded: no request missed its
+    /// cassette and every recorded interaction played. A test calls it at its end.
+    #[cfg(feature = "sim")]
+    pub fn verify_replays(&self) -> Result<(), crate::upstreams::ReplayMismatch> {
+        self.upstreams.verify_replays()
+    }
+
     /// Re-read the config and swap it in. An invalid config is refused and the old one kept.
     pub async fn reload(&self) -> Result<u64, StartError> {
         let text = self.source.read().await?;

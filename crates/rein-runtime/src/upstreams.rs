@@ -1,11 +1,14 @@
 //! Turning a validated [`Config`] into live parts: provider adapters over one pooled HTTP
-//! client, in-process simulators for `kind = "sim"` providers, and the engine's routes with
-//! their output contracts (compiled schema, built-in rules, then webhook rules over a second
-//! pooled client, and the fail-open selectors).
+//! client, in-process simulators for `kind = "sim"` providers and replay servers for
+//! `kind = "replay"` ones (the real adapter talks to either over loopback HTTP, so the code
+//! path is the production one), and the engine's routes with their output contracts (compiled
+//! schema, built-in rules, then webhook rules over a second pooled client, and the fail-open
+//! selectors).
 //!
 //! A reload builds everything anew except what must survive it: the pooled clients, simulators
-//! whose settings did not change, and the cooldown state of every tier that still points at the
-//! same provider and model (an outage does not end because someone edited a prompt).
+//! and replay servers whose settings did not change (a replay keeps what it has played), and
+//! the cooldown state of every tier that still points at the same provider and model (an outage
+//! does not end because someone edited a prompt).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,6 +20,8 @@ use rein_core::{Engine, FailoverShare, Provider, Route, Tier};
 use rein_providers::{
     HttpClient, HttpClientConfig, ProviderConfig as AdapterConfig, build_provider,
 };
+#[cfg(feature = "sim")]
+use rein_sim::replay::{ReplayError, ReplayHandle};
 #[cfg(feature = "sim")]
 use rein_sim::{Scenario, SimConfig, SimHandle};
 use rein_store::{RouteSettings, Store, StoreError, TierSettings};
@@ -84,7 +89,16 @@ pub struct Upstreams {
     webhooks: reqwest::Client,
     #[cfg(feature = "sim")]
     sims: Mutex<BTreeMap<String, (SimKey, Arc<SimHandle>)>>,
+    /// The replay server of each `kind = "replay"` provider, by the cassette it serves.
+    #[cfg(feature = "sim")]
+    replays: Mutex<BTreeMap<String, (String, Arc<ReplayHandle>)>>,
 }
+
+/// Replay providers whose replay did not go as recorded, by provider name.
+#[cfg(feature = "sim")]
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.iter().map(|(name, error)| format!("`providers.{name}`: {error}")).collect::<Vec<_>>().join("\n"))]
+pub struct ReplayMismatch(pub Vec<(String, ReplayError)>);
 
 #[cfg(feature = "sim")]
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,7 +120,58 @@ impl Upstreams {
             webhooks,
             #[cfg(feature = "sim")]
             sims: Mutex::new(BTreeMap::new()),
+            #[cfg(feature = "sim")]
+            replays: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// The replay server of a `kind = "replay"` provider: the running one when it serves the
+    /// same cassette, else a new one on a loopback port.
+    #[cfg(feature = "sim")]
+    async fn replay_base_url(
+        &self,
+        name: &str,
+        provider: &ProviderConfig,
+    ) -> Result<String, BuildError> {
+        let fail = |message: String| BuildError::Provider { provider: name.to_string(), message };
+        let path = provider.cassette.clone().unwrap_or_default();
+        if let Some((existing, replay)) = lock(&self.replays).get(name)
+            && *existing == path
+        {
+            return Ok(format!("{}/v1", replay.base_url()));
+        }
+        let cassette = rein_sim::cassette::Cassette::from_file(std::path::Path::new(&path))
+            .map_err(|e| fail(e.to_string()))?;
+        let replay = rein_sim::replay::start(cassette)
+            .await
+            .map_err(|e| fail(format!("cannot start the replay server: {e}")))?;
+        let base = format!("{}/v1", replay.base_url());
+        lock(&self.replays).insert(name.to_string(), (path, Arc::new(replay)));
+        Ok(base)
+    }
+
+    /// Without the `sim` feature there is no replay server to start.
+    #[cfg(not(feature = "sim"))]
+    async fn replay_base_url(
+        &self,
+        name: &str,
+        _provider: &ProviderConfig,
+    ) -> Result<String, BuildError> {
+        Err(BuildError::Provider {
+            provider: name.to_string(),
+            message: "`kind = \"replay\"` needs a build of rein with the simulator (the `sim` feature of rein-runtime)".to_string(),
+        })
+    }
+
+    /// Whether every replay provider's replay went as recorded so far: no request missed its
+    /// cassette, and every recorded interaction played. For a test's end.
+    #[cfg(feature = "sim")]
+    pub fn verify_replays(&self) -> Result<(), ReplayMismatch> {
+        let failed: Vec<(String, ReplayError)> = lock(&self.replays)
+            .iter()
+            .filter_map(|(name, (_, replay))| replay.verify().err().map(|e| (name.clone(), e)))
+            .collect();
+        if failed.is_empty() { Ok(()) } else { Err(ReplayMismatch(failed)) }
     }
 
     /// The in-process simulator of a `kind = "sim"` provider: the running one when its
@@ -167,16 +232,20 @@ impl Upstreams {
         Ok(sim)
     }
 
-    /// The adapter of provider `name`: its validated config as it is, or, for `kind = "sim"`,
-    /// pointed at the in-process simulator.
+    /// The adapter of provider `name`: its validated config as it is, or, for `kind = "sim"`
+    /// and `kind = "replay"`, pointed at the in-process simulator or replay server.
     async fn provider(
         &self,
         name: &str,
         config: &ProviderConfig,
     ) -> Result<Arc<dyn Provider>, BuildError> {
         let mut adapter = config.adapter.clone();
-        if config.kind == ProviderKind::Sim {
-            let base = Some(self.sim_base_url(name, config).await?);
+        let base = match config.kind {
+            ProviderKind::Sim => Some(self.sim_base_url(name, config).await?),
+            ProviderKind::Replay => Some(self.replay_base_url(name, config).await?),
+            _ => None,
+        };
+        if base.is_some() {
             match &mut adapter {
                 AdapterConfig::OpenAi(openai) => openai.base_url = base,
                 AdapterConfig::Anthropic(anthropic) => anthropic.base_url = base,

@@ -9,6 +9,10 @@
 //! ([`ReplyRule`]) scripts what they say, and every request lands in an attempt log
 //! ([`LogEntry`]). Admin routes: `GET /_sim/log`, `POST /_sim/reset`, `GET /_sim/health`.
 //!
+//! Real answers have quirks no script thinks of: [`record`] captures real provider exchanges
+//! (scrubbed of credentials, [`scrub`]) to a [`cassette`] file, and [`replay`] serves them in
+//! tests, failing loudly on a request that was not recorded or a recording that never played.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), rein_sim::SimError> {
 //! // Or `rein_sim::start` with a `tokio::net::TcpListener` you bound yourself.
@@ -22,13 +26,18 @@
 mod answer;
 mod anthropic;
 mod body;
+pub mod cassette;
 mod fault;
+mod listen;
 mod log;
 mod openai;
+pub mod record;
+pub mod replay;
 mod request;
 mod respond;
 mod scenario;
 mod schema;
+pub mod scrub;
 mod server;
 mod state;
 mod stream;

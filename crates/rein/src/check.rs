@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::io::Write;
 
 use anyhow::Context;
-use rein_runtime::config::{Config, ConfigError, ConfigProblem, process_env};
+use rein_runtime::config::{Config, ConfigError, ConfigProblem, ProviderKind, process_env};
 
 use crate::CheckArgs;
 
@@ -41,6 +41,17 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCode> {
                 config.providers.len()
             )?;
             writeln!(stdout, "{}", serde_json::to_string_pretty(&config)?)?;
+            for (provider, config) in &config.providers {
+                if config.kind == ProviderKind::Replay {
+                    let cassette = config.cassette.as_deref().unwrap_or_default();
+                    writeln!(
+                        stdout,
+                        "note: `providers.{provider}` replays {cassette}{}, served in-process: a \
+                         request it does not hold fails the call (never retried)",
+                        recorded(cassette)
+                    )?;
+                }
+            }
             Ok(std::process::ExitCode::SUCCESS)
         }
         Err(error) => {
@@ -48,6 +59,19 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCode> {
             Ok(std::process::ExitCode::from(1))
         }
     }
+}
+
+/// How many interactions a replay provider's cassette holds, as " (N recorded interactions)".
+#[cfg(feature = "sim")]
+fn recorded(cassette: &str) -> String {
+    rein_sim::cassette::Cassette::from_file(std::path::Path::new(cassette))
+        .map(|c| format!(" ({} recorded interaction(s))", c.interactions.len()))
+        .unwrap_or_default()
+}
+
+#[cfg(not(feature = "sim"))]
+fn recorded(_cassette: &str) -> String {
+    String::new()
 }
 
 /// The config, or its problems; and the problems that only say a secret's variable is unset,

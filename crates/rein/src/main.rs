@@ -15,6 +15,8 @@ mod handoffs;
 mod judge;
 mod outbox;
 mod probe;
+#[cfg(feature = "sim")]
+mod record;
 mod serve;
 mod traces;
 
@@ -77,6 +79,13 @@ enum Command {
     /// Pick a fault per request with the `x-sim-fault: <spec>` header or `"model": "sim:<spec>"`,
     /// or for every request with a scenario file. Prints the address it listens on.
     Sim(SimArgs),
+    #[cfg(feature = "sim")]
+    /// Record real provider exchanges to a cassette file, for replay in tests.
+    ///
+    /// A reverse proxy: point a client at it as at the provider. Credential headers, org and
+    /// project ids, cookies and the keys named by --key-env are scrubbed from what is written.
+    /// A `kind = "replay"` provider serves the cassette. Prints the address it listens on.
+    Record(record::RecordArgs),
 }
 
 #[derive(Debug, Args)]
@@ -218,6 +227,8 @@ fn main() -> std::process::ExitCode {
             Command::Judge(args) => judge::run(args).await,
             #[cfg(feature = "sim")]
             Command::Sim(args) => sim(args).await,
+            #[cfg(feature = "sim")]
+            Command::Record(args) => record::run(args).await,
         }
     });
     match result {

@@ -728,7 +728,7 @@ model = "sim-primary"
 /// takes the admin key.
 #[tokio::test]
 async fn every_admin_route_needs_the_admin_key() {
-    let routes: [(&str, &str); 17] = [
+    let routes: [(&str, &str); 19] = [
         ("GET", "/admin/kill"),
         ("POST", "/admin/kill"),
         ("GET", "/admin/tiers"),
@@ -746,6 +746,8 @@ async fn every_admin_route_needs_the_admin_key() {
         ("GET", "/admin/approvals"),
         ("POST", "/admin/approvals/1/approve"),
         ("GET", "/admin/tools"),
+        ("GET", "/admin/judge/verdicts"),
+        ("POST", "/admin/routes/chat/coverage"),
     ];
     let gw = start().await;
     let off = start_with(&CONFIG.replace("admin_key_env = \"ADMIN_KEY\"\n", ""), None).await;

@@ -175,6 +175,9 @@ pub struct ProviderConfig {
     pub adapter: rein_providers::ProviderConfig,
     /// For `sim`: the scenario file it plays.
     pub scenario: Option<String>,
+    /// For `replay`: the cassette file it serves.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cassette: Option<String>,
 }
 
 impl ProviderConfig {
@@ -185,8 +188,14 @@ impl ProviderConfig {
             (ProviderKind::Anthropic, _) => "anthropic",
             (ProviderKind::AzureOpenai, _) => "azure.ai.openai",
             (ProviderKind::Openai | ProviderKind::OpenaiCompatible, _) => "openai",
-            (ProviderKind::Sim, rein_providers::ProviderConfig::Anthropic(_)) => "anthropic",
-            (ProviderKind::Sim, rein_providers::ProviderConfig::OpenAi(_)) => "openai",
+            (
+                ProviderKind::Sim | ProviderKind::Replay,
+                rein_providers::ProviderConfig::Anthropic(_),
+            ) => "anthropic",
+            (
+                ProviderKind::Sim | ProviderKind::Replay,
+                rein_providers::ProviderConfig::OpenAi(_),
+            ) => "openai",
         }
     }
 }
@@ -634,10 +643,11 @@ fn validate_provider(
         }
         _ => {}
     }
-    let sim_anthropic = match (raw.kind, raw.format.as_deref()) {
-        (ProviderKind::Sim, None | Some("openai")) => false,
-        (ProviderKind::Sim, Some("anthropic")) => true,
-        (ProviderKind::Sim, Some(other)) => {
+    let in_process = matches!(raw.kind, ProviderKind::Sim | ProviderKind::Replay);
+    let sim_anthropic = match (in_process, raw.format.as_deref()) {
+        (true, None | Some("openai")) => false,
+        (true, Some("anthropic")) => true,
+        (true, Some(other)) => {
             problems.add(
                 key("format"),
                 format!("`{other}` is not a wire format: use `openai` or `anthropic`"),
@@ -645,22 +655,42 @@ fn validate_provider(
             ok = false;
             false
         }
-        (_, Some(_)) => {
-            problems.add(key("format"), "only applies to kind `sim`");
+        (false, Some(_)) => {
+            problems.add(key("format"), "only applies to kinds `sim` and `replay`");
             ok = false;
             false
         }
-        (_, None) => false,
+        (false, None) => false,
     };
     if raw.scenario.is_some() && raw.kind != ProviderKind::Sim {
         problems.add(key("scenario"), "only applies to kind `sim`");
         ok = false;
     }
+    match (&raw.cassette, raw.kind) {
+        (None, ProviderKind::Replay) => {
+            problems.add(
+                key("cassette"),
+                "is required for kind `replay`: the cassette file `rein record` wrote",
+            );
+            ok = false;
+        }
+        (Some(_), kind) if kind != ProviderKind::Replay => {
+            problems.add(key("cassette"), "only applies to kind `replay`");
+            ok = false;
+        }
+        (Some(path), _) => {
+            if let Err(message) = check_cassette(path) {
+                problems.add(key("cassette"), message);
+                ok = false;
+            }
+        }
+        (None, _) => {}
+    }
     let speaks_anthropic = raw.kind == ProviderKind::Anthropic || sim_anthropic;
     if raw.json_prefill.is_some() && !speaks_anthropic {
         problems.add(
             key("json_prefill"),
-            "only applies to the Anthropic format (kind `anthropic`, or `sim` with format `anthropic`)",
+            "only applies to the Anthropic format (kind `anthropic`, or `sim` or `replay` with format `anthropic`)",
         );
         ok = false;
     }
@@ -738,8 +768,10 @@ fn validate_provider(
             Adapter::OpenAi(adapter)
         }
         ProviderKind::Anthropic => Adapter::Anthropic(anthropic(base_url)),
-        ProviderKind::Sim if sim_anthropic => Adapter::Anthropic(anthropic(None)),
-        ProviderKind::Sim => Adapter::OpenAi(openai(None)),
+        ProviderKind::Sim | ProviderKind::Replay if sim_anthropic => {
+            Adapter::Anthropic(anthropic(None))
+        }
+        ProviderKind::Sim | ProviderKind::Replay => Adapter::OpenAi(openai(None)),
     };
     // The adapter's own checks (a URL that parses, header names and values it can send), so a
     // config that validates also builds.
@@ -747,7 +779,26 @@ fn validate_provider(
         problems.add(key(&error.key()), error.reason());
         return None;
     }
-    Some(ProviderConfig { kind: raw.kind, adapter, scenario: raw.scenario.clone() })
+    Some(ProviderConfig {
+        kind: raw.kind,
+        adapter,
+        scenario: raw.scenario.clone(),
+        cassette: raw.cassette.clone(),
+    })
+}
+
+/// A replay provider's cassette: readable and valid (checked again when the provider starts).
+#[cfg(feature = "sim")]
+fn check_cassette(path: &str) -> Result<(), String> {
+    rein_sim::cassette::Cassette::from_file(std::path::Path::new(path))
+        .map(|_| ())
+        .map_err(|error| error.to_string())
+}
+
+/// Without the simulator the cassette is not read here; building the provider says why.
+#[cfg(not(feature = "sim"))]
+fn check_cassette(_path: &str) -> Result<(), String> {
+    Ok(())
 }
 
 fn validate_route(

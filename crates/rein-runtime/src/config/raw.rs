@@ -299,6 +299,9 @@ pub enum ProviderKind {
     AzureOpenai,
     /// rein's own simulator, started in-process (no network, no key).
     Sim,
+    /// Recorded answers (`rein record`) served in-process from a cassette file; a request the
+    /// cassette does not hold fails loudly (no network, no key).
+    Replay,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -322,12 +325,15 @@ pub struct RawProvider {
     /// Anthropic: `max_tokens` to send when the caller gave none.
     #[serde(default)]
     pub default_max_tokens: Option<u32>,
-    /// Sim: which wire format the in-process simulator tier speaks (`openai` or `anthropic`).
+    /// Sim, replay: which wire format the in-process tier speaks (`openai` or `anthropic`).
     #[serde(default)]
     pub format: Option<String>,
     /// Sim: a scenario file with a fault timeline.
     #[serde(default)]
     pub scenario: Option<String>,
+    /// Replay: the cassette file (`rein record`) whose answers it serves.
+    #[serde(default)]
+    pub cassette: Option<String>,
     /// Whether rein asks this upstream to stream its answer (default true). With false the
     /// answer comes as one JSON body, and rein still streams it to a caller who asked to
     /// stream (some compatible servers answer tool calls only without streaming).

@@ -1,6 +1,8 @@
-//! rein-sim's integration tests: a simulator on 127.0.0.1:0, spoken to over raw HTTP.
+//! rein-sim's integration tests: a simulator on 127.0.0.1:0, spoken to over raw HTTP, and
+//! exchanges with it recorded to a cassette and replayed.
 
 mod anthropic;
+mod cassette;
 mod log;
 mod openai;
 mod reply;

@@ -11,5 +11,6 @@ mod edge;
 mod engine_e2e;
 mod eval;
 mod judge;
+mod record;
 mod upstream_caps;
 mod upstream_wire;
