@@ -63,7 +63,7 @@ impl Drawn {
     /// Whether the judge samples this call of `route`: never an eval's call (pinned to a tier,
     /// or past the coverage check).
     fn draw(
-        gateway: &Gateway,
+        judge: &rein_runtime::config::judge::JudgeConfig,
         route: &str,
         ctx: &CallContext,
         request: &ChatRequest,
@@ -71,8 +71,7 @@ impl Drawn {
         if ctx.pin_tier.is_some() || ctx.skip_coverage {
             return None;
         }
-        let runtime = gateway.current();
-        let judging = runtime.config.judge.of(route)?;
+        let judging = judge.of(route)?;
         let draw = judging.sampling.draw(&ctx.labels, rand::random::<f64>())?;
         let question = request
             .messages
@@ -112,7 +111,7 @@ impl Recording {
         // The trace starts where the call reached rein; the steps before the engine took this.
         let offset_ms = ctx.deadline().elapsed_ms();
         Self {
-            judged: Drawn::draw(gateway, route, ctx, request),
+            judged: Drawn::draw(&runtime.config.judge, route, ctx, request),
             deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
             pinned: ctx.pin_tier.is_some() || ctx.skip_coverage,
             covered: ctx.covered,
