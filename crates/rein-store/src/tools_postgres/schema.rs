@@ -176,6 +176,15 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX calls_request ON calls (request_id);",
     // 8: tool calls are recorded too (`kind`); the SLIs read only the model calls.
     "ALTER TABLE calls ADD COLUMN kind TEXT NOT NULL DEFAULT 'model';",
+    // The route-to lever's flips (tier NULL: released), shared by the replicas.
+    "CREATE TABLE route_to_flips (
+        id BIGSERIAL PRIMARY KEY,
+        route TEXT NOT NULL,
+        tier TEXT,
+        author TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        at_unix_ms BIGINT NOT NULL
+    );",
 ];
 
 /// The advisory lock key that serializes migrations ("reinschm" in ASCII).
