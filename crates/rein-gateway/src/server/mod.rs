@@ -3,7 +3,9 @@
 //! runtime owns the config, its reload and the background workers.
 
 mod admin;
+mod admin_drills;
 mod admin_handoffs;
+mod admin_levers;
 mod admin_slis;
 mod admin_tools;
 mod chat;

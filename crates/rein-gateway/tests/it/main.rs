@@ -11,6 +11,7 @@ mod handoffs;
 mod keepalive;
 mod labels;
 mod ladder;
+mod levers;
 mod otlp;
 mod phoenix;
 mod probe;
