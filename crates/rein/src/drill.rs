@@ -194,7 +194,7 @@ async fn failover(
         admin.send(admin.delete(&path)).await?;
     }
     let window_s = ((now_ms() - start).max(1) + 999) / 1000;
-    let query = format!("/admin/sli?window={window_s}s&route={route}");
+    let query = format!("/admin/sli?window={window_s}s&since_ms={start}&route={route}");
     let (status, slis) = admin.send(admin.get(&query)).await?;
     if !status.is_success() {
         return failed(status, &slis);
@@ -222,7 +222,7 @@ async fn failover(
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "{} after {window_s}s; each tier's calls in that window:",
+        "{} after {window_s}s; each tier's calls since the drill started:",
         if stopped_early { "stopped early" } else { "ended" }
     )?;
     writeln!(
@@ -463,7 +463,7 @@ async fn handoff(
             writeln!(
                 out,
                 "{:>6}  {:<40}  {:<9}  {:<12}  {reply:>10}  {within}",
-                row["id"],
+                row["id"].as_i64().unwrap_or(0),
                 text(row, "conversation_id"),
                 text(row, "decision"),
                 text(row, "decided_by"),

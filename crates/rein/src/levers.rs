@@ -151,11 +151,12 @@ fn write_levers(out: &mut dyn Write, body: &Value) -> std::io::Result<()> {
         _ => "new version",
     };
     if settings.is_null() {
-        writeln!(out, "  settings  no version recorded")?;
+        writeln!(out, "  {:<10}  no version recorded", "settings")?;
     } else {
         writeln!(
             out,
-            "  settings  version {} ({how}) since {} by {}: {}",
+            "  {:<10}  version {} ({how}) since {} by {}: {}",
+            "settings",
             settings["version"],
             since(settings),
             text(settings, "author"),
@@ -164,11 +165,12 @@ fn write_levers(out: &mut dyn Write, body: &Value) -> std::io::Result<()> {
     }
     let route_to = &body["route_to"];
     if route_to.is_null() {
-        writeln!(out, "  route-to  off (calls start at the first tier)")?;
+        writeln!(out, "  {:<10}  off (calls start at the first tier)", "route-to")?;
     } else {
         writeln!(
             out,
-            "  route-to  tier {} since {} by {}: {}",
+            "  {:<10}  tier {} since {} by {}: {}",
+            "route-to",
             text(route_to, "tier"),
             since(route_to),
             text(route_to, "author"),
@@ -178,16 +180,22 @@ fn write_levers(out: &mut dyn Write, body: &Value) -> std::io::Result<()> {
     for (scope, label) in [("route", "kill"), ("global", "kill (all)")] {
         let flip = &body["kill_switch"][scope];
         if flip.is_null() {
-            writeln!(out, "  {label:<8}  off")?;
+            writeln!(out, "  {label:<10}  off")?;
         } else {
-            writeln!(out, "  {label:<8}  ENGAGED since {}: {}", since(flip), text(flip, "reason"))?;
+            writeln!(
+                out,
+                "  {label:<10}  ENGAGED since {}: {}",
+                since(flip),
+                text(flip, "reason")
+            )?;
         }
     }
     let drill = &body["failover_drill"];
     if !drill.is_null() {
         writeln!(
             out,
-            "  drill     failover share {} until {} UTC, by {}",
+            "  {:<10}  failover share {} until {} UTC, by {}",
+            "drill",
             drill["share"],
             utc(drill["ends_unix_ms"].as_i64().unwrap_or(0)),
             text(drill, "author"),

@@ -120,7 +120,8 @@ pub(super) async fn page(State(gateway): State<Arc<Gateway>>, headers: HeaderMap
         when(now),
     );
     body.push_str(&kill_section(&gateway));
-    let query = SliQuery { window: Some("1h".into()), route: None, buckets: Some(12) };
+    let query =
+        SliQuery { window: Some("1h".into()), route: None, buckets: Some(12), since_ms: None };
     let view = match sli_view(&gateway, &query).await {
         Ok(view) => {
             body.push_str(&sli_section(&view));

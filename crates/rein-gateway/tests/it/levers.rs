@@ -328,3 +328,61 @@ async fn the_handoff_drill_seeds_conversations_under_their_own_trigger() {
     assert_eq!(response.status(), 400);
     gw.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn route_to_a_middle_tier_skips_the_earlier_ones_and_keeps_the_later_ones_behind_it() {
+    let three = format!(
+        "{CONFIG}
+[routes.three]
+deadline_ms = 5000
+first_token_ms = 1000
+attempt_ms = 2000
+backoff_base_ms = 20
+backoff_floor_ms = 10
+backoff_cap_ms = 100
+
+[[routes.three.tiers]]
+name = \"primary\"
+provider = \"sim-openai\"
+model = \"sim-primary\"
+
+[[routes.three.tiers]]
+name = \"middle\"
+provider = \"sim-openai\"
+model = \"sim:400\"
+
+[[routes.three.tiers]]
+name = \"last\"
+provider = \"sim-anthropic\"
+model = \"sim-fallback\"
+"
+    );
+    let gw = start_with(&three, None).await;
+    let flip = json!({"tier": "middle", "author": "ana", "reason": "primary drifted"});
+    assert_eq!(route_to(&gw, "three", flip).await.status(), 200);
+    let response = gw.post("/v1/chat/completions", KEY, chat("three")).await;
+    assert_eq!(response.status(), 200);
+    // The primary was skipped; the middle tier failed and the last one answered behind it.
+    assert_eq!(response.headers()["x-rein-tier"], "last");
+    assert_eq!(response.headers()["x-rein-outcome"], "fallback");
+    assert_eq!(response.headers()["x-rein-attempts"], "2");
+    gw.stop().await.unwrap();
+}
+
+#[test]
+fn drillable_must_be_true_or_false_and_the_error_names_it() {
+    let text = "[providers.p]\nkind = \"sim\"\nformat = \"openai\"\n[routes.r]\ndrillable = \"yes\"\n\
+                [[routes.r.tiers]]\nname = \"t\"\nprovider = \"p\"\nmodel = \"m\"\n";
+    let refused = rein_runtime::config::Config::from_toml(text, &*env());
+    let message = refused.expect_err("a string is not a bool").to_string();
+    assert!(message.contains("drillable"), "{message}");
+    let config =
+        rein_runtime::config::Config::from_toml(&text.replace("\"yes\"", "true"), &*env()).unwrap();
+    assert!(config.routes["r"].drillable);
+    let config = rein_runtime::config::Config::from_toml(
+        &text.replace("drillable = \"yes\"\n", ""),
+        &*env(),
+    )
+    .unwrap();
+    assert!(!config.routes["r"].drillable, "off unless marked");
+}

@@ -121,7 +121,7 @@ async fn levers_shows_and_pulls_each_lever_with_its_audit() {
     let (code, stdout, stderr) = rein(&gateway, &["levers", "chat"]);
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert!(stdout.starts_with("levers on route chat"), "{stdout}");
-    assert!(stdout.contains("route-to  off") && stdout.contains("engaged: none"), "{stdout}");
+    assert!(stdout.contains("route-to    off") && stdout.contains("engaged: none"), "{stdout}");
 
     // Every action needs its author and reason.
     let (code, _, stderr) =
@@ -139,7 +139,7 @@ async fn levers_shows_and_pulls_each_lever_with_its_audit() {
     );
     assert_eq!(code, Some(0), "{stdout}");
     assert!(stdout.starts_with("done: calls start at tier fallback"), "{stdout}");
-    assert!(stdout.contains("route-to  tier fallback since 20"), "{stdout}");
+    assert!(stdout.contains("route-to    tier fallback since 20"), "{stdout}");
     assert!(
         stdout.contains("by ana: score dropped") && stdout.contains("engaged: route_to"),
         "{stdout}"
@@ -148,7 +148,7 @@ async fn levers_shows_and_pulls_each_lever_with_its_audit() {
     let (code, stdout, _) =
         rein(&gateway, &["levers", "chat", "release", "--author", "bo", "--reason", "fixed"]);
     assert_eq!(code, Some(0), "{stdout}");
-    assert!(stdout.contains("route-to  off"), "{stdout}");
+    assert!(stdout.contains("route-to    off"), "{stdout}");
     assert_eq!(call(&gateway, "chat").await.0, "primary");
 
     let (code, stdout, _) = rein(
@@ -192,7 +192,7 @@ async fn levers_shows_and_pulls_each_lever_with_its_audit() {
     );
     assert_eq!(code, Some(0), "{stdout}");
     assert!(
-        stdout.contains("kill      ENGAGED since") && stdout.contains("incident (by ana)"),
+        stdout.contains("kill        ENGAGED since") && stdout.contains("incident (by ana)"),
         "{stdout}"
     );
     assert_eq!(call(&gateway, "chat").await.2, "degraded");
@@ -265,6 +265,21 @@ async fn a_failover_drill_reports_the_fallback_beside_the_primary() {
     // Ended by the gateway at its expiry.
     let levers = admin(&gateway, reqwest::Method::GET, "/admin/routes/chat/levers", None).await;
     assert_eq!(levers["failover_drill"], Value::Null);
+
+    // As text, the two tiers side by side; a drill nobody sent traffic through says so.
+    let (code, stdout, _) =
+        rein(&gateway, &["drill", "failover", "--route", "chat", "--seconds", "1"]);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(
+        stdout.starts_with(
+            "failover drill on route chat: 50% of calls start at tier fallback for 1s"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("ROLE") && stdout.contains("AVAILABILITY"), "{stdout}");
+    let fallback_row = stdout.lines().find(|l| l.starts_with("fallback")).unwrap();
+    assert!(fallback_row.split_whitespace().nth(2) == Some("0"), "{stdout}");
+    assert!(stdout.contains("note: no call reached the fallback"), "{stdout}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
