@@ -5,7 +5,9 @@
 //! ends by itself at its expiry, so a drill whose operator went away never stays on).
 //!
 //! Route-to calls are ordinary traffic: unlike an eval's tier pin they are counted in the SLIs,
-//! and the tier that answered is reported as usual.
+//! and the tier that answered is reported as usual. A call the lever's tier answers is answered
+//! by plan, as the failover share's are (no tier failed, so it is not "fallback beyond plan");
+//! one that tier fails goes on to the later tiers as a fallback.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};

@@ -3,8 +3,9 @@
 //! /admin/routes/{route}/drill/failover`: a share of the route's calls start at its failover tier
 //! until an expiry the gateway enforces itself, so a drill whose operator went away ends anyway;
 //! `DELETE` ends it early), the kill-switch drill (`POST .../drill/kill-switch` flips the route's
-//! switch with reason `drill`, recorded like any flip; it refuses to engage a switch already on
-//! and to release one a drill did not engage), and the hand-off drill (`POST .../drill/handoff`
+//! switch with reason `drill`, recorded like any flip, and flips it back itself after `seconds`
+//! (default 60) if the drill has not; it refuses to engage a switch already on and to release one
+//! a drill did not engage), and the hand-off drill (`POST .../drill/handoff`
 //! seeds conversations under the trigger `drill` into the hand-off queue and delivers them like
 //! real ones). `rein drill` drives them and reports.
 
@@ -26,7 +27,7 @@ use super::admin::{error, parse_body};
 use super::admin_levers::known_route;
 
 /// The reason of a kill-switch drill's flip on.
-pub(super) const DRILL_REASON: &str = "drill";
+const DRILL_REASON: &str = "drill";
 /// The reason of a kill-switch drill's flip back.
 const DRILL_OVER: &str = "drill over";
 /// The longest failover drill.
@@ -132,7 +133,43 @@ async fn failover_stop(State(gateway): State<Arc<Gateway>>, Path(route): Path<St
 struct KillDrill {
     engaged: bool,
     author: String,
+    /// How long the switch may stay on before the gateway flips it back itself (default 60).
+    #[serde(default)]
+    seconds: Option<u64>,
 }
+
+/// How long a kill-switch drill's flip stays on when its drill does not flip it back.
+const KILL_DRILL_DEFAULT: Duration = Duration::from_secs(60);
+
+/// Flip the drill's switch back at `after` unless something else flipped the route since.
+fn release_when_forgotten(gateway: Arc<Gateway>, engaged: KillFlip, after: Duration) {
+    tokio::spawn(async move {
+        tokio::time::sleep(after).await;
+        let runtime = &gateway.runtime;
+        let audit = runtime.engine.kill_switch().audit();
+        let last = audit.iter().rev().find(|flip| flip.scope == engaged.scope);
+        if last != Some(&engaged) {
+            return;
+        }
+        let release = KillFlip::now(engaged.scope.clone(), false, DRILL_EXPIRED);
+        match runtime.tool_store().kill_record(&release).await {
+            Ok(_) => {
+                tracing::warn!(scope = ?engaged.scope, "kill-switch drill expired: switch released");
+                if let Err(failure) = runtime.sync_kill_switch().await {
+                    tracing::warn!(
+                        "kill switch drill release recorded but not yet applied: {failure}"
+                    );
+                }
+            }
+            Err(failure) => {
+                tracing::error!("cannot release an expired kill-switch drill: {failure}")
+            }
+        }
+    });
+}
+
+/// The reason of the flip back when a drill's switch outlived its time.
+const DRILL_EXPIRED: &str = "drill expired";
 
 async fn kill_switch(
     State(gateway): State<Arc<Gateway>>,
@@ -148,6 +185,13 @@ async fn kill_switch(
     };
     if let Some(response) = author_given(&request.author) {
         return response;
+    }
+    let expiry = request.seconds.map_or(KILL_DRILL_DEFAULT, Duration::from_secs);
+    if expiry.is_zero() || expiry > MAX_DRILL {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("`seconds` must be between 1 and {}", MAX_DRILL.as_secs()),
+        );
     }
     let runtime = &gateway.runtime;
     let scope = KillScope::Route(route.clone());
@@ -183,6 +227,10 @@ async fn kill_switch(
     tracing::warn!(route = %route, engaged = request.engaged, author = %request.author, "kill-switch drill");
     if let Err(failure) = runtime.sync_kill_switch().await {
         tracing::warn!("kill switch drill flip recorded but not yet applied: {failure}");
+    }
+    if request.engaged {
+        // A drill whose operator went away does not leave customers on the degraded reply.
+        release_when_forgotten(gateway.clone(), record.clone(), expiry);
     }
     axum::Json(json!({ "flip": record, "author": request.author })).into_response()
 }

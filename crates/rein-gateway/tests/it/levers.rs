@@ -297,6 +297,23 @@ async fn the_kill_switch_drill_is_audited_and_never_touches_a_real_flip() {
         state["audit"].as_array().unwrap().iter().map(|f| f["reason"].as_str().unwrap()).collect();
     assert_eq!(reasons, ["drill", "drill over"]);
 
+    // A drill whose operator went away: the gateway flips the switch back at its expiry.
+    let forgotten = json!({"engaged": true, "author": "ana", "seconds": 1});
+    assert_eq!(gw.admin(Method::POST, path, Some(forgotten)).await.status(), 200);
+    assert_eq!(served(&gw, "chat").await.1, "degraded");
+    let mut waited = 0;
+    while served(&gw, "chat").await.1 != "answered" {
+        assert!(waited < 100, "the forgotten drill was never released");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += 1;
+    }
+    let state: Value = gw.admin(Method::GET, "/admin/kill", None).await.json().await.unwrap();
+    let last = state["audit"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (last["engaged"].as_bool(), last["reason"].as_str()),
+        (Some(false), Some("drill expired"))
+    );
+
     // A real flip: the drill neither runs during it nor releases it.
     let real = json!({"route": "chat", "engaged": true, "reason": "incident"});
     assert_eq!(gw.admin(Method::POST, "/admin/kill", Some(real)).await.status(), 200);
