@@ -3,8 +3,9 @@
 //! which are engaged and since when (the settings version serving and whether a revert or a
 //! model pin made it, the route-to tier, the kill switch of the route and of every route, a
 //! failover drill in force); `revert VERSION`, `pin-model TIER MODEL`, `route-to TIER`,
-//! `release` and `kill on|off` pull one, each with `--author` and `--reason` for the audit.
-//! `--json` prints the admin API's answer as is.
+//! `release` and `kill on|off` pull one, each with `--author` and `--reason` for the audit (the
+//! kill switch's record keeps one reason, so `kill` writes the author into it). It also lists
+//! the route's latest route-to flips. `--json` prints the admin API's answer as is.
 
 use std::io::Write;
 
@@ -200,6 +201,21 @@ fn write_levers(out: &mut dyn Write, body: &Value) -> std::io::Result<()> {
             utc(drill["ends_unix_ms"].as_i64().unwrap_or(0)),
             text(drill, "author"),
         )?;
+    }
+    let history = body["route_to_history"].as_array().cloned().unwrap_or_default();
+    if !history.is_empty() {
+        writeln!(out, "route-to flips, newest first:")?;
+        for flip in history.iter().take(5) {
+            let at = flip["at_unix_ms"].as_i64().unwrap_or(0);
+            let tier = flip["tier"].as_str().map_or("released".to_string(), |t| format!("to {t}"));
+            writeln!(
+                out,
+                "  {} UTC  {tier:<16}  by {}: {}",
+                utc(at),
+                text(flip, "author"),
+                text(flip, "reason")
+            )?;
+        }
     }
     let engaged: Vec<&str> = body["engaged"]
         .as_array()

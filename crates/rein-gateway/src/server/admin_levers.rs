@@ -23,6 +23,9 @@ use serde_json::{Value, json};
 use super::Gateway;
 use super::admin::{error, parse_body};
 
+/// How many of a route's route-to flips `GET .../levers` lists, newest first.
+const HISTORY: usize = 20;
+
 pub(super) fn router() -> Router<Arc<Gateway>> {
     Router::new()
         .route("/routes/{route}/levers", get(levers))
@@ -80,7 +83,8 @@ fn kill_engaged(audit: &[KillFlip], scope: &KillScope) -> Value {
 }
 
 /// Which levers are engaged on `route` and since when, as `GET .../levers` answers (the
-/// dashboard renders the same). `engaged` lists them, most easily undone first.
+/// dashboard renders the same). `engaged` lists them, most easily undone first;
+/// `route_to_history` the route's latest route-to flips, newest first, with who, when and why.
 pub(super) fn levers_view(gateway: &Gateway, route: &str) -> Value {
     let runtime = &gateway.runtime;
     let mut engaged = Vec::new();
@@ -112,6 +116,15 @@ pub(super) fn levers_view(gateway: &Gateway, route: &str) -> Value {
     if !kill_route.is_null() || !kill_global.is_null() {
         engaged.push("kill_switch".to_string());
     }
+    let history: Vec<RouteToFlip> = runtime
+        .engine
+        .levers()
+        .audit()
+        .into_iter()
+        .rev()
+        .filter(|flip| flip.route == route)
+        .take(HISTORY)
+        .collect();
     let drill = runtime.engine.levers().drill(route);
     let drillable = gateway.current().config.routes.get(route).is_some_and(|r| r.drillable);
     json!({
@@ -119,6 +132,7 @@ pub(super) fn levers_view(gateway: &Gateway, route: &str) -> Value {
         "engaged": engaged,
         "settings": settings,
         "route_to": route_to,
+        "route_to_history": history,
         "kill_switch": { "route": kill_route, "global": kill_global },
         "failover_drill": drill,
         "drillable": drillable,

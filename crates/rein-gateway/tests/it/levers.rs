@@ -94,7 +94,15 @@ async fn route_to_starts_calls_at_the_tier_is_audited_survives_a_restart_and_rel
     let response = gw.admin(Method::DELETE, "/admin/routes/chat/route-to", Some(release)).await;
     assert_eq!(response.status(), 200);
     assert_eq!(served(&gw, "chat").await, ("primary".into(), "answered".into()));
-    assert_eq!(levers(&gw, "chat").await["route_to"], Value::Null);
+    let released = levers(&gw, "chat").await;
+    assert_eq!(released["route_to"], Value::Null);
+    let history: Vec<(&str, &str)> = released["route_to_history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["author"].as_str().unwrap(), f["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(history, [("bo", "prompt reverted"), ("ana", "quality score dropped")]);
     // `{"tier": null}` releases too; both stay in the audit after a restart.
     let flip = json!({"tier": "fallback", "author": "ana", "reason": "again"});
     assert_eq!(route_to(&gw, "chat", flip).await.status(), 200);

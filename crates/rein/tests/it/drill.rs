@@ -149,6 +149,8 @@ async fn levers_shows_and_pulls_each_lever_with_its_audit() {
         rein(&gateway, &["levers", "chat", "release", "--author", "bo", "--reason", "fixed"]);
     assert_eq!(code, Some(0), "{stdout}");
     assert!(stdout.contains("route-to    off"), "{stdout}");
+    assert!(stdout.contains("released          by bo: fixed"), "{stdout}");
+    assert!(stdout.contains("to fallback       by ana: score dropped"), "{stdout}");
     assert_eq!(call(&gateway, "chat").await.0, "primary");
 
     let (code, stdout, _) = rein(
