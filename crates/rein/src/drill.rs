@@ -166,6 +166,12 @@ async fn failover(
     json: bool,
 ) -> anyhow::Result<std::process::ExitCode> {
     let route = &target.route;
+    // The report reads the recorded calls: without them, do not move traffic for nothing.
+    let (status, slis) =
+        admin.send(admin.get(&format!("/admin/sli?window=1s&route={route}"))).await?;
+    if !status.is_success() {
+        return failed(status, &slis);
+    }
     let path = format!("/admin/routes/{route}/drill/failover");
     let body = json!({"share": share, "seconds": length.as_secs(), "author": target.author});
     let (status, started) = admin.send(admin.post(&path).json(&body)).await?;
