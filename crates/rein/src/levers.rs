@@ -177,6 +177,9 @@ fn write_levers(out: &mut dyn Write, body: &Value) -> std::io::Result<()> {
             text(route_to, "author"),
             text(route_to, "reason"),
         )?;
+        if route_to["applies"] == Value::Bool(false) {
+            writeln!(out, "{:<14}(the route has no such tier now: every tier is tried)", "")?;
+        }
     }
     for (scope, label) in [("route", "kill"), ("global", "kill (all)")] {
         let flip = &body["kill_switch"][scope];

@@ -98,11 +98,15 @@ pub(super) fn levers_view(gateway: &Gateway, route: &str) -> Value {
         Ok(None) => Value::Null,
         Err(failure) => json!({ "error": failure.to_string() }),
     };
+    let tiers = tiers_of(gateway, route);
     let route_to = match runtime.engine.levers().route_to(route) {
         Some(flip) => {
             engaged.push("route_to".to_string());
+            // A reload may have removed its tier: then every tier is tried, and this says so.
+            let applies = flip.tier.as_ref().is_some_and(|tier| tiers.contains(tier));
             json!({
                 "tier": flip.tier,
+                "applies": applies,
                 "author": flip.author,
                 "reason": flip.reason,
                 "since_unix_ms": flip.at_unix_ms,
@@ -136,7 +140,7 @@ pub(super) fn levers_view(gateway: &Gateway, route: &str) -> Value {
         "kill_switch": { "route": kill_route, "global": kill_global },
         "failover_drill": drill,
         "drillable": drillable,
-        "tiers": tiers_of(gateway, route),
+        "tiers": tiers,
     })
 }
 

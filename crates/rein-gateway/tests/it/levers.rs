@@ -70,6 +70,7 @@ async fn route_to_starts_calls_at_the_tier_is_audited_survives_a_restart_and_rel
     let engaged = levers(&gw, "chat").await;
     assert_eq!(engaged["engaged"], json!(["route_to"]));
     assert_eq!(engaged["route_to"]["tier"], "fallback");
+    assert_eq!(engaged["route_to"]["applies"], true);
     assert_eq!(engaged["route_to"]["author"], "ana");
     assert_eq!(engaged["route_to"]["reason"], "quality score dropped");
     assert_eq!(engaged["route_to"]["since_unix_ms"], recorded["at_unix_ms"]);
