@@ -6,7 +6,9 @@
 //! conversation, so its ladder, outbox and duplicate guard make one ticket per conversation
 //! however often the hand-off is retried, by rein or by the caller calling the same tool. A
 //! share of hand-offs (`canary_rate`) is followed by a canary: a draft known to be wrong, marked
-//! only in the store, so the review stats show how many of them reviewers catch.
+//! only in the store, so the review stats show how many of them reviewers catch. A hand-off
+//! drill ([`Escalations::seed_drill`]) seeds conversations under their own trigger, `drill`, to
+//! time the replies.
 
 use std::sync::Arc;
 
@@ -326,6 +328,74 @@ impl Escalations {
         });
     }
 
+    /// A hand-off drill: `count` seeded conversations of `route` opened in the queue (trigger
+    /// `drill`, so the review stats of real triggers leave them out; the packet says `drill`)
+    /// and delivered through the hand-off tool like real ones, so the people on the other end
+    /// answer them as they would a customer. The hand-offs made, oldest first.
+    pub async fn seed_drill(
+        &self,
+        config: &HandoffsConfig,
+        tools: &Arc<Dispatcher>,
+        ctx: &CallContext,
+        route: &str,
+        count: usize,
+        author: &str,
+    ) -> Result<Vec<Handoff>, StoreError> {
+        let mut made = Vec::with_capacity(count);
+        for index in 1..=count {
+            let conversation = format!("drill-{}", uuid_like());
+            let packet = HandoffPacket {
+                schema_version: PACKET_SCHEMA_VERSION,
+                conversation_id: conversation.clone(),
+                run_id: None,
+                route: Some(route.to_string()),
+                trigger: Trigger::HandoffRule,
+                reason: format!(
+                    "drill {index}/{count} started by {author}: time the reply to a seeded conversation"
+                ),
+                stop_status: None,
+                customer_message: Some(format!(
+                    "(drill) Seeded conversation {index} of {count}: please reply as you would to a customer."
+                )),
+                draft: None,
+                evidence: Vec::new(),
+                tool_calls: Vec::new(),
+                attempts: None,
+                coverage: None,
+                trace_id: None,
+                trace_url: None,
+                created_unix_ms: now_ms(),
+            };
+            let mut value = serde_json::to_value(&packet).unwrap_or(Value::Null);
+            if let Value::Object(map) = &mut value {
+                map.insert("drill".into(), Value::Bool(true));
+            }
+            let new = NewHandoff {
+                conversation_id: conversation.clone(),
+                run_id: None,
+                route: Some(route.to_string()),
+                trigger: DRILL_TRIGGER.to_string(),
+                stop_status: None,
+                packet: value,
+                canary: false,
+            };
+            let (handoff, created) = self.store.handoff_open(&new, now_ms()).await?;
+            if created {
+                tracing::info!(
+                    route,
+                    handoff = handoff.id,
+                    author,
+                    "hand-off drill: conversation seeded"
+                );
+                let mut posing = ctx.child();
+                posing.run_id = None;
+                self.deliver(config, tools, &posing, &handoff);
+            }
+            made.push(handoff);
+        }
+        Ok(made)
+    }
+
     /// After a real hand-off: a canary draft, at `canary_rate`.
     async fn maybe_canary(
         &self,
@@ -374,6 +444,9 @@ impl Escalations {
         }
     }
 }
+
+/// The trigger of a hand-off drill's seeded conversations.
+pub const DRILL_TRIGGER: &str = "drill";
 
 /// Review stats of one trigger, with the rates and the flag.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

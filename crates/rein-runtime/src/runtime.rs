@@ -245,6 +245,10 @@ impl RuntimeBuilder {
         let flips = tool_store.kill_flips_after(0).await.map_err(BuildError::Store)?;
         let kill_seen = flips.last().map_or(0, |(number, _)| *number);
         engine.kill_switch().restore(flips.into_iter().map(|(_, flip)| flip));
+        // So does the route-to lever.
+        let route_to = tool_store.route_to_flips_after(0).await.map_err(BuildError::Store)?;
+        let route_to_seen = route_to.last().map_or(0, |(number, _)| *number);
+        engine.levers().restore(route_to.into_iter().map(|(_, flip)| flip));
         let tool_http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .tcp_nodelay(true)
@@ -276,6 +280,7 @@ impl RuntimeBuilder {
             source: self.source,
             env: self.env,
             kill_seen: tokio::sync::Mutex::new(kill_seen),
+            route_to_seen: tokio::sync::Mutex::new(route_to_seen),
             reloads: AtomicU64::new(0),
             stops: RunStops::new(stops_store),
             replay_kick: tokio::sync::Notify::new(),
@@ -322,6 +327,8 @@ pub struct Runtime {
     /// The sequence number of the last kill-switch flip applied here; held while syncing, so
     /// flips apply once each, in the store's order.
     kill_seen: tokio::sync::Mutex<i64>,
+    /// The same for the route-to lever's flips.
+    route_to_seen: tokio::sync::Mutex<i64>,
     reloads: AtomicU64,
     /// Every agent run's stop conditions, counted in the tool store (shared by replicas).
     pub stops: RunStops,
@@ -448,8 +455,21 @@ impl Runtime {
         Ok(applied)
     }
 
-    /// Start the background workers (the outbox replay, the kill-switch sync, the recorder, the
-    /// online judge) on the current
+    /// Apply the route-to lever's flips recorded since the last sync, by any replica sharing
+    /// the store, in the store's order. Returns how many were applied.
+    pub async fn sync_route_to(&self) -> Result<usize, rein_store::StoreError> {
+        let mut seen = self.route_to_seen.lock().await;
+        let flips = self.tools.store.route_to_flips_after(*seen).await?;
+        let applied = flips.len();
+        for (number, flip) in flips {
+            self.engine.levers().apply(flip);
+            *seen = number;
+        }
+        Ok(applied)
+    }
+
+    /// Start the background workers (the outbox replay, the kill-switch and route-to sync, the
+    /// recorder, the online judge) on the current
     /// tokio runtime; they stop when `stop` turns true.
     pub fn spawn_workers(self: &Arc<Self>, stop: tokio::sync::watch::Receiver<bool>) {
         tokio::spawn(crate::workers::replay_outbox(self.clone(), stop.clone()));

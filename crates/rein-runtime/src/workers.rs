@@ -2,7 +2,7 @@
 //! turns true: the outbox replay (claims due queued writes under a lease and sends each with its
 //! original idempotency key; replicas sharing a Postgres store each run one, leases keep them
 //! apart; once an hour the retention pass, idle runs included) and the kill-switch sync (applies flips recorded by
-//! other replicas every `server.kill_sync_ms`).
+//! other replicas every `server.kill_sync_ms`, the route-to lever's flips with them).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,7 +61,7 @@ pub(crate) async fn replay_outbox(runtime: Arc<Runtime>, mut stop: watch::Receiv
     }
 }
 
-/// Sync the kill switch every `server.kill_sync_ms` until `stop`.
+/// Sync the kill switch and the route-to lever every `server.kill_sync_ms` until `stop`.
 pub(crate) async fn sync_kill_switch(runtime: Arc<Runtime>, mut stop: watch::Receiver<bool>) {
     loop {
         let every = runtime.current().config.server.kill_sync;
@@ -71,6 +71,9 @@ pub(crate) async fn sync_kill_switch(runtime: Arc<Runtime>, mut stop: watch::Rec
         }
         if let Err(failure) = runtime.sync_kill_switch().await {
             tracing::warn!("cannot read kill switch flips from the store: {failure}");
+        }
+        if let Err(failure) = runtime.sync_route_to().await {
+            tracing::warn!("cannot read route-to flips from the store: {failure}");
         }
     }
 }

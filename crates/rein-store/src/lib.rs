@@ -2,7 +2,8 @@
 //! the process. Every table's rows are versioned by the schema version in `rein_schema`, and
 //! migrations only move forward, so records written by an older rein stay readable.
 //!
-//! It holds route settings versions ([`versions`]), the kill switch's flips ([`kill`]), and the
+//! It holds route settings versions ([`versions`]), the kill switch's flips ([`kill`]), the
+//! route-to lever's flips and how the active version came to serve ([`levers`]), and the
 //! durable state behind tool calls ([`tools`]: idempotency keys, the write outbox, the read
 //! cache, gate holds), what rein counted of each agent run ([`runs`]) and the conversations it
 //! handed off to a person ([`handoffs`]), which can also live in Postgres ([`tools_postgres`])
@@ -11,6 +12,7 @@
 pub mod calls;
 pub mod handoffs;
 pub mod kill;
+pub mod levers;
 mod open;
 pub mod runs;
 #[cfg(feature = "testing")]
@@ -23,9 +25,10 @@ pub mod versions;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
-use rein_core::KillFlip;
+use rein_core::{KillFlip, RouteToFlip};
 use rusqlite::{Connection, TransactionBehavior};
 
+pub use levers::ActiveSettings;
 pub use open::open_tool_store;
 pub use tools::ToolStore;
 pub use tools_postgres::PostgresToolStore;
@@ -45,6 +48,8 @@ pub enum StoreError {
     TooNew { found: i64, known: i64 },
     #[error("route `{route}` has no version {version}")]
     NoSuchVersion { route: String, version: i64 },
+    #[error("route `{route}` has no tier `{tier}` in its settings")]
+    NoSuchTier { route: String, tier: String },
     /// A Postgres call failed; the text never contains the password of the connection URL.
     #[error("postgres: {0}")]
     Postgres(String),
@@ -252,6 +257,17 @@ const MIGRATIONS: &[&str] = &[
         verdict TEXT NOT NULL
     );
     CREATE INDEX verdicts_at ON verdicts (at_unix_ms);",
+    // 11: the levers (`levers`): the route-to lever's flips (tier NULL: released), and how a
+    // route's active version came to serve (NULL: a new version; `revert`, `pin_model`).
+    "CREATE TABLE route_to_flips (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        route TEXT NOT NULL,
+        tier TEXT,
+        author TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        at_unix_ms INTEGER NOT NULL
+    );
+    ALTER TABLE route_active ADD COLUMN lever TEXT;",
 ];
 
 /// How long a writer waits for another connection's write transaction (another process on the
@@ -354,6 +370,36 @@ impl Store {
     /// compares against it, so an operator's revert is not undone by an unchanged config.
     pub fn latest_by(&self, route: &str, author: &str) -> Result<Option<VersionInfo>, StoreError> {
         versions::latest_by(self, route, author)
+    }
+
+    /// A new version equal to the active one with `tier`'s model replaced by `model` (a pinned
+    /// snapshot), made active and marked as a model pin; revertable like any version.
+    pub fn pin_model(
+        &self,
+        route: &str,
+        tier: &str,
+        model: &str,
+        author: &str,
+        reason: &str,
+    ) -> Result<VersionInfo, StoreError> {
+        levers::pin_model(self, route, tier, model, author, reason)
+    }
+
+    /// The version serving `route` and how it came to (a revert, a model pin), by whom, when
+    /// and why.
+    pub fn active_settings(&self, route: &str) -> Result<Option<ActiveSettings>, StoreError> {
+        levers::active_settings(self, route)
+    }
+
+    /// Record one route-to flip, durably, after every earlier one; returns its sequence number.
+    pub fn record_route_to(&self, flip: &RouteToFlip) -> Result<i64, StoreError> {
+        levers::record_route_to(self, flip)
+    }
+
+    /// The route-to flips recorded after sequence number `after`, oldest first, with their
+    /// numbers.
+    pub fn route_to_flips_after(&self, after: i64) -> Result<Vec<(i64, RouteToFlip)>, StoreError> {
+        levers::route_to_after(self, after)
     }
 
     /// Record one kill switch flip, durably (`synchronous = FULL`), after every earlier one;

@@ -23,9 +23,9 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use rein_core::KillFlip;
 use rein_core::sli::CallRecord;
 use rein_core::trace::Trace;
+use rein_core::{KillFlip, RouteToFlip};
 
 use crate::StoreError;
 use crate::calls::{
@@ -454,6 +454,16 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
 
     /// The flips recorded after sequence number `after` (0: all of them), oldest first.
     async fn kill_flips_after(&self, after: i64) -> Result<Vec<(i64, KillFlip)>, StoreError>;
+
+    // ---- the route-to lever ----
+
+    /// Record a route-to flip and return its sequence number: every replica applies the flips
+    /// in this order.
+    async fn route_to_record(&self, flip: &RouteToFlip) -> Result<i64, StoreError>;
+
+    /// The route-to flips recorded after sequence number `after` (0: all of them), oldest first.
+    async fn route_to_flips_after(&self, after: i64)
+    -> Result<Vec<(i64, RouteToFlip)>, StoreError>;
 
     // ---- runs ----
 

@@ -26,7 +26,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
 use self::failure::{Failure, Redaction, corrupt, describe};
-use rein_core::KillFlip;
+use rein_core::{KillFlip, RouteToFlip};
 
 use crate::StoreError;
 use crate::calls::{
@@ -1415,6 +1415,52 @@ impl ToolStore for PostgresToolStore {
                         row.try_get(2)?,
                         row.try_get(3)?,
                         row.try_get(4)?,
+                    );
+                    Ok((row.try_get(0)?, flip))
+                })
+                .collect()
+        })
+        .await
+    }
+
+    async fn route_to_record(&self, flip: &RouteToFlip) -> Result<i64, StoreError> {
+        let at = crate::levers::at_column(flip);
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let row = query_opt(
+                &client,
+                "INSERT INTO route_to_flips (route, tier, author, reason, at_unix_ms)
+                 VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                &[&flip.route, &flip.tier, &flip.author, &flip.reason, &at],
+            )
+            .await?;
+            Ok(row.map(|row| row.try_get(0)).transpose()?.unwrap_or_default())
+        })
+        .await
+    }
+
+    async fn route_to_flips_after(
+        &self,
+        after: i64,
+    ) -> Result<Vec<(i64, RouteToFlip)>, StoreError> {
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let flips = query(
+                &client,
+                "SELECT id, route, tier, author, reason, at_unix_ms FROM route_to_flips
+                 WHERE id > $1 ORDER BY id",
+                &[&after],
+            )
+            .await?;
+            flips
+                .iter()
+                .map(|row| {
+                    let flip = crate::levers::route_to_flip(
+                        row.try_get(1)?,
+                        row.try_get(2)?,
+                        row.try_get(3)?,
+                        row.try_get(4)?,
+                        row.try_get(5)?,
                     );
                     Ok((row.try_get(0)?, flip))
                 })

@@ -17,7 +17,7 @@ use rusqlite::{
 };
 use serde_json::Value;
 
-use rein_core::KillFlip;
+use rein_core::{KillFlip, RouteToFlip};
 
 use crate::calls::{
     CallRow, CallsPruned, CallsRetention, RecordedCall, RecordedTool, SUMMARY_COLUMNS, TraceFilter,
@@ -592,6 +592,18 @@ impl ToolStore for SqliteToolStore {
 
     async fn kill_flips_after(&self, after: i64) -> Result<Vec<(i64, KillFlip)>, StoreError> {
         self.blocking(move |store| store.kill_flips_after(after)).await
+    }
+
+    async fn route_to_record(&self, flip: &RouteToFlip) -> Result<i64, StoreError> {
+        let flip = flip.clone();
+        self.blocking(move |store| store.record_route_to(&flip)).await
+    }
+
+    async fn route_to_flips_after(
+        &self,
+        after: i64,
+    ) -> Result<Vec<(i64, RouteToFlip)>, StoreError> {
+        self.blocking(move |store| store.route_to_flips_after(after)).await
     }
 
     async fn run_record(

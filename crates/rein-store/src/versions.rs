@@ -1,6 +1,7 @@
 //! Versioned route settings: every change of a route's prompts or model settings becomes a new
 //! numbered version with its author and time; one version per route is active. Reverting makes
-//! an earlier version active again (audited), so the version that serves can always be named.
+//! an earlier version active again (audited, and marked as a revert: [`crate::levers`]), so the
+//! version that serves can always be named.
 
 use std::collections::BTreeMap;
 
@@ -87,7 +88,7 @@ pub(crate) fn record_settings(
     tx.execute(
         "INSERT INTO route_active (route, version, author, reason, changed_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5)
          ON CONFLICT(route) DO UPDATE SET version = excluded.version, author = excluded.author,
-           reason = excluded.reason, changed_unix_ms = excluded.changed_unix_ms",
+           reason = excluded.reason, changed_unix_ms = excluded.changed_unix_ms, lever = NULL",
         (route, version, author, note, created),
     )?;
     tx.commit()?;
@@ -163,8 +164,9 @@ pub(crate) fn activate(
 ) -> Result<VersionInfo, StoreError> {
     let info = find_version(store, route, version)?;
     store.conn().execute(
-        "UPDATE route_active SET version = ?2, author = ?3, reason = ?4, changed_unix_ms = ?5 WHERE route = ?1",
-        (route, version, author, reason, now_ms()),
+        "UPDATE route_active SET version = ?2, author = ?3, reason = ?4, changed_unix_ms = ?5,
+           lever = ?6 WHERE route = ?1",
+        (route, version, author, reason, now_ms(), crate::levers::LEVER_REVERT),
     )?;
     tracing::warn!(route, version, author, reason, "route settings: version activated");
     Ok(VersionInfo { active: true, ..info })

@@ -79,6 +79,7 @@ on_both_backends!(
     json_values_round_trip_exactly,
     prune_forgets_only_finished_records_past_their_retention,
     kill_flips_are_numbered_in_order_and_read_after_a_number,
+    route_to_flips_are_numbered_in_order_and_shared_by_replicas,
     review_items_wait_for_a_person_and_unknown_outcomes_are_remembered,
     runs_count_model_calls_tool_calls_and_the_same_call,
     the_same_tool_error_counts_in_a_row_until_a_success,
@@ -1050,6 +1051,39 @@ async fn kill_flips_are_numbered_in_order_and_read_after_a_number(backend: Backe
     let rest = store.kill_flips_after(numbers[0]).await.unwrap();
     assert_eq!(rest.into_iter().map(|(_, flip)| flip).collect::<Vec<_>>(), flips[1..]);
     assert!(store.kill_flips_after(numbers[2]).await.unwrap().is_empty());
+}
+
+// ---- the route-to lever ----
+
+async fn route_to_flips_are_numbered_in_order_and_shared_by_replicas(backend: Backend) {
+    use rein_core::RouteToFlip;
+
+    let store = &*backend.store;
+    assert!(store.route_to_flips_after(0).await.unwrap().is_empty());
+    let flip = |tier: Option<&str>, author: &str, reason: &str, at: u64| RouteToFlip {
+        route: "support".into(),
+        tier: tier.map(str::to_owned),
+        author: author.to_owned(),
+        reason: reason.to_owned(),
+        at_unix_ms: at,
+    };
+    let flips = [
+        flip(Some("fallback"), "ana", "quality score dropped", 1_700_000_000_000),
+        flip(None, "bo", "prompt reverted", 1_700_000_060_000),
+        flip(Some("backup"), "ana", "again", 1_700_000_120_000),
+    ];
+    let mut numbers = Vec::new();
+    for flip in &flips {
+        numbers.push(store.route_to_record(flip).await.unwrap());
+    }
+    assert!(numbers.windows(2).all(|pair| pair[0] < pair[1]), "{numbers:?}");
+    // Another replica (or the gateway after a restart) reads the same flips, with who, when, why.
+    let replica = backend.another().await;
+    let all = replica.route_to_flips_after(0).await.unwrap();
+    assert_eq!(all.iter().map(|(n, _)| *n).collect::<Vec<_>>(), numbers);
+    assert_eq!(all.into_iter().map(|(_, flip)| flip).collect::<Vec<_>>(), flips);
+    let rest = replica.route_to_flips_after(numbers[1]).await.unwrap();
+    assert_eq!(rest.into_iter().map(|(_, flip)| flip).collect::<Vec<_>>(), flips[2..]);
 }
 
 // ---- runs ----

@@ -53,6 +53,15 @@ impl Admin {
         self.client.post(format!("{}{path}", self.base))
     }
 
+    pub(crate) fn delete(&self, path: &str) -> reqwest::RequestBuilder {
+        self.client.delete(format!("{}{path}", self.base))
+    }
+
+    /// The gateway's base URL.
+    pub(crate) fn base(&self) -> &str {
+        &self.base
+    }
+
     /// Send `request` with the admin key; the status and the JSON body.
     pub(crate) async fn send(
         &self,

@@ -10,9 +10,11 @@ use anyhow::Context;
 mod admin;
 mod approvals;
 mod check;
+mod drill;
 mod eval;
 mod handoffs;
 mod judge;
+mod levers;
 mod outbox;
 mod probe;
 #[cfg(feature = "sim")]
@@ -55,6 +57,13 @@ enum Command {
     /// The conversations sent to a person, on a running gateway (through its admin API): list,
     /// show the packet, record a reviewer's decision, the edit rate and canaries caught.
     Handoffs(handoffs::HandoffsArgs),
+    /// The levers on a route, most easily undone first (through a running gateway's admin API):
+    /// which are engaged and since when; revert, pin-model, route-to, release, kill on|off.
+    Levers(levers::LeversArgs),
+    /// Drills against a route marked `drillable`: failover (a share of traffic to the fallback
+    /// for a while, its numbers beside the primary's), kill-switch (what customers get),
+    /// handoff (time the replies to seeded conversations).
+    Drill(drill::DrillArgs),
     /// The calls a running gateway kept traces of (through its admin API): list them, show one
     /// call's timeline (attempts, clocks, waits, tiers, checks, verdict) as a tree.
     Traces(traces::TracesArgs),
@@ -220,6 +229,8 @@ fn main() -> std::process::ExitCode {
             Command::Outbox(args) => outbox::run(args).await,
             Command::Approvals(args) => approvals::run(args).await,
             Command::Handoffs(args) => handoffs::run(args).await,
+            Command::Levers(args) => levers::run(args).await,
+            Command::Drill(args) => drill::run(args).await,
             Command::Traces(args) => traces::run(args).await,
             Command::Sli(args) => traces::sli(args).await,
             Command::Eval(args) => eval::run(args).await,

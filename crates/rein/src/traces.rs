@@ -118,7 +118,7 @@ fn text(value: &Value, field: &str) -> String {
 }
 
 /// Unix milliseconds as UTC `YYYY-MM-DD HH:MM:SS`.
-fn utc(ms: i64) -> String {
+pub(crate) fn utc(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
     let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).

@@ -3,7 +3,8 @@
 //! This module holds the [`Engine`]: its builder, the state it shares between calls (routes,
 //! retry budgets, breakers, the kill switch), its two ways in ([`Engine::complete`],
 //! [`Engine::stream`]) and the tier loop. The loop: kill switch → for each tier in this call's
-//! order (the failover share may put one tier first): skipped when a prompt that was too long
+//! order (the failover share, or a failover drill's, may put one tier first; the route-to lever
+//! drops the tiers before its own, see [`crate::lever`]): skipped when a prompt that was too long
 //! for an earlier tier cannot fit its window either → admitted by its breaker, or skipped while
 //! it cools down → its attempts (`tier`) → its breaker settled by what they did
 //! ([`crate::breaker::Permit::settle`] when it gave up). When every tier is done: the provider's
@@ -32,6 +33,7 @@ use crate::classify::Classified;
 use crate::classify::Disposition;
 use crate::context::CallContext;
 use crate::degraded::DegradedActs;
+use crate::lever::TierLevers;
 use crate::model::{ChatRequest, Message};
 use crate::release::{self, ReleaseStream};
 use crate::report::{Outcome, SkipReason, Step};
@@ -57,6 +59,7 @@ struct Inner {
     budget_policy: RetryBudgetPolicy,
     jitter: Arc<dyn Jitter>,
     kill: KillSwitch,
+    levers: TierLevers,
     observer: Option<Arc<dyn Observer>>,
     acts: Option<Arc<dyn DegradedActs>>,
 }
@@ -119,6 +122,7 @@ impl EngineBuilder {
                 budget_policy: self.budget_policy,
                 jitter: self.jitter,
                 kill: self.kill,
+                levers: TierLevers::default(),
                 observer: self.observer,
                 acts: self.acts,
             }),
@@ -178,6 +182,27 @@ impl Engine {
 
     pub fn kill_switch(&self) -> &KillSwitch {
         &self.inner.kill
+    }
+
+    /// The operators' tier levers: route-to, and failover drills.
+    pub fn levers(&self) -> &TierLevers {
+        &self.inner.levers
+    }
+
+    /// The tier names of a route, in order, if it exists.
+    pub fn tier_names(&self, route: &str) -> Option<Vec<String>> {
+        read(&self.inner.routes)
+            .get(route)
+            .map(|state| state.route.tiers.iter().map(|tier| tier.name.clone()).collect())
+    }
+
+    /// The tier a route's failover share (and a failover drill) goes to: the configured one, or
+    /// the second tier; `None` for a route with one tier.
+    pub fn failover_tier(&self, route: &str) -> Option<String> {
+        let routes = read(&self.inner.routes);
+        let route = &routes.get(route)?.route;
+        let index = failover_index(route)?;
+        Some(route.tiers[index].name.clone())
     }
 
     /// Breaker states of every tier of every route.
@@ -326,6 +351,12 @@ impl Engine {
         let mut order = self.tier_order(&state.0);
         if let Some(pin) = &ctx.pin_tier {
             order.retain(|&index| route.tiers[index].name == *pin);
+        } else if let Some(flip) = self.inner.levers.route_to(&route.name)
+            && let Some(start) =
+                route.tiers.iter().position(|tier| flip.tier.as_deref() == Some(&tier.name))
+        {
+            // The route-to lever: calls start at its tier; the later ones stay behind it.
+            order.retain(|&index| index >= start);
         }
         // Set by a context-length failure: only tiers with a larger window may follow, and
         // while none of them has been tried the provider's message is what the caller gets.
@@ -431,11 +462,16 @@ impl Engine {
     }
 
     /// The order tiers are tried in: as configured, except that the failover share's calls start
-    /// on the failover tier.
+    /// on the failover tier (a failover drill in force sets the share).
     fn tier_order(&self, state: &RouteState) -> Vec<usize> {
         let count = state.route.tiers.len();
         let mut order: Vec<usize> = (0..count).collect();
-        if let Some(failover) = state.route.failover
+        let failover = match self.inner.levers.drill(&state.route.name) {
+            Some(drill) => failover_index(&state.route)
+                .map(|tier| crate::route::FailoverShare { tier, share: drill.share }),
+            None => state.route.failover,
+        };
+        if let Some(failover) = failover
             && failover.tier < count
             && failover.share > 0.0
         {
@@ -453,6 +489,14 @@ impl Engine {
             }
         }
         order
+    }
+}
+
+/// The index of the tier a route's failover share goes to: the configured one, else the second.
+fn failover_index(route: &Route) -> Option<usize> {
+    match route.failover {
+        Some(failover) if failover.tier < route.tiers.len() => Some(failover.tier),
+        _ => (route.tiers.len() > 1).then_some(1),
     }
 }
 

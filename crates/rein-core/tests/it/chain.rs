@@ -76,6 +76,40 @@ async fn failover_share_keeps_a_steady_slice_on_the_fallback() {
     assert_eq!(fallback.arrivals().len(), 10);
 }
 
+#[tokio::test(start_paused = true)]
+async fn the_route_to_lever_and_a_failover_drill_move_calls_until_released_or_expired() {
+    let primary = Scripted::new("p", WireFormat::OpenAi, vec![ok()]);
+    let middle = Scripted::new("m", WireFormat::OpenAi, vec![status(400)]);
+    let last = Scripted::new("l", WireFormat::Anthropic, vec![ok()]);
+    let tiers = vec![("primary", primary.clone()), ("middle", middle.clone()), ("last", last)];
+    let engine = engine(vec![route("r", tiers)]);
+    let tier_of = |done: &Completion| done.report.served_by.as_ref().unwrap().tier;
+    let call = || engine.complete(CallContext::new(), "r", ChatRequest::default());
+
+    engine.levers().apply(RouteToFlip::now("r", Some("middle".into()), "ana", "eval"));
+    let done = call().await.unwrap();
+    assert_eq!(tier_of(&done), 2, "the middle tier failed: the one behind it answered");
+    assert!(primary.arrivals().is_empty(), "the tier before the lever's was skipped");
+    assert_eq!(middle.arrivals().len(), 1);
+    // An eval's pin still reaches any tier.
+    let mut pinned = CallContext::new();
+    pinned.pin_tier = Some("primary".into());
+    let done = engine.complete(pinned, "r", ChatRequest::default()).await.unwrap();
+    assert_eq!(tier_of(&done), 0);
+    engine.levers().apply(RouteToFlip::now("r", None, "ana", "fixed"));
+    assert_eq!(tier_of(&call().await.unwrap()), 0);
+
+    // A drill's share goes to the failover tier (the second, with none configured) until expiry.
+    engine.levers().start_drill("r", 1.0, Duration::from_secs(300), "ana");
+    assert_eq!(engine.failover_tier("r").as_deref(), Some("middle"));
+    let on_drill = call().await.unwrap();
+    assert_eq!(middle.arrivals().len(), 2, "the drill sent the call to the failover tier first");
+    assert_eq!(tier_of(&on_drill), 0, "which failed, so the primary took it");
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    call().await.unwrap();
+    assert_eq!(middle.arrivals().len(), 2, "the drill ended by itself");
+}
+
 /// Steady load at 10 calls/s for 20 s against a provider that fails every request, with three
 /// attempts per call allowed and no cooldown: the retry budget alone must hold upstream attempts
 /// to 1.2 × calls plus the floor.

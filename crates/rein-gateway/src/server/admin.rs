@@ -28,6 +28,8 @@ pub(super) fn router() -> Router<Arc<Gateway>> {
         .route("/routes/{route}/revert", post(revert))
         .merge(super::admin_tools::router())
         .merge(super::admin_coverage::router())
+        .merge(super::admin_levers::router())
+        .merge(super::admin_drills::router())
         .merge(super::admin_handoffs::router())
         .merge(super::admin_slis::router())
         .merge(super::probe::router())

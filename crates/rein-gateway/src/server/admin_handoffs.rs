@@ -75,11 +75,12 @@ async fn list(State(gateway): State<Arc<Gateway>>, Query(query): Query<ListQuery
     };
     if let Some(trigger) = &query.trigger
         && rein_core::handoff::Trigger::parse(trigger).is_none()
+        && trigger != rein_runtime::escalation::DRILL_TRIGGER
     {
         return error(
             StatusCode::BAD_REQUEST,
             format!(
-                "`trigger` must be handoff_rule, coverage, checks_failed, stop_condition, gate or degraded (got `{trigger}`)"
+                "`trigger` must be handoff_rule, coverage, checks_failed, stop_condition, gate, degraded or drill (got `{trigger}`)"
             ),
         );
     }

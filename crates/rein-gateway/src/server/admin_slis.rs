@@ -1,5 +1,6 @@
 //! The admin API's measurement half, behind the admin key: the SLIs of recorded calls over a
-//! window (`GET /admin/sli?window=1h`, per route, tier and label, and per route over time in
+//! window (`GET /admin/sli?window=1h`, `&since_ms=` for a span inside it such as a drill's, per
+//! route, tier and label, and per route over time in
 //! buckets for charts) and the embedded trace store (`GET /admin/traces`, newest first, and
 //! `GET /admin/traces/{id}` by trace id or request id, with the call's timeline as a tree). Both
 //! first wait briefly for the recorder to write what is queued, so a call made just before is
@@ -96,6 +97,10 @@ pub(super) struct SliQuery {
     /// Buckets of the over-time series (default 12, at most 200).
     #[serde(default)]
     pub buckets: Option<usize>,
+    /// Only the calls made at or after this time (Unix ms), inside the window: a drill's own
+    /// span.
+    #[serde(default)]
+    pub since_ms: Option<i64>,
 }
 
 /// The SLIs `query` asks for, as `/admin/sli` answers them (the dashboard renders the same).
@@ -117,6 +122,7 @@ pub(super) async fn sli_view(gateway: &Gateway, query: &SliQuery) -> Result<Valu
     runtime.recorder.flush(FLUSH_WAIT).await;
     let now = rein_core::clock::unix_ms() as i64;
     let since = now - i64::try_from(window.as_millis()).unwrap_or(i64::MAX).min(now);
+    let since = query.since_ms.map_or(since, |from| from.clamp(since, now));
     let calls = runtime
         .tool_store()
         .calls_since(since, query.route.as_deref(), MAX_CALLS)

@@ -3,7 +3,7 @@
 //! page shows each route's SLIs over the last hour (availability, fallback beyond plan, degraded
 //! share and latency p95 in 12 buckets, from the same view as `GET /admin/sli`) and for the
 //! whole hour, every tier's breaker (an open one with the time to its next probe), the kill
-//! switch and its recent flips, the outbox, the latest hand-offs and the latest calls not
+//! switch and its recent flips, the levers engaged on each route beside its quality score, the outbox, the latest hand-offs and the latest calls not
 //! answered on the first try, each linking to its trace. Every number carries its raw value
 //! (`data-sli="<route>:<field>"` with `data-value`, `data-tier="<route>:<tier>"` with
 //! `data-state`), so a test can hold the page against the admin API.
@@ -120,15 +120,21 @@ pub(super) async fn page(State(gateway): State<Arc<Gateway>>, headers: HeaderMap
         when(now),
     );
     body.push_str(&kill_section(&gateway));
-    let query = SliQuery { window: Some("1h".into()), route: None, buckets: Some(12) };
-    match sli_view(&gateway, &query).await {
-        Ok(view) => body.push_str(&sli_section(&view)),
+    let query =
+        SliQuery { window: Some("1h".into()), route: None, buckets: Some(12), since_ms: None };
+    let view = match sli_view(&gateway, &query).await {
+        Ok(view) => {
+            body.push_str(&sli_section(&view));
+            Some(view)
+        }
         Err(refusal) => {
             let why = refusal_message(refusal).await;
             let _ =
                 write!(body, "<h2>SLIs, last hour</h2><p class=note>No SLIs: {}</p>", escape(&why));
+            None
         }
-    }
+    };
+    body.push_str(&lever_section(&gateway, view.as_ref()));
     body.push_str(&probe_section(&gateway, &runtime));
     body.push_str(&tier_section(&gateway));
     body.push_str(&outbox_section(&runtime).await);
@@ -569,6 +575,105 @@ fn kill_section(gateway: &Gateway) -> String {
             if flip.engaged { "on" } else { "off" },
             if flip.engaged { "engaged" } else { "released" },
             escape(&flip.reason),
+        );
+    }
+    out.push_str("</table>");
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Levers
+
+/// The levers engaged on each route (as `GET /admin/routes/{route}/levers` says), beside its
+/// quality: the judge's score of sampled answers over the hour (`data-quality`, the SLI view's
+/// `quality`) and the golden-prompt probe's last score for the route (`data-probe-route`).
+fn lever_section(gateway: &Gateway, view: Option<&Value>) -> String {
+    let quality_of = |route: &str| -> Option<f64> {
+        view?["routes"].as_array()?.iter().find(|entry| entry["route"] == route)?["slis"]["quality"]
+            .as_f64()
+    };
+    let probe = gateway.probe.last();
+    let probe_of = |route: &str| -> Option<f64> {
+        let results: Vec<_> = probe.as_ref()?.results.iter().filter(|r| r.route == route).collect();
+        (!results.is_empty()).then(|| {
+            results.iter().filter(|r| r.result == "pass").count() as f64 / results.len() as f64
+        })
+    };
+    let mut out = String::from(
+        "<h2>Levers</h2><p class=muted>Most easily undone first: revert, pin a model, route to a \
+         tier, the kill switch (<code>rein levers ROUTE</code>).</p><table><tr><th>route</th>\
+         <th class=n>quality (judge, 1h)</th><th class=n>probe</th><th>settings</th>\
+         <th>route to</th><th>kill switch</th><th>engaged</th></tr>",
+    );
+    for route in gateway.runtime.engine.route_names() {
+        let levers = super::admin_levers::levers_view(gateway, &route);
+        let engaged: Vec<&str> = levers["engaged"]
+            .as_array()
+            .map(|all| all.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let settings = &levers["settings"];
+        let settings_text = match settings["version"].as_i64() {
+            None => "none".to_string(),
+            Some(version) => {
+                let how = match settings["lever"].as_str() {
+                    Some("revert") => " reverted",
+                    Some("pin_model") => " model pinned",
+                    _ => "",
+                };
+                format!(
+                    "v{version}{how} by {} {}",
+                    escape(settings["author"].as_str().unwrap_or("-")),
+                    when(settings["since_unix_ms"].as_i64().unwrap_or(0)),
+                )
+            }
+        };
+        // A cell's class says on or off; its text is plain (one text node, for a reader).
+        let flip_text = |flip: &Value, what: String| match flip["since_unix_ms"].as_i64() {
+            None => ("off", "off".to_string()),
+            Some(since) => (
+                "on",
+                format!(
+                    "{} since {} — {}",
+                    escape(&what),
+                    when(since),
+                    escape(flip["reason"].as_str().unwrap_or("")),
+                ),
+            ),
+        };
+        let route_to = &levers["route_to"];
+        let route_to_text =
+            flip_text(route_to, format!("tier {}", route_to["tier"].as_str().unwrap_or("-")));
+        let kill = &levers["kill_switch"];
+        let kill_text = if kill["route"].is_null() && !kill["global"].is_null() {
+            flip_text(&kill["global"], "engaged (every route)".into())
+        } else {
+            flip_text(&kill["route"], "engaged".into())
+        };
+        let quality = quality_of(&route);
+        let probe_score = probe_of(&route);
+        let _ = write!(
+            out,
+            "<tr data-levers=\"{route}\" data-engaged=\"{engaged}\"><td>{route}</td>\
+             <td class=n><span data-quality=\"{route}\" data-value=\"{}\">{}</span></td>\
+             <td class=n><span data-probe-route=\"{route}\" data-value=\"{}\">{}</span></td>\
+             <td data-lever=\"{route}:settings\">{settings_text}</td>\
+             <td data-lever=\"{route}:route_to\" class={}>{}</td>\
+             <td data-lever=\"{route}:kill_switch\" class={}>{}</td><td>{}</td></tr>",
+            quality.map(|q| q.to_string()).unwrap_or_default(),
+            quality.map_or_else(|| "—".into(), percent),
+            probe_score.map(|q| q.to_string()).unwrap_or_default(),
+            probe_score.map_or_else(|| "—".into(), percent),
+            route_to_text.0,
+            route_to_text.1,
+            kill_text.0,
+            kill_text.1,
+            if engaged.is_empty() {
+                "<span class=muted>none</span>".into()
+            } else {
+                escape(&engaged.join(", "))
+            },
+            route = escape(&route),
+            engaged = escape(&engaged.join(" ")),
         );
     }
     out.push_str("</table>");

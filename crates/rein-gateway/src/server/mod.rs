@@ -4,7 +4,9 @@
 
 mod admin;
 mod admin_coverage;
+mod admin_drills;
 mod admin_handoffs;
+mod admin_levers;
 mod admin_slis;
 mod admin_tools;
 mod chat;

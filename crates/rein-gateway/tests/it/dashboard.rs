@@ -375,6 +375,42 @@ async fn the_page_shows_the_admin_apis_numbers_and_links_a_failing_call_to_its_t
     assert_eq!(by(&elements(&html), "data-kill", "route:flaky").attrs["data-engaged"], "true");
 }
 
+#[tokio::test]
+async fn the_page_shows_the_levers_engaged_beside_the_quality_score() {
+    let (gw, _) = with_traffic().await;
+    let (_, html) = page(&gw, "/").await;
+    let shown = elements(&html);
+    for route in ["broken", "flaky"] {
+        let row = by(&shown, "data-levers", route);
+        assert_eq!(row.attrs["data-engaged"], "", "{route}: nothing engaged yet");
+        // The quality score is the SLI view's (no judge here: none).
+        let slis = admin_json(&gw, &format!("/admin/sli?window=1h&route={route}")).await;
+        let quality = by(&shown, "data-quality", route);
+        same_number(quality, &slis["routes"][0]["slis"]["quality"], route);
+        assert!(
+            by(&shown, "data-lever", &format!("{route}:settings")).text.starts_with("v1 by config")
+        );
+    }
+    let flip =
+        serde_json::json!({"tier": "fallback", "author": "ana", "reason": "<i>score</i> dropped"});
+    let response =
+        gw.admin(reqwest::Method::POST, "/admin/routes/flaky/route-to", Some(flip)).await;
+    assert_eq!(response.status(), 200);
+    let kill = serde_json::json!({"route": "flaky", "engaged": true, "reason": "incident"});
+    assert_eq!(gw.admin(reqwest::Method::POST, "/admin/kill", Some(kill)).await.status(), 200);
+    let (_, html) = page(&gw, "/").await;
+    let shown = elements(&html);
+    let levers = admin_json(&gw, "/admin/routes/flaky/levers").await;
+    assert_eq!(levers["engaged"], serde_json::json!(["route_to", "kill_switch"]));
+    assert_eq!(by(&shown, "data-levers", "flaky").attrs["data-engaged"], "route_to kill_switch");
+    let route_to = by(&shown, "data-lever", "flaky:route_to");
+    assert!(route_to.text.starts_with("tier fallback since"), "{route_to:?}");
+    assert!(route_to.text.ends_with("<i>score</i> dropped"), "escaped: {route_to:?}");
+    assert!(!html.contains("<i>score</i>"));
+    assert!(by(&shown, "data-lever", "flaky:kill_switch").text.starts_with("engaged since"));
+    assert_eq!(by(&shown, "data-levers", "broken").attrs["data-engaged"], "");
+}
+
 /// Debian's `chromium`, or `$CHROMIUM`; without one the test fails, saying how to get it.
 fn chromium() -> PathBuf {
     let chosen = std::env::var_os("CHROMIUM").map(PathBuf::from);

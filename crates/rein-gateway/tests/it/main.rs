@@ -12,6 +12,7 @@ mod judge;
 mod keepalive;
 mod labels;
 mod ladder;
+mod levers;
 mod otlp;
 mod phoenix;
 mod probe;

@@ -230,6 +230,8 @@ pub struct RouteConfig {
     /// Traces of this route's calls carry the messages and the answer
     /// (`gen_ai.input.messages`, `gen_ai.output.messages`); off by default.
     pub trace_content: bool,
+    /// `drillable = true`: `rein drill` (failover, kill switch, hand-off) may run against it.
+    pub drillable: bool,
     pub tiers: Vec<TierConfig>,
 }
 
@@ -1038,6 +1040,7 @@ fn validate_route(
         escalation: escalation::RouteEscalation::default(),
         labels: raw.labels.clone(),
         trace_content: raw.trace_content,
+        drillable: raw.drillable,
         tiers,
     })
 }

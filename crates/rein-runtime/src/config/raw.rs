@@ -423,6 +423,9 @@ pub struct RawRoute {
     /// Traces carry the messages and the answer (off: no message content leaves rein).
     #[serde(default)]
     pub trace_content: bool,
+    /// `rein drill` may run against this route (off: every drill is refused).
+    #[serde(default)]
+    pub drillable: bool,
     #[serde(default)]
     pub tiers: Vec<RawTier>,
 }

@@ -189,6 +189,15 @@ const MIGRATIONS: &[&str] = &[
         verdict TEXT NOT NULL
     );
     CREATE INDEX verdicts_at ON verdicts (at_unix_ms);",
+    // 10: the route-to lever's flips (tier NULL: released), shared by the replicas.
+    "CREATE TABLE route_to_flips (
+        id BIGSERIAL PRIMARY KEY,
+        route TEXT NOT NULL,
+        tier TEXT,
+        author TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        at_unix_ms BIGINT NOT NULL
+    );",
 ];
 
 /// The advisory lock key that serializes migrations ("reinschm" in ASCII).

@@ -82,6 +82,17 @@ impl ToolStore for TestStore {
         self.inner.kill_flips_after(after).await
     }
 
+    async fn route_to_record(&self, flip: &rein_core::RouteToFlip) -> Result<i64, StoreError> {
+        self.inner.route_to_record(flip).await
+    }
+
+    async fn route_to_flips_after(
+        &self,
+        after: i64,
+    ) -> Result<Vec<(i64, rein_core::RouteToFlip)>, StoreError> {
+        self.inner.route_to_flips_after(after).await
+    }
+
     async fn run_record(
         &self,
         run_id: &str,

@@ -7,6 +7,7 @@
 mod architecture;
 mod cli;
 mod crash;
+mod drill;
 mod edge;
 mod engine_e2e;
 mod eval;
