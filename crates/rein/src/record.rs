@@ -16,7 +16,7 @@ use rein_sim::record::{self, DEFAULT_MAX_BODY_BYTES, RecordConfig};
 
 #[derive(Debug, Args)]
 pub(crate) struct RecordArgs {
-    /// The provider's base URL (e.g. https://api.openai.com): a request for /v1/x goes to
+    /// The provider's base URL (e.g. `https://api.openai.com`): a request for /v1/x goes to
     /// {upstream}/v1/x.
     #[arg(long)]
     upstream: String,
