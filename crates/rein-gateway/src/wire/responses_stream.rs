@@ -219,6 +219,9 @@ impl ResponsesStream {
                        "content_index": content_index, "part": part}),
             );
         }
+        if delta.is_empty() {
+            return;
+        }
         let mut fields = json!({"item_id": id, "output_index": output_index,
                                 "content_index": content_index, "delta": delta});
         if !refusal && let Value::Object(map) = &mut fields {
@@ -336,10 +339,11 @@ impl ResponsesStream {
 
     fn completed(&mut self, completion: &Completion, frames: &mut Vec<Bytes>) {
         let response = &completion.response;
-        if self.model.is_empty() {
+        self.ensure_started(frames);
+        // The model that answered, whichever tier's stream started first.
+        if !response.model.is_empty() {
             self.model = response.model.clone();
         }
-        self.ensure_started(frames);
         if self.items.is_empty() {
             // Nothing of the answer was streamed (an empty answer, or one released whole):
             // stream it now, so the events always carry what the Response holds.

@@ -367,3 +367,17 @@ fn a_refusal_streams_as_a_refusal_part() {
     let last = &json.as_array().unwrap().last().unwrap()["data"]["response"];
     assert_eq!(last["output"][0]["content"][0]["type"], json!("refusal"));
 }
+
+#[test]
+fn an_empty_answer_streams_one_empty_message_without_empty_deltas() {
+    let mut stream = ResponsesStream::new(fixtures::meta("resp_rein11"), Echo::default());
+    let empty = ChatResponse { text: String::new(), ..fixtures::text_response() };
+    let frames = stream.encode(&fixtures::completed(empty));
+    let types = event_types(&frames);
+    assert!(!types.contains(&"response.output_text.delta".to_string()), "{types:?}");
+    let json = frames_json(&frames);
+    let last = &json.as_array().unwrap().last().unwrap()["data"]["response"];
+    assert_eq!(last["status"], json!("completed"));
+    assert_eq!(last["output"][0]["content"][0]["text"], json!(""));
+    assert_eq!(last["model"], json!("gpt-4o-2024-08-06"));
+}
