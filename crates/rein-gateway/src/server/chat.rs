@@ -1,5 +1,5 @@
-//! The model-call endpoints: `POST /v1/chat/completions` (OpenAI) and `POST /v1/messages`
-//! (Anthropic). Both run the same path: auth → content type → body limit → parse (errors name
+//! The model-call endpoints: `POST /v1/chat/completions` (OpenAI), `POST /v1/responses`
+//! (OpenAI Responses) and `POST /v1/messages` (Anthropic). All run the same path: auth → content type → body limit → parse (errors name
 //! the field) → per-request context from headers and the body's `rein` object (the caller's
 //! evidence for the route's business rules) → the engine → the answer in the caller's format,
 //! with response headers that say what happened (outcome, tier, attempts, re-asks, repairs).
@@ -30,6 +30,14 @@ pub(super) async fn openai_chat(State(gateway): State<Arc<Gateway>>, request: Re
     handle(gateway, Api::OpenAi, parts.headers, body).await
 }
 
+pub(super) async fn openai_responses(
+    State(gateway): State<Arc<Gateway>>,
+    request: Request,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    handle(gateway, Api::Responses, parts.headers, body).await
+}
+
 pub(super) async fn anthropic_messages(
     State(gateway): State<Arc<Gateway>>,
     request: Request,
@@ -45,6 +53,8 @@ struct Parsed {
     include_usage: bool,
     evidence: Evidence,
     labels: std::collections::BTreeMap<String, String>,
+    /// What a Response object repeats of the request (Responses callers only).
+    echo: Option<wire::responses::Echo>,
 }
 
 async fn handle(gateway: Arc<Gateway>, api: Api, headers: HeaderMap, body: Body) -> Response {
@@ -97,6 +107,7 @@ fn prepare(api: Api, call: Admitted, request_id: &str) -> Result<(Parsed, CallCo
             include_usage: p.include_usage,
             evidence: p.evidence,
             labels: p.labels,
+            echo: None,
         }),
         Api::Anthropic => wire::anthropic::parse_request(&body).map(|p| Parsed {
             route: p.route,
@@ -105,6 +116,16 @@ fn prepare(api: Api, call: Admitted, request_id: &str) -> Result<(Parsed, CallCo
             include_usage: false,
             evidence: p.evidence,
             labels: p.labels,
+            echo: None,
+        }),
+        Api::Responses => wire::responses::parse_request(&body).map(|p| Parsed {
+            route: p.route,
+            request: p.request,
+            stream: p.stream,
+            include_usage: false,
+            evidence: p.evidence,
+            labels: p.labels,
+            echo: Some(p.echo),
         }),
     }
     .map_err(|error| ApiError::wire(api, &error, request_id))?;
@@ -196,7 +217,7 @@ fn refused(api: Api, refusal: Refusal, server: &ServerConfig, request_id: &str) 
     let (kind, message) = match refusal {
         Refusal::Unauthorized => {
             let message = match api {
-                Api::OpenAi => {
+                Api::OpenAi | Api::Responses => {
                     "Incorrect API key provided. Send a rein client key as `Authorization: Bearer <key>`."
                 }
                 Api::Anthropic => {
@@ -261,6 +282,7 @@ fn meta(api: Api) -> ResponseMeta {
     match api {
         Api::OpenAi => ResponseMeta::new(intake::new_id("chatcmpl-"), created),
         Api::Anthropic => ResponseMeta::new(intake::new_id("msg_"), created),
+        Api::Responses => ResponseMeta::new(intake::new_id("resp_"), created),
     }
 }
 
@@ -302,6 +324,11 @@ async fn complete(
                     let body = wire::anthropic::render_response(&completion, &meta);
                     serde_json::to_vec(&body).unwrap_or_default()
                 }
+                Api::Responses => {
+                    let echo = parsed.echo.unwrap_or_default();
+                    let body = wire::responses::render_response(&completion, &meta, &echo);
+                    serde_json::to_vec(&body).unwrap_or_default()
+                }
             };
             log_call(&request_id, &completion.report);
             let mut response = (
@@ -333,6 +360,7 @@ async fn complete(
 enum Encoder {
     OpenAi(wire::OpenAiStream),
     Anthropic(wire::AnthropicStream),
+    Responses(Box<wire::ResponsesStream>),
 }
 
 impl Encoder {
@@ -340,6 +368,7 @@ impl Encoder {
         match self {
             Encoder::OpenAi(e) => e.encode(item),
             Encoder::Anthropic(e) => e.encode(item),
+            Encoder::Responses(e) => e.encode(item),
         }
     }
 
@@ -347,6 +376,7 @@ impl Encoder {
         match self {
             Encoder::OpenAi(e) => e.close(),
             Encoder::Anthropic(e) => e.close(),
+            Encoder::Responses(e) => e.close(),
         }
     }
 }
@@ -459,6 +489,10 @@ async fn stream(
     let mut encoder = match api {
         Api::OpenAi => Encoder::OpenAi(wire::OpenAiStream::new(meta(api), parsed.include_usage)),
         Api::Anthropic => Encoder::Anthropic(wire::AnthropicStream::new(meta(api))),
+        Api::Responses => Encoder::Responses(Box::new(wire::ResponsesStream::new(
+            meta(api),
+            parsed.echo.unwrap_or_default(),
+        ))),
     };
     // Everything held goes out as one body frame (so with the headers in one write).
     let mut first = BytesMut::new();
@@ -641,8 +675,11 @@ fn report_headers(
     report: Option<&CallReport>,
 ) {
     set_text(headers, &names::REQUEST_ID, request_id);
-    let vendor_id =
-        if api == Api::OpenAi { &names::OPENAI_REQUEST_ID } else { &names::ANTHROPIC_REQUEST_ID };
+    let vendor_id = if api == Api::Anthropic {
+        &names::ANTHROPIC_REQUEST_ID
+    } else {
+        &names::OPENAI_REQUEST_ID
+    };
     set_text(headers, vendor_id, request_id);
     if let Some(report) = report {
         set_text(headers, &names::ROUTE, &report.route);

@@ -17,6 +17,8 @@ use crate::wire::{self, ErrorKind, WireError};
 pub enum Api {
     OpenAi,
     Anthropic,
+    /// OpenAI's Responses API: OpenAI's error bodies and headers.
+    Responses,
 }
 
 impl Api {
@@ -24,6 +26,7 @@ impl Api {
         match self {
             Api::OpenAi => "openai",
             Api::Anthropic => "anthropic",
+            Api::Responses => "responses",
         }
     }
 }
@@ -89,6 +92,7 @@ impl ApiError {
         let body = match api {
             Api::OpenAi => wire::openai::error_body(kind, message, None),
             Api::Anthropic => wire::anthropic::error_body(kind, message),
+            Api::Responses => wire::responses::error_body(kind, message),
         };
         Self::chat(api, status(kind), body, request_id)
     }
@@ -98,6 +102,7 @@ impl ApiError {
         let body = match api {
             Api::OpenAi => wire::openai::wire_error_body(error),
             Api::Anthropic => wire::anthropic::wire_error_body(error),
+            Api::Responses => wire::responses::wire_error_body(error),
         };
         Self::chat(api, status(error.kind()), body, request_id)
     }
@@ -107,6 +112,7 @@ impl ApiError {
         let (kind, body) = match api {
             Api::OpenAi => wire::openai::call_error_body(error),
             Api::Anthropic => wire::anthropic::call_error_body(error),
+            Api::Responses => wire::responses::call_error_body(error),
         };
         Self::chat(api, status(kind), body, request_id)
     }
@@ -166,7 +172,7 @@ impl IntoResponse for ApiError {
             self.request_id.as_deref().and_then(|id| HeaderValue::from_str(id).ok())
         {
             match self.surface {
-                Surface::Chat(Api::OpenAi) => {
+                Surface::Chat(Api::OpenAi | Api::Responses) => {
                     headers.insert("x-request-id", value.clone());
                 }
                 Surface::Chat(Api::Anthropic) => {

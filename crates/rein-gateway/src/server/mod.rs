@@ -243,6 +243,7 @@ pub async fn bind(gateway: &Gateway) -> Result<TcpListener, StartError> {
 pub fn router(gateway: Arc<Gateway>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::openai_chat))
+        .route("/v1/responses", post(chat::openai_responses))
         .route("/v1/messages", post(chat::anthropic_messages))
         .route("/v1/tools/{tool}", post(tools::call))
         .route("/v1/models", get(models))
@@ -286,7 +287,7 @@ async fn models(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Resp
     let created = rein_core::clock::unix_ms() / 1000;
     let routes = gateway.runtime.engine.route_names();
     let body = match api {
-        Api::OpenAi => crate::wire::openai::models_body(&routes, created),
+        Api::OpenAi | Api::Responses => crate::wire::openai::models_body(&routes, created),
         Api::Anthropic => crate::wire::anthropic::models_body(&routes, created),
     };
     let mut response = axum::Json(body).into_response();
@@ -310,7 +311,7 @@ async fn model(
     }
     let created = rein_core::clock::unix_ms() / 1000;
     let body = match api {
-        Api::OpenAi => {
+        Api::OpenAi | Api::Responses => {
             serde_json::json!({"id": id, "object": "model", "created": created, "owned_by": "rein"})
         }
         Api::Anthropic => crate::wire::anthropic::model_object(&id, created),

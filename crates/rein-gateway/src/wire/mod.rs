@@ -1,21 +1,25 @@
-//! The wire formats rein speaks to callers: OpenAI Chat Completions (`openai`) and Anthropic
-//! Messages (`anthropic`). Pure translation with no I/O: a request body becomes a canonical
+//! The wire formats rein speaks to callers: OpenAI Chat Completions (`openai`), OpenAI
+//! Responses (`responses`) and Anthropic Messages (`anthropic`). Pure translation with no I/O:
+//! a request body becomes a canonical
 //! [`ChatRequest`](rein_core::ChatRequest) plus the route it names; a
 //! [`Completion`](rein_core::Completion) becomes the response body; the engine's
 //! [`Released`](rein_core::Released) items become SSE frames; and errors become bodies in the
-//! caller's format. Either format carries any canonical answer, whichever provider produced it,
+//! caller's format. Each format carries any canonical answer, whichever provider produced it,
 //! so an OpenAI SDK can be served by a Claude tier and back.
 //!
-//! Every body also carries a top-level `rein` object (outcome, route, tier, attempts); the
-//! official SDKs ignore fields they do not know.
+//! Chat Completions and Messages bodies also carry a top-level `rein` object (outcome, route,
+//! tier, attempts; the official SDKs ignore fields they do not know); a Response object keeps
+//! to OpenAI's documented fields, and its callers read the same in the `x-rein-*` headers.
 
 mod anthropic_stream;
 mod evidence;
 mod json;
 mod openai_stream;
+mod responses_stream;
 
 pub mod anthropic;
 pub mod openai;
+pub mod responses;
 
 use serde_json::{Value, json};
 
@@ -24,6 +28,7 @@ use rein_core::{CallError, CallReport};
 pub use anthropic::{AnthropicRequest, AnthropicStream};
 pub(crate) use evidence::evidence_list;
 pub use openai::{OpenAiRequest, OpenAiStream};
+pub use responses::{ResponsesRequest, ResponsesStream};
 
 /// What the caller is told for one response: the ids and times rein assigns, not the provider's.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,6 +17,7 @@ mod otlp;
 mod phoenix;
 mod probe;
 mod prometheus;
+mod responses;
 mod runs;
 mod tools;
 mod traces;
