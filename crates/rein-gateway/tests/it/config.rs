@@ -248,6 +248,24 @@ model = "anthropic.claude-3-haiku-20240307-v1:0"
     let shown = format!("{:?}", config.providers["bedrock"]);
     assert!(!shown.contains("wJalrXUtnFEMI"), "{shown}");
     assert!(!shown.contains("AKIDEXAMPLE"), "{shown}");
+    // Without the variables, the profile of the shared credentials file.
+    let file = std::env::temp_dir().join(format!("rein-aws-credentials-{}", std::process::id()));
+    std::fs::write(
+        &file,
+        "[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = default-secret\n[ci]\naws_access_key_id = AKIDFROMFILE\naws_secret_access_key = file-secret\n",
+    )
+    .unwrap();
+    let path = file.to_string_lossy().into_owned();
+    let from_file = move |name: &str| match name {
+        "AWS_SHARED_CREDENTIALS_FILE" => Some(path.clone()),
+        "AWS_PROFILE" => Some("ci".to_owned()),
+        "AWS_REGION" => Some("eu-west-1".to_owned()),
+        _ => None,
+    };
+    let config = Config::from_toml(text, &from_file).expect("credentials from the profile");
+    let adapter = serde_json::to_value(&config.providers["bedrock"].adapter).unwrap();
+    assert_eq!(adapter["region"], "eu-west-1");
+    let _ = std::fs::remove_file(&file);
     // A key that only applies to Bedrock is refused elsewhere.
     let openai = "[providers.o]\nkind = \"openai\"\napi_key_env = \"OPENAI_API_KEY\"\nregion = \"us-east-1\"\n[routes.chat]\n[[routes.chat.tiers]]\nname = \"p\"\nprovider = \"o\"\nmodel = \"m\"\n";
     assert!(problems(openai).contains("`providers.o.region`: only applies to kind `bedrock`"));

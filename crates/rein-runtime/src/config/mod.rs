@@ -860,8 +860,9 @@ struct AwsSettings {
 
 /// The region (`region`, else `AWS_REGION` / `AWS_DEFAULT_REGION`) and the credentials, from
 /// the variables the provider names (default `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
-/// `AWS_SESSION_TOKEN`). Each missing one is a problem naming its key and variable, never a
-/// value.
+/// `AWS_SESSION_TOKEN`), else from the profile (`profile`, else `AWS_PROFILE`, else
+/// `default`) of the shared credentials file. Each missing one is a problem naming its key and
+/// variable, never a value.
 fn aws_settings(
     raw: &RawProvider,
     env: EnvLookup<'_>,
@@ -880,33 +881,100 @@ fn aws_settings(
             "is required for kind `bedrock` (or set `AWS_REGION`): the region is part of the endpoint and of every signature",
         );
     }
-    let mut read = |field: &str, default: &str, required: bool| {
-        let var = match field {
-            "access_key_id_env" => raw.access_key_id_env.as_deref(),
-            "secret_access_key_env" => raw.secret_access_key_env.as_deref(),
-            _ => raw.session_token_env.as_deref(),
+    let var = |field: &str, default: &'static str| {
+        match field {
+            "access_key_id_env" => raw.access_key_id_env.clone(),
+            "secret_access_key_env" => raw.secret_access_key_env.clone(),
+            _ => raw.session_token_env.clone(),
         }
-        .unwrap_or(default);
-        let value = env(var).filter(|value| !value.is_empty()).map(Secret::new);
-        if value.is_none() && required {
+        .unwrap_or_else(|| default.to_owned())
+    };
+    let read = |field: &str, default: &'static str| {
+        env(&var(field, default)).filter(|value| !value.is_empty()).map(Secret::new)
+    };
+    let mut access_key_id = read("access_key_id_env", "AWS_ACCESS_KEY_ID");
+    let mut secret_access_key = read("secret_access_key_env", "AWS_SECRET_ACCESS_KEY");
+    let mut session_token = read("session_token_env", "AWS_SESSION_TOKEN");
+    let profile =
+        raw.profile.clone().or_else(|| env("AWS_PROFILE")).unwrap_or_else(|| "default".to_owned());
+    // Without the variables, the shared credentials file's profile, as the AWS SDKs do.
+    if access_key_id.is_none() && secret_access_key.is_none() {
+        let file = env("AWS_SHARED_CREDENTIALS_FILE")
+            .or_else(|| env("HOME").map(|home| format!("{home}/.aws/credentials")));
+        if let Some(found) = file.and_then(|path| profile_credentials(&path, &profile)) {
+            access_key_id = found.access_key_id;
+            secret_access_key = found.secret_access_key;
+            session_token = found.session_token;
+        }
+    }
+    for (field, default, value) in [
+        ("access_key_id_env", "AWS_ACCESS_KEY_ID", &access_key_id),
+        ("secret_access_key_env", "AWS_SECRET_ACCESS_KEY", &secret_access_key),
+    ] {
+        if value.is_none() {
+            let var = var(field, default);
             problems.add(
                 key(field),
                 format!(
-                    "environment variable `{var}` is not set: Bedrock signs every request with it"
+                    "environment variable `{var}` is not set (nor is the profile `{profile}` of the shared credentials file): Bedrock signs every request with it"
                 ),
             );
         }
-        value
-    };
-    let access_key_id = read("access_key_id_env", "AWS_ACCESS_KEY_ID", true);
-    let secret_access_key = read("secret_access_key_env", "AWS_SECRET_ACCESS_KEY", true);
-    let session_token = read("session_token_env", "AWS_SESSION_TOKEN", false);
+    }
     Some(AwsSettings {
         region: region?,
         access_key_id: access_key_id?,
         secret_access_key: secret_access_key?,
         session_token,
     })
+}
+
+/// Credentials of one profile of an AWS shared credentials file (INI: `[profile]`,
+/// `aws_access_key_id`, `aws_secret_access_key`, `aws_session_token`).
+#[derive(Default)]
+struct ProfileCredentials {
+    access_key_id: Option<Secret>,
+    secret_access_key: Option<Secret>,
+    session_token: Option<Secret>,
+}
+
+/// Reads `profile` from the credentials file at `path` (its first 64 KiB); `None` when the
+/// file cannot be read or has no such profile.
+fn profile_credentials(path: &str, profile: &str) -> Option<ProfileCredentials> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(path).ok()?.take(64 * 1024).read_to_string(&mut text).ok()?;
+    parse_profile(&text, profile)
+}
+
+fn parse_profile(text: &str, profile: &str) -> Option<ProfileCredentials> {
+    let mut found: Option<ProfileCredentials> = None;
+    let mut inside = false;
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(section) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            inside = section.trim() == profile;
+            if inside {
+                found.get_or_insert_with(ProfileCredentials::default);
+            }
+            continue;
+        }
+        let (true, Some(credentials), Some((name, value))) =
+            (inside, found.as_mut(), line.split_once('='))
+        else {
+            continue;
+        };
+        let value = Some(value.trim()).filter(|v| !v.is_empty()).map(Secret::new);
+        match name.trim() {
+            "aws_access_key_id" => credentials.access_key_id = value,
+            "aws_secret_access_key" => credentials.secret_access_key = value,
+            "aws_session_token" => credentials.session_token = value,
+            _ => {}
+        }
+    }
+    found
 }
 
 /// A replay provider's cassette: readable and valid (checked again when the provider starts).
@@ -1163,4 +1231,22 @@ fn validate_route(
         drillable: raw.drillable,
         tiers,
     })
+}
+
+#[cfg(test)]
+mod aws_profile_tests {
+    use super::parse_profile;
+
+    #[test]
+    fn a_profile_is_read_from_its_own_section_only() {
+        let text = "# shared credentials\n[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = default-secret\n\n[work]\naws_access_key_id=AKIDWORK\naws_secret_access_key = work-secret\naws_session_token = work-token\n";
+        let work = parse_profile(text, "work").expect("work");
+        assert_eq!(work.access_key_id.as_ref().map(|s| s.expose()), Some("AKIDWORK"));
+        assert_eq!(work.secret_access_key.as_ref().map(|s| s.expose()), Some("work-secret"));
+        assert_eq!(work.session_token.as_ref().map(|s| s.expose()), Some("work-token"));
+        let default = parse_profile(text, "default").expect("default");
+        assert_eq!(default.access_key_id.as_ref().map(|s| s.expose()), Some("AKIDDEFAULT"));
+        assert!(default.session_token.is_none());
+        assert!(parse_profile(text, "absent").is_none());
+    }
 }

@@ -339,6 +339,11 @@ pub struct RawProvider {
     /// Bedrock: the variable holding a session token, if any (default `AWS_SESSION_TOKEN`).
     #[serde(default)]
     pub session_token_env: Option<String>,
+    /// Bedrock: the profile of the shared credentials file (`~/.aws/credentials`, or
+    /// `AWS_SHARED_CREDENTIALS_FILE`) read when the variables are unset (default: `AWS_PROFILE`,
+    /// else `default`).
+    #[serde(default)]
+    pub profile: Option<String>,
     /// Sim, replay: which wire format the in-process tier speaks (`openai`, `anthropic` or
     /// `bedrock`).
     #[serde(default)]
