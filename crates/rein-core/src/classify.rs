@@ -248,6 +248,30 @@ fn kind_of_http(format: WireFormat, http: &HttpError) -> FailureKind {
         (WireFormat::Anthropic, "permission_error") => return FailureKind::Forbidden,
         (WireFormat::Anthropic, "not_found_error") => return FailureKind::NotFound,
         (WireFormat::Anthropic, "request_too_large") => return FailureKind::PayloadTooLarge,
+        // Bedrock types every error (`x-amzn-ErrorType`); its statuses are shared (a 429 is
+        // a throttle or a model still loading, a 400 any validation failure).
+        (WireFormat::Bedrock, "ThrottlingException") => return FailureKind::RateLimited,
+        (WireFormat::Bedrock, "ServiceUnavailableException" | "ModelNotReadyException") => {
+            return FailureKind::Overloaded;
+        }
+        (WireFormat::Bedrock, "InternalServerException" | "ModelErrorException") => {
+            return FailureKind::ServerError;
+        }
+        (WireFormat::Bedrock, "ModelTimeoutException") => return FailureKind::RequestTimeout,
+        (WireFormat::Bedrock, "ValidationException") => return FailureKind::InvalidRequest,
+        (
+            WireFormat::Bedrock,
+            "UnrecognizedClientException"
+            | "ExpiredTokenException"
+            | "InvalidSignatureException"
+            | "IncompleteSignatureException"
+            | "MissingAuthenticationTokenException",
+        ) => return FailureKind::Unauthorized,
+        (WireFormat::Bedrock, "AccessDeniedException") => return FailureKind::Forbidden,
+        (WireFormat::Bedrock, "ResourceNotFoundException") => return FailureKind::NotFound,
+        (WireFormat::Bedrock, "ServiceQuotaExceededException") => {
+            return FailureKind::QuotaExhausted;
+        }
         _ => {}
     }
     match http.status {
@@ -275,8 +299,10 @@ fn kind_of_stream_error(
     match error_type.unwrap_or("") {
         _ if is_content_policy(code, &message) => FailureKind::ContentPolicy,
         _ if code == "rate_limit_exceeded" => FailureKind::RateLimited,
-        "overloaded_error" => FailureKind::Overloaded,
-        "rate_limit_error" | "rate_limit_exceeded" => FailureKind::RateLimited,
+        "overloaded_error" | "serviceUnavailableException" => FailureKind::Overloaded,
+        "rate_limit_error" | "rate_limit_exceeded" | "throttlingException" => {
+            FailureKind::RateLimited
+        }
         _ => FailureKind::StreamInterrupted,
     }
 }
@@ -305,6 +331,8 @@ fn is_context_length(code: &str, message: &str) -> bool {
         || message.contains("maximum context length")
         || message.contains("context window")
         || message.contains("exceed context limit")
+        // Bedrock's ValidationException for a prompt over the model's window.
+        || message.contains("input is too long")
 }
 
 fn is_content_policy(code: &str, message: &str) -> bool {

@@ -17,6 +17,10 @@ pub enum WireFormat {
     OpenAi,
     #[serde(rename = "anthropic")]
     Anthropic,
+    /// Amazon Bedrock's Converse API: errors are typed by the `x-amzn-ErrorType` header
+    /// (`ThrottlingException`, ...), streams are AWS event-stream frames.
+    #[serde(rename = "bedrock")]
+    Bedrock,
 }
 
 /// One of the clocks that bound an attempt.
@@ -135,6 +139,7 @@ impl fmt::Display for WireFormat {
         f.write_str(match self {
             WireFormat::OpenAi => "openai",
             WireFormat::Anthropic => "anthropic",
+            WireFormat::Bedrock => "bedrock",
         })
     }
 }

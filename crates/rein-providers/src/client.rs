@@ -192,7 +192,7 @@ impl HttpClient {
         endpoint: &Endpoint,
         headers: &HeaderMap,
         body: Bytes,
-    ) -> impl Future<Output = Result<Upstream, Failure>> + Send + 'static {
+    ) -> impl Future<Output = Result<Upstream, Failure>> + Send + 'static + use<> {
         enum Sending {
             Direct(hyper_util::client::legacy::ResponseFuture),
             Proxied(Box<reqwest::RequestBuilder>),

@@ -70,6 +70,9 @@ pub enum ProviderConfig {
     /// Anthropic Messages.
     #[serde(rename = "anthropic")]
     Anthropic(AnthropicConfig),
+    /// Amazon Bedrock's Converse API, SigV4-signed.
+    #[serde(rename = "bedrock")]
+    Bedrock(BedrockConfig),
 }
 
 impl ProviderConfig {
@@ -77,6 +80,7 @@ impl ProviderConfig {
         match self {
             ProviderConfig::OpenAi(config) => &config.name,
             ProviderConfig::Anthropic(config) => &config.name,
+            ProviderConfig::Bedrock(config) => &config.name,
         }
     }
 
@@ -88,6 +92,7 @@ impl ProviderConfig {
             ProviderConfig::Anthropic(config) => {
                 crate::AnthropicProvider::prepare(config).map(drop)
             }
+            ProviderConfig::Bedrock(config) => crate::BedrockProvider::prepare(config).map(drop),
         }
     }
 }
@@ -221,6 +226,52 @@ impl AnthropicConfig {
     }
 }
 
+/// A provider on Amazon Bedrock's Converse API: `POST {base_url}/model/{model}/converse` (or
+/// `/converse-stream`), signed with SigV4 for the `bedrock` service in `region`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BedrockConfig {
+    pub name: String,
+    /// The AWS region (`us-east-1`): part of the default endpoint and of every signature.
+    pub region: String,
+    /// Defaults to `https://bedrock-runtime.{region}.amazonaws.com` (a simulator, a VPC
+    /// endpoint).
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// Already resolved, like every secret here.
+    #[serde(default)]
+    pub access_key_id: Option<Secret>,
+    #[serde(default)]
+    pub secret_access_key: Option<Secret>,
+    /// With temporary (STS, SSO) credentials.
+    #[serde(default)]
+    pub session_token: Option<Secret>,
+    /// Sent as `inferenceConfig.maxTokens` when the request has no ceiling of its own.
+    #[serde(default = "default_anthropic_max_tokens")]
+    pub default_max_tokens: u32,
+    /// ConverseStream when true, Converse otherwise.
+    #[serde(default = "default_true")]
+    pub streaming: bool,
+    #[serde(default)]
+    pub limits: ResponseLimits,
+}
+
+impl BedrockConfig {
+    pub fn new(name: impl Into<String>, region: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            region: region.into(),
+            base_url: None,
+            access_key_id: None,
+            secret_access_key: None,
+            session_token: None,
+            default_max_tokens: ANTHROPIC_DEFAULT_MAX_TOKENS,
+            streaming: true,
+            limits: ResponseLimits::default(),
+        }
+    }
+}
+
 /// Settings of the one pooled HTTP client every provider shares. No request or read timeout
 /// exists here on purpose: the engine owns every clock but the TCP/TLS connect bound.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -270,6 +321,8 @@ pub enum ConfigError {
     InvalidHeader { provider: String, header: String, reason: String },
     #[error("provider `{provider}`: the API key is not a valid HTTP header value")]
     InvalidApiKey { provider: String },
+    #[error("provider `{provider}`: `{key}` is missing: Bedrock signs every request with it")]
+    MissingAwsCredential { provider: String, key: &'static str },
     #[error(
         "provider `{provider}`: `max_response_bytes` ({max_response_bytes}) and `max_event_bytes` ({max_event_bytes}) must be above 0, and an event cannot be larger than the response"
     )]
@@ -290,6 +343,7 @@ impl ConfigError {
             }
             ConfigError::InvalidHeader { header, .. } => format!("headers.{header}"),
             ConfigError::InvalidApiKey { .. } => "api_key".into(),
+            ConfigError::MissingAwsCredential { key, .. } => (*key).to_string(),
             ConfigError::InvalidLimits { .. } => "max_event_bytes".into(),
         }
     }
@@ -304,6 +358,7 @@ impl ConfigError {
             | ConfigError::AzureNeedsBaseUrl { provider }
             | ConfigError::InvalidHeader { provider, .. }
             | ConfigError::InvalidApiKey { provider }
+            | ConfigError::MissingAwsCredential { provider, .. }
             | ConfigError::InvalidLimits { provider, .. } => format!("provider `{provider}`: "),
         };
         let reason = shown.strip_prefix(&prefix).unwrap_or(&shown);

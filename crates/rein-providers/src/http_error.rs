@@ -60,12 +60,44 @@ pub fn parse_http_error(
     let (primary, secondary) = match format {
         WireFormat::OpenAi => ("x-request-id", "request-id"),
         WireFormat::Anthropic => ("request-id", "x-request-id"),
+        WireFormat::Bedrock => {
+            read_aws_error_type(headers, body, &mut http);
+            ("x-amzn-requestid", "x-amz-request-id")
+        }
     };
     http.request_id = header_str(headers, primary)
         .or_else(|| header_str(headers, secondary))
         .map(str::to_owned)
         .or(body_request_id);
     http
+}
+
+/// AWS types an error by the `x-amzn-ErrorType` header (`ThrottlingException:http://...`),
+/// or the body's `__type` (`com.amazon.coral.service#ThrottlingException`); only the name
+/// after any namespace is kept. The message is `message` or `Message`.
+fn read_aws_error_type(headers: &HeaderMap, body: &[u8], http: &mut HttpError) {
+    let json = serde_json::from_slice::<Value>(body).ok();
+    let from_body = json.as_ref().and_then(|json| json.get("__type")).and_then(Value::as_str);
+    let named = header_str(headers, "x-amzn-errortype").or(from_body).map(|value| {
+        let value = value.split(':').next().unwrap_or(value);
+        value.rsplit('#').next().unwrap_or(value).trim().to_owned()
+    });
+    http.error_type = named.filter(|name| !name.is_empty()).or(http.error_type.take());
+    if let Some(message) = json
+        .as_ref()
+        .and_then(|json| json.get("Message"))
+        .and_then(Value::as_str)
+        .filter(|_| http.message.is_empty() || http.message == canonical_reason(http.status))
+    {
+        message.clone_into(&mut http.message);
+    }
+}
+
+fn canonical_reason(status: u16) -> &'static str {
+    reqwest::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|code| code.canonical_reason())
+        .unwrap_or("")
 }
 
 /// The pieces of an `{"error": ...}` object, shared with the mid-stream error events.

@@ -1,8 +1,9 @@
 //! rein's provider adapters: each turns a canonical [`ChatRequest`] into one HTTP call in a
 //! provider's wire format and the reply into [`StreamEvent`]s, behind rein-core's
-//! [`Provider`] trait. Two formats cover the field: OpenAI Chat Completions
-//! ([`OpenAiProvider`]: api.openai.com, any OpenAI-compatible server, Azure deployments) and
-//! Anthropic Messages ([`AnthropicProvider`]).
+//! [`Provider`] trait. Three formats: OpenAI Chat Completions ([`OpenAiProvider`]:
+//! api.openai.com, any OpenAI-compatible server, Azure deployments), Anthropic Messages
+//! ([`AnthropicProvider`]) and Amazon Bedrock's Converse API ([`BedrockProvider`], SigV4 and
+//! event-stream frames).
 //!
 //! Adapters record what they observed and decide nothing: they never retry, never sleep and
 //! set no timeout but the TCP/TLS connect bound of the shared [`HttpClient`]. Error responses
@@ -12,14 +13,15 @@
 //!
 //! Module map: `config` (serde config and its errors), `client` (the pooled client and
 //! transport-error mapping), `sse` (line parser), `stream` (body → events driver),
-//! `http_error` (error responses), `openai` and `anthropic` (request bodies, stream decoders,
-//! non-streaming parsers).
+//! `http_error` (error responses), `openai`, `anthropic` and `bedrock` (request bodies, stream
+//! decoders, non-streaming parsers; `bedrock` also signing and event-stream framing).
 
 // `Failure` is rein-core's type and the `Provider` trait returns it by value; the error path
 // is cold, so its size (an `HttpError` of several strings) costs nothing worth a `Box`.
 #![allow(clippy::result_large_err)]
 
 mod anthropic;
+mod bedrock;
 mod client;
 mod config;
 mod http_error;
@@ -38,12 +40,16 @@ use serde_json::{Map, Value};
 use rein_core::{Failure, Provider, WireFormat};
 
 pub use anthropic::{AnthropicProvider, replay_anthropic_response, replay_anthropic_stream};
+pub use bedrock::{
+    AwsCredentials, BedrockProvider, EVENT_STREAM_CONTENT_TYPE, SigningScope,
+    replay_bedrock_response, replay_bedrock_stream, sigv4_headers,
+};
 pub use client::{HttpClient, error_chain};
 pub use config::{
     ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_MAX_TOKENS, ANTHROPIC_DEFAULT_VERSION,
-    AnthropicConfig, AzureConfig, ClientBuildError, ConfigError, DEFAULT_MAX_EVENT_BYTES,
-    DEFAULT_MAX_RESPONSE_BYTES, HttpClientConfig, MaxTokensField, OPENAI_DEFAULT_BASE_URL,
-    OpenAiAuth, OpenAiConfig, ProviderConfig, ResponseLimits,
+    AnthropicConfig, AzureConfig, BedrockConfig, ClientBuildError, ConfigError,
+    DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_RESPONSE_BYTES, HttpClientConfig, MaxTokensField,
+    OPENAI_DEFAULT_BASE_URL, OpenAiAuth, OpenAiConfig, ProviderConfig, ResponseLimits,
 };
 pub use http_error::{parse_http_error, retry_after, wait_in_message};
 pub use openai::{OpenAiProvider, replay_openai_response, replay_openai_stream};
@@ -71,14 +77,18 @@ pub fn build_provider(
         ProviderConfig::Anthropic(config) => {
             Arc::new(AnthropicProvider::new(config, client.clone())?)
         }
+        ProviderConfig::Bedrock(config) => Arc::new(BedrockProvider::new(config, client.clone())?),
     })
 }
 
-/// Decodes a recorded body of either format (SSE when it looks like SSE, JSON otherwise), as
-/// the adapter would decode it live. For the simulator, evals and tests.
+/// Decodes a recorded body of any format (SSE or event-stream frames when it does not look
+/// like JSON, JSON otherwise), as the adapter would decode it live. For the simulator, evals
+/// and tests.
 pub fn replay(format: WireFormat, body: &[u8]) -> Vec<Result<StreamEvent, Failure>> {
     let is_json = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
     match (format, is_json) {
+        (WireFormat::Bedrock, false) => replay_bedrock_stream(body),
+        (WireFormat::Bedrock, true) => replay_bedrock_response(body),
         (WireFormat::OpenAi, false) => replay_openai_stream(body),
         (WireFormat::OpenAi, true) => replay_openai_response(body),
         (WireFormat::Anthropic, false) => replay_anthropic_stream(body),

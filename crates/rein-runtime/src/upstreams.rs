@@ -249,6 +249,10 @@ impl Upstreams {
             match &mut adapter {
                 AdapterConfig::OpenAi(openai) => openai.base_url = base,
                 AdapterConfig::Anthropic(anthropic) => anthropic.base_url = base,
+                // Bedrock paths start at the host (`/model/{id}/converse`).
+                AdapterConfig::Bedrock(bedrock) => {
+                    bedrock.base_url = base.map(|b| b.trim_end_matches("/v1").to_owned());
+                }
             }
         }
         build_provider(adapter, &self.client).map_err(|e| BuildError::Provider {

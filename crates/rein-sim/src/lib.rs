@@ -25,6 +25,7 @@
 
 mod answer;
 mod anthropic;
+mod bedrock;
 mod body;
 pub mod cassette;
 mod fault;

@@ -82,7 +82,9 @@ pub(crate) async fn provider(shared: &Shared, endpoint: Endpoint, req: Incoming)
                          means you aren't using your HTTP library correctly. The OpenAI API \
                          expects a JSON payload, but what was sent was not valid JSON.) ({e})"
                     ),
-                    WireFormat::Anthropic => format!("The request body is not valid JSON: {e}"),
+                    WireFormat::Anthropic | WireFormat::Bedrock => {
+                        format!("The request body is not valid JSON: {e}")
+                    }
                 };
                 return replier.error(entry, &bad_request(message), "");
             }
@@ -199,6 +201,7 @@ pub(crate) async fn provider(shared: &Shared, endpoint: Endpoint, req: Incoming)
         let kind = match format {
             WireFormat::OpenAi => ErrorKind::Internal,
             WireFormat::Anthropic => ErrorKind::Overloaded,
+            WireFormat::Bedrock => ErrorKind::Unavailable,
         };
         sleep(first_wait).await;
         return replier.error(entry, &ErrorFault::of(kind), &model);
@@ -316,7 +319,7 @@ impl Replier<'_> {
         let (tx, body) = SimBody::channel();
         tokio::spawn(driver.run(tx));
         let mut builder = self
-            .base(StatusCode::OK, "text/event-stream; charset=utf-8")
+            .base(StatusCode::OK, stream_content_type(self.format))
             .header(CACHE_CONTROL, "no-cache");
         if transport == Some(Transport::NoDone) {
             builder = builder.header(CONNECTION, "close");
@@ -378,6 +381,14 @@ fn build(builder: http::response::Builder, body: SimBody) -> Response<SimBody> {
     }
 }
 
+/// The content type of a streamed answer: SSE, or AWS event-stream frames for Bedrock.
+fn stream_content_type(format: WireFormat) -> &'static str {
+    match format {
+        WireFormat::OpenAi | WireFormat::Anthropic => "text/event-stream; charset=utf-8",
+        WireFormat::Bedrock => crate::bedrock::EVENT_STREAM,
+    }
+}
+
 /// Any other path: the provider's 404, logged like every request.
 pub(crate) fn not_found(shared: &Shared, format: WireFormat, req: &Incoming) -> Reply {
     let (elapsed, unix_ms) = shared.now();
@@ -396,6 +407,7 @@ pub(crate) fn not_found(shared: &Shared, format: WireFormat, req: &Incoming) -> 
             "error": {"type": "not_found_error", "message": "Not Found"},
             "request_id": replier.request_id
         }),
+        WireFormat::Bedrock => serde_json::json!({"message": "Unknown operation"}),
     };
     replier.send(entry, StatusCode::NOT_FOUND, &body, Vec::new())
 }

@@ -118,7 +118,21 @@ async fn route(
             );
         }
     };
-    let incoming = Incoming { method: parts.method, path, headers: parts.headers, body };
+    let converse = (parts.method == Method::POST).then(|| crate::bedrock::route(&path)).flatten();
+    let mut incoming = Incoming { method: parts.method, path, headers: parts.headers, body };
+    if let Some((model, stream)) = converse {
+        let authorization = incoming.headers.get("authorization").and_then(|v| v.to_str().ok());
+        if !crate::bedrock::signed(authorization) {
+            return wire_error(crate::bedrock::missing_signature());
+        }
+        // A body that is not JSON goes through as it is, and is refused as such.
+        if let Ok(converse) = serde_json::from_slice::<serde_json::Value>(&incoming.body) {
+            let translated = crate::bedrock::translate(&converse, &model, stream);
+            incoming.body = Bytes::from(translated.to_string());
+        }
+        let reply = respond::provider(shared, Endpoint::Chat(WireFormat::Bedrock), incoming).await;
+        return finish(reply, reset).await;
+    }
     let reply = match (&incoming.method, incoming.path.as_str()) {
         (&Method::GET, "/_sim/health") => return plain(StatusCode::OK, json!({"status": "ok"})),
         (&Method::GET, "/_sim/log") => {
@@ -148,6 +162,11 @@ async fn route(
             respond::not_found(shared, format, &incoming)
         }
     };
+    finish(reply, reset).await
+}
+
+/// Sends a reply, or resets or hangs the connection as it says.
+async fn finish(reply: Reply, reset: &Notify) -> Response<SimBody> {
     match reply {
         Reply::Send(response) => response,
         Reply::Reset(wait) => {
@@ -161,6 +180,18 @@ async fn route(
         // hyper drops this future when the client goes away.
         Reply::Hang => std::future::pending().await,
     }
+}
+
+/// An error answered before any log entry or fault applies (an unsigned Bedrock request).
+fn wire_error(error: crate::wire::WireError) -> Response<SimBody> {
+    let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::FORBIDDEN);
+    let mut response = plain(status, error.body);
+    for (name, value) in error.headers {
+        if let Ok(value) = http::HeaderValue::from_str(&value) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
 }
 
 fn plain(status: StatusCode, body: serde_json::Value) -> Response<SimBody> {

@@ -208,3 +208,65 @@ fn a_zero_kill_sync_interval_is_named() {
     let message = problems(text);
     assert!(message.contains("`server.kill_sync_ms`: must be at least 1"), "{message}");
 }
+
+#[test]
+fn bedrock_names_each_missing_credential_and_its_variable() {
+    let text = r#"
+[providers.bedrock]
+kind = "bedrock"
+access_key_id_env = "REIN_TEST_AWS_KEY_ID"
+
+[routes.chat]
+[[routes.chat.tiers]]
+name = "primary"
+provider = "bedrock"
+model = "anthropic.claude-3-haiku-20240307-v1:0"
+"#;
+    let found = problems(text);
+    assert!(
+        found.contains("`providers.bedrock.region`: is required for kind `bedrock`"),
+        "{found}"
+    );
+    assert!(
+        found.contains("`providers.bedrock.access_key_id_env`: environment variable `REIN_TEST_AWS_KEY_ID` is not set"),
+        "{found}"
+    );
+    assert!(
+        found.contains("`providers.bedrock.secret_access_key_env`: environment variable `AWS_SECRET_ACCESS_KEY` is not set"),
+        "{found}"
+    );
+    assert!(!found.contains("session_token"), "the session token is optional: {found}");
+    // Set, they build, and no secret is shown anywhere.
+    let env = |name: &str| match name {
+        "REIN_TEST_AWS_KEY_ID" => Some("AKIDEXAMPLE".to_owned()),
+        "AWS_SECRET_ACCESS_KEY" => Some("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".to_owned()),
+        "AWS_REGION" => Some("eu-west-1".to_owned()),
+        _ => None,
+    };
+    let config = Config::from_toml(text, &env).expect("valid");
+    assert_eq!(config.providers["bedrock"].kind, ProviderKind::Bedrock);
+    let shown = format!("{:?}", config.providers["bedrock"]);
+    assert!(!shown.contains("wJalrXUtnFEMI"), "{shown}");
+    assert!(!shown.contains("AKIDEXAMPLE"), "{shown}");
+    // Without the variables, the profile of the shared credentials file.
+    let file = std::env::temp_dir().join(format!("rein-aws-credentials-{}", std::process::id()));
+    std::fs::write(
+        &file,
+        "[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = default-secret\n[ci]\naws_access_key_id = AKIDFROMFILE\naws_secret_access_key = file-secret\n",
+    )
+    .unwrap();
+    let path = file.to_string_lossy().into_owned();
+    let from_file = move |name: &str| match name {
+        "AWS_SHARED_CREDENTIALS_FILE" => Some(path.clone()),
+        "AWS_PROFILE" => Some("ci".to_owned()),
+        "AWS_REGION" => Some("eu-west-1".to_owned()),
+        _ => None,
+    };
+    let config = Config::from_toml(text, &from_file).expect("credentials from the profile");
+    let adapter = serde_json::to_value(&config.providers["bedrock"].adapter).unwrap();
+    assert_eq!(adapter["region"], "eu-west-1");
+    let _ = std::fs::remove_file(&file);
+    // A key that only applies to Bedrock is refused elsewhere.
+    let openai = "[providers.o]\nkind = \"openai\"\napi_key_env = \"OPENAI_API_KEY\"\nregion = \"us-east-1\"\n[routes.chat]\n[[routes.chat.tiers]]\nname = \"p\"\nprovider = \"o\"\nmodel = \"m\"\n";
+    assert!(problems(openai).contains("`providers.o.region`: only applies to kind `bedrock`"));
+}

@@ -9,6 +9,7 @@
 #![allow(clippy::result_large_err, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod anthropic_wire;
+mod bedrock;
 mod classify;
 mod config;
 mod errors;

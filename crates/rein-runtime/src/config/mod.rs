@@ -186,6 +186,9 @@ impl ProviderConfig {
     pub fn genai_name(&self) -> &'static str {
         match (self.kind, &self.adapter) {
             (ProviderKind::Anthropic, _) => "anthropic",
+            (ProviderKind::Bedrock, _) | (_, rein_providers::ProviderConfig::Bedrock(_)) => {
+                "aws.bedrock"
+            }
             (ProviderKind::AzureOpenai, _) => "azure.ai.openai",
             (ProviderKind::Openai | ProviderKind::OpenaiCompatible, _) => "openai",
             (
@@ -646,13 +649,14 @@ fn validate_provider(
         _ => {}
     }
     let in_process = matches!(raw.kind, ProviderKind::Sim | ProviderKind::Replay);
+    let sim_bedrock = in_process && raw.format.as_deref() == Some("bedrock");
     let sim_anthropic = match (in_process, raw.format.as_deref()) {
-        (true, None | Some("openai")) => false,
+        (true, None | Some("openai" | "bedrock")) => false,
         (true, Some("anthropic")) => true,
         (true, Some(other)) => {
             problems.add(
                 key("format"),
-                format!("`{other}` is not a wire format: use `openai` or `anthropic`"),
+                format!("`{other}` is not a wire format: use `openai`, `anthropic` or `bedrock`"),
             );
             ok = false;
             false
@@ -664,6 +668,13 @@ fn validate_provider(
         }
         (false, None) => false,
     };
+    if sim_bedrock && raw.kind == ProviderKind::Replay {
+        problems.add(
+            key("format"),
+            "`bedrock` is served by kind `sim` only; replay has no Bedrock cassettes yet",
+        );
+        ok = false;
+    }
     if raw.scenario.is_some() && raw.kind != ProviderKind::Sim {
         problems.add(key("scenario"), "only applies to kind `sim`");
         ok = false;
@@ -728,6 +739,32 @@ fn validate_provider(
         );
         ok = false;
     }
+    let bedrock = match raw.kind {
+        ProviderKind::Bedrock => aws_settings(raw, env, &key, problems),
+        _ => {
+            for (field, set) in [
+                ("region", raw.region.is_some()),
+                ("access_key_id_env", raw.access_key_id_env.is_some()),
+                ("secret_access_key_env", raw.secret_access_key_env.is_some()),
+                ("session_token_env", raw.session_token_env.is_some()),
+            ] {
+                if set {
+                    problems.add(key(field), "only applies to kind `bedrock`");
+                    ok = false;
+                }
+            }
+            None
+        }
+    };
+    if raw.kind == ProviderKind::Bedrock && (bedrock.is_none() || raw.api_key_env.is_some()) {
+        if raw.api_key_env.is_some() {
+            problems.add(
+                key("api_key_env"),
+                "does not apply to kind `bedrock`, which signs with AWS credentials (`access_key_id_env`, `secret_access_key_env`)",
+            );
+        }
+        ok = false;
+    }
     if !ok {
         return None;
     }
@@ -773,7 +810,31 @@ fn validate_provider(
         ProviderKind::Sim | ProviderKind::Replay if sim_anthropic => {
             Adapter::Anthropic(anthropic(None))
         }
-        ProviderKind::Sim | ProviderKind::Replay => Adapter::OpenAi(openai(None)),
+        ProviderKind::Bedrock | ProviderKind::Sim | ProviderKind::Replay
+            if bedrock.is_some() || sim_bedrock =>
+        {
+            // The simulator checks that a request is signed, not with which key.
+            let aws = bedrock.unwrap_or_else(|| AwsSettings {
+                region: "us-east-1".to_owned(),
+                access_key_id: Secret::new("AKIDSIMULATOR"),
+                secret_access_key: Secret::new("sim-secret-access-key"),
+                session_token: None,
+            });
+            let mut adapter = rein_providers::BedrockConfig::new(name, aws.region);
+            adapter.base_url = if in_process { None } else { base_url };
+            adapter.access_key_id = Some(aws.access_key_id);
+            adapter.secret_access_key = Some(aws.secret_access_key);
+            adapter.session_token = aws.session_token;
+            adapter.streaming = raw.stream.unwrap_or(true);
+            adapter.limits = limits;
+            if let Some(max_tokens) = raw.default_max_tokens {
+                adapter.default_max_tokens = max_tokens;
+            }
+            Adapter::Bedrock(adapter)
+        }
+        ProviderKind::Sim | ProviderKind::Replay | ProviderKind::Bedrock => {
+            Adapter::OpenAi(openai(None))
+        }
     };
     // The adapter's own checks (a URL that parses, header names and values it can send), so a
     // config that validates also builds.
@@ -787,6 +848,133 @@ fn validate_provider(
         scenario: raw.scenario.clone(),
         cassette: raw.cassette.clone(),
     })
+}
+
+/// A Bedrock provider's region and credentials, read from the environment.
+struct AwsSettings {
+    region: String,
+    access_key_id: Secret,
+    secret_access_key: Secret,
+    session_token: Option<Secret>,
+}
+
+/// The region (`region`, else `AWS_REGION` / `AWS_DEFAULT_REGION`) and the credentials, from
+/// the variables the provider names (default `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+/// `AWS_SESSION_TOKEN`), else from the profile (`profile`, else `AWS_PROFILE`, else
+/// `default`) of the shared credentials file. Each missing one is a problem naming its key and
+/// variable, never a value.
+fn aws_settings(
+    raw: &RawProvider,
+    env: EnvLookup<'_>,
+    key: &dyn Fn(&str) -> String,
+    problems: &mut Problems,
+) -> Option<AwsSettings> {
+    let region = raw
+        .region
+        .clone()
+        .or_else(|| env("AWS_REGION"))
+        .or_else(|| env("AWS_DEFAULT_REGION"))
+        .filter(|region| !region.trim().is_empty());
+    if region.is_none() {
+        problems.add(
+            key("region"),
+            "is required for kind `bedrock` (or set `AWS_REGION`): the region is part of the endpoint and of every signature",
+        );
+    }
+    let var = |field: &str, default: &'static str| {
+        match field {
+            "access_key_id_env" => raw.access_key_id_env.clone(),
+            "secret_access_key_env" => raw.secret_access_key_env.clone(),
+            _ => raw.session_token_env.clone(),
+        }
+        .unwrap_or_else(|| default.to_owned())
+    };
+    let read = |field: &str, default: &'static str| {
+        env(&var(field, default)).filter(|value| !value.is_empty()).map(Secret::new)
+    };
+    let mut access_key_id = read("access_key_id_env", "AWS_ACCESS_KEY_ID");
+    let mut secret_access_key = read("secret_access_key_env", "AWS_SECRET_ACCESS_KEY");
+    let mut session_token = read("session_token_env", "AWS_SESSION_TOKEN");
+    let profile =
+        raw.profile.clone().or_else(|| env("AWS_PROFILE")).unwrap_or_else(|| "default".to_owned());
+    // Without the variables, the shared credentials file's profile, as the AWS SDKs do.
+    if access_key_id.is_none() && secret_access_key.is_none() {
+        let file = env("AWS_SHARED_CREDENTIALS_FILE")
+            .or_else(|| env("HOME").map(|home| format!("{home}/.aws/credentials")));
+        if let Some(found) = file.and_then(|path| profile_credentials(&path, &profile)) {
+            access_key_id = found.access_key_id;
+            secret_access_key = found.secret_access_key;
+            session_token = found.session_token;
+        }
+    }
+    for (field, default, value) in [
+        ("access_key_id_env", "AWS_ACCESS_KEY_ID", &access_key_id),
+        ("secret_access_key_env", "AWS_SECRET_ACCESS_KEY", &secret_access_key),
+    ] {
+        if value.is_none() {
+            let var = var(field, default);
+            problems.add(
+                key(field),
+                format!(
+                    "environment variable `{var}` is not set (nor is the profile `{profile}` of the shared credentials file): Bedrock signs every request with it"
+                ),
+            );
+        }
+    }
+    Some(AwsSettings {
+        region: region?,
+        access_key_id: access_key_id?,
+        secret_access_key: secret_access_key?,
+        session_token,
+    })
+}
+
+/// Credentials of one profile of an AWS shared credentials file (INI: `[profile]`,
+/// `aws_access_key_id`, `aws_secret_access_key`, `aws_session_token`).
+#[derive(Default)]
+struct ProfileCredentials {
+    access_key_id: Option<Secret>,
+    secret_access_key: Option<Secret>,
+    session_token: Option<Secret>,
+}
+
+/// Reads `profile` from the credentials file at `path` (its first 64 KiB); `None` when the
+/// file cannot be read or has no such profile.
+fn profile_credentials(path: &str, profile: &str) -> Option<ProfileCredentials> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(path).ok()?.take(64 * 1024).read_to_string(&mut text).ok()?;
+    parse_profile(&text, profile)
+}
+
+fn parse_profile(text: &str, profile: &str) -> Option<ProfileCredentials> {
+    let mut found: Option<ProfileCredentials> = None;
+    let mut inside = false;
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(section) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            inside = section.trim() == profile;
+            if inside {
+                found.get_or_insert_with(ProfileCredentials::default);
+            }
+            continue;
+        }
+        let (true, Some(credentials), Some((name, value))) =
+            (inside, found.as_mut(), line.split_once('='))
+        else {
+            continue;
+        };
+        let value = Some(value.trim()).filter(|v| !v.is_empty()).map(Secret::new);
+        match name.trim() {
+            "aws_access_key_id" => credentials.access_key_id = value,
+            "aws_secret_access_key" => credentials.secret_access_key = value,
+            "aws_session_token" => credentials.session_token = value,
+            _ => {}
+        }
+    }
+    found
 }
 
 /// A replay provider's cassette: readable and valid (checked again when the provider starts).
@@ -1043,4 +1231,22 @@ fn validate_route(
         drillable: raw.drillable,
         tiers,
     })
+}
+
+#[cfg(test)]
+mod aws_profile_tests {
+    use super::parse_profile;
+
+    #[test]
+    fn a_profile_is_read_from_its_own_section_only() {
+        let text = "# shared credentials\n[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = default-secret\n\n[work]\naws_access_key_id=AKIDWORK\naws_secret_access_key = work-secret\naws_session_token = work-token\n";
+        let work = parse_profile(text, "work").expect("work");
+        assert_eq!(work.access_key_id.as_ref().map(|s| s.expose()), Some("AKIDWORK"));
+        assert_eq!(work.secret_access_key.as_ref().map(|s| s.expose()), Some("work-secret"));
+        assert_eq!(work.session_token.as_ref().map(|s| s.expose()), Some("work-token"));
+        let default = parse_profile(text, "default").expect("default");
+        assert_eq!(default.access_key_id.as_ref().map(|s| s.expose()), Some("AKIDDEFAULT"));
+        assert!(default.session_token.is_none());
+        assert!(parse_profile(text, "absent").is_none());
+    }
 }

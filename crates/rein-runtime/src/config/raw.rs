@@ -297,6 +297,8 @@ pub enum ProviderKind {
     OpenaiCompatible,
     /// Azure OpenAI deployments.
     AzureOpenai,
+    /// Amazon Bedrock's Converse API, SigV4-signed (`region`, AWS credentials).
+    Bedrock,
     /// rein's own simulator, started in-process (no network, no key).
     Sim,
     /// Recorded answers (`rein record`) served in-process from a cassette file; a request the
@@ -325,7 +327,25 @@ pub struct RawProvider {
     /// Anthropic: `max_tokens` to send when the caller gave none.
     #[serde(default)]
     pub default_max_tokens: Option<u32>,
-    /// Sim, replay: which wire format the in-process tier speaks (`openai` or `anthropic`).
+    /// Bedrock: the AWS region (default: the `AWS_REGION` or `AWS_DEFAULT_REGION` variable).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Bedrock: the variable holding the access key id (default `AWS_ACCESS_KEY_ID`).
+    #[serde(default)]
+    pub access_key_id_env: Option<String>,
+    /// Bedrock: the variable holding the secret access key (default `AWS_SECRET_ACCESS_KEY`).
+    #[serde(default)]
+    pub secret_access_key_env: Option<String>,
+    /// Bedrock: the variable holding a session token, if any (default `AWS_SESSION_TOKEN`).
+    #[serde(default)]
+    pub session_token_env: Option<String>,
+    /// Bedrock: the profile of the shared credentials file (`~/.aws/credentials`, or
+    /// `AWS_SHARED_CREDENTIALS_FILE`) read when the variables are unset (default: `AWS_PROFILE`,
+    /// else `default`).
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// Sim, replay: which wire format the in-process tier speaks (`openai`, `anthropic` or
+    /// `bedrock`).
     #[serde(default)]
     pub format: Option<String>,
     /// Sim: a scenario file with a fault timeline.

@@ -2,6 +2,7 @@
 //! exchanges with it recorded to a cassette and replayed.
 
 mod anthropic;
+mod bedrock;
 mod cassette;
 mod log;
 mod openai;

@@ -1,5 +1,5 @@
-//! The engine end to end over real HTTP: rein-core's chain of tiers with the real OpenAI and
-//! Anthropic adapters of rein-providers, against an in-process `rein sim` on 127.0.0.1:0. Every
+//! The engine end to end over real HTTP: rein-core's chain of tiers with the real OpenAI,
+//! Anthropic and Bedrock adapters of rein-providers, against an in-process `rein sim` on 127.0.0.1:0. Every
 //! row gets its own simulator and engine, and runs on real clocks with short budgets (first
 //! token 1 s, idle 500 ms, attempt 2 s, deadline 5 s: wide enough that a loaded two-core machine
 //! never trips them on a healthy answer; backoff floor 10 ms, base 20 ms, jitter fixed at 0.5, so
@@ -19,7 +19,8 @@ use rein_core::report::ReaskReason;
 use rein_core::validate::OutputContract;
 use rein_core::*;
 use rein_providers::{
-    AnthropicConfig, HttpClient, HttpClientConfig, OpenAiConfig, ProviderConfig, build_provider,
+    AnthropicConfig, BedrockConfig, HttpClient, HttpClientConfig, OpenAiConfig, ProviderConfig,
+    Secret, build_provider,
 };
 use rein_sim::{LogEntry, SENTINEL, SimConfig, say_spec};
 use serde_json::{Value, json};
@@ -27,6 +28,7 @@ use tokio::time::Instant;
 
 const OPENAI: WireFormat = WireFormat::OpenAi;
 const ANTHROPIC: WireFormat = WireFormat::Anthropic;
+const BEDROCK: WireFormat = WireFormat::Bedrock;
 
 /// The backoff floor, and the one backoff wait the fixed jitter gives: 10 + 0.5 × (20 − 10).
 const FLOOR_MS: u64 = 10;
@@ -404,6 +406,52 @@ fn anthropic_rows() -> Vec<Row> {
     ]
 }
 
+fn bedrock(
+    name: &'static str,
+    spec: impl Into<String>,
+    expect: Expect,
+    attempts: (usize, usize),
+) -> Row {
+    row(name, BEDROCK, spec, expect, attempts)
+}
+
+/// The simulator's faults through the Bedrock Converse adapter (SigV4, event-stream frames),
+/// each arriving as Bedrock sends it: typed errors, exception frames, frames with a bad CRC.
+#[rustfmt::skip]
+fn bedrock_rows() -> Vec<Row> {
+    vec![
+        bedrock("healthy", "ok", Answered, (1, 0)),
+        bedrock("ServiceUnavailableException then ok", "529,ok", Answered, (2, 0)).kind(K::Overloaded),
+        bedrock("persistent ServiceUnavailableException: the fallback", "529", Fallback, (2, 1)).kind(K::Overloaded),
+        bedrock("InternalServerException then ok", "500,ok", Answered, (2, 0)).kind(K::ServerError),
+        bedrock("ModelNotReadyException then ok", "409,ok", Answered, (2, 0)).kind(K::Overloaded),
+        bedrock("ThrottlingException retry-after 1 s then ok", "429:retry_after=1,ok", Answered, (2, 0)).kind(K::RateLimited).pushback(1000),
+        bedrock("ServiceQuotaExceededException: never retried, alert", "insufficient_quota", Fallback, (1, 1))
+            .kind(K::QuotaExhausted).alerts(1),
+        bedrock("ExpiredTokenException (403): never retried, alert", "401", Fallback, (1, 1)).kind(K::Unauthorized).alerts(1),
+        bedrock("AccessDeniedException", "403", Fallback, (1, 1)).kind(K::Forbidden).alerts(1),
+        bedrock("ResourceNotFoundException", "404", Fallback, (1, 1)).kind(K::NotFound).alerts(1),
+        bedrock("ValidationException, input too long: the larger tier answers", "context_length", Fallback, (1, 1))
+            .kind(K::ContextLength).windows(200_000, 1_000_000),
+        bedrock("reset before headers then ok", "reset,ok", Answered, (2, 0)).kind(K::ConnectionFailed),
+        bedrock("hang: the first-token clock, twice, then the fallback", "hang", Fallback, (2, 1))
+            .kind(FIRST_TOKEN).min_elapsed(2 * FIRST_TOKEN_MS),
+        bedrock("stream cut mid-answer is retried invisibly", "cut:after=3,ok", Answered, (2, 0)).kind(K::StreamInterrupted),
+        bedrock("stream cut every time: the fallback", "cut:after=3", Fallback, (2, 1)).kind(K::StreamInterrupted),
+        bedrock("a frame with a bad CRC fails the attempt cleanly", "malformed:after=2,ok", Answered, (2, 0)).kind(K::MalformedResponse),
+        bedrock("throttlingException frame mid-stream is retried", "stream_error:after=2,ok", Answered, (2, 0)).kind(K::RateLimited),
+        bedrock("max_tokens: the cut answer is reported as cut", "max_tokens", Answered, (1, 0)).text(Text::MaxTokens),
+        bedrock("Bedrock down: the Anthropic tier answers", "529", Fallback, (2, 1))
+            .kind(K::Overloaded).fallback(ANTHROPIC, "sim-fallback-anthropic"),
+        bedrock("whole answer", "ok", Answered, (1, 0)).mode(Mode::Whole),
+        bedrock("whole answer after a ThrottlingException", "429,ok", Answered, (2, 0)).kind(K::RateLimited).mode(Mode::Whole),
+        anthropic("Anthropic 529s: the same model on Bedrock answers", "529", Fallback, (2, 1))
+            .kind(K::Overloaded).fallback(BEDROCK, "sim-fallback-bedrock"),
+        anthropic("Anthropic 529s, whole answers: Bedrock answers", "529", Fallback, (2, 1))
+            .kind(K::Overloaded).fallback(BEDROCK, "sim-fallback-bedrock").mode(Mode::Whole),
+    ]
+}
+
 /// The adapters asking for whole answers: the same faults arrive as a body cut, stalled or
 /// garbled half-way, or as the equivalent error status.
 #[rustfmt::skip]
@@ -505,6 +553,11 @@ async fn anthropic_faults_through_the_real_adapter() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn bedrock_faults_through_the_real_adapter() {
+    run(bedrock_rows()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn whole_answers_through_the_real_adapters() {
     run(whole_rows()).await;
 }
@@ -588,14 +641,28 @@ fn provider(
             config.streaming = streaming;
             ProviderConfig::Anthropic(config)
         }
+        WireFormat::Bedrock => {
+            let mut config = BedrockConfig::new("sim-bedrock", "us-east-1");
+            config.base_url = Some(base_url.trim_end_matches("/v1").to_owned());
+            config.access_key_id = Some(Secret::new("AKIDEXAMPLE"));
+            config.secret_access_key =
+                Some(Secret::new("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"));
+            config.streaming = streaming;
+            ProviderConfig::Bedrock(config)
+        }
     };
     build_provider(config, client).expect("provider")
 }
 
-fn endpoint(format: WireFormat) -> &'static str {
+/// Whether `path` is the chat endpoint of `format` (Bedrock's names the model).
+fn is_endpoint(format: WireFormat, path: &str, streaming: bool) -> bool {
     match format {
-        WireFormat::OpenAi => "/v1/chat/completions",
-        WireFormat::Anthropic => "/v1/messages",
+        WireFormat::OpenAi => path == "/v1/chat/completions",
+        WireFormat::Anthropic => path == "/v1/messages",
+        WireFormat::Bedrock => {
+            path.starts_with("/model/")
+                && path.ends_with(if streaming { "/converse-stream" } else { "/converse" })
+        }
     }
 }
 
@@ -807,7 +874,7 @@ async fn check(row: Row) {
     );
     for (entries, format) in [(&primary_log, row.format), (&fallback_log, row.fallback_format)] {
         for entry in entries {
-            assert_eq!(entry.path, endpoint(format), "{name}");
+            assert!(is_endpoint(format, &entry.path, streaming), "{name}: {}", entry.path);
             assert_eq!(entry.format.as_deref(), Some(format.to_string().as_str()), "{name}");
             assert_eq!(entry.stream, streaming, "{name}: streaming as configured");
         }
