@@ -249,6 +249,7 @@ impl Upstreams {
             match &mut adapter {
                 AdapterConfig::OpenAi(openai) => openai.base_url = base,
                 AdapterConfig::Anthropic(anthropic) => anthropic.base_url = base,
+                AdapterConfig::Gemini(gemini) => gemini.base_url = base,
             }
         }
         build_provider(adapter, &self.client).map_err(|e| BuildError::Provider {

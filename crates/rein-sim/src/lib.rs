@@ -28,6 +28,7 @@ mod anthropic;
 mod body;
 pub mod cassette;
 mod fault;
+mod gemini;
 mod listen;
 mod log;
 mod openai;

@@ -83,6 +83,7 @@ pub(crate) async fn provider(shared: &Shared, endpoint: Endpoint, req: Incoming)
                          expects a JSON payload, but what was sent was not valid JSON.) ({e})"
                     ),
                     WireFormat::Anthropic => format!("The request body is not valid JSON: {e}"),
+                    WireFormat::Gemini => format!("Invalid JSON payload received. {e}"),
                 };
                 return replier.error(entry, &bad_request(message), "");
             }
@@ -198,7 +199,7 @@ pub(crate) async fn provider(shared: &Shared, endpoint: Endpoint, req: Incoming)
         // No stream to break: the equivalent error status.
         let kind = match format {
             WireFormat::OpenAi => ErrorKind::Internal,
-            WireFormat::Anthropic => ErrorKind::Overloaded,
+            WireFormat::Anthropic | WireFormat::Gemini => ErrorKind::Overloaded,
         };
         sleep(first_wait).await;
         return replier.error(entry, &ErrorFault::of(kind), &model);
@@ -396,6 +397,11 @@ pub(crate) fn not_found(shared: &Shared, format: WireFormat, req: &Incoming) -> 
             "error": {"type": "not_found_error", "message": "Not Found"},
             "request_id": replier.request_id
         }),
+        WireFormat::Gemini => serde_json::json!({"error": {
+            "code": 404,
+            "message": format!("Invalid URL ({} {})", req.method, req.path),
+            "status": "NOT_FOUND"
+        }}),
     };
     replier.send(entry, StatusCode::NOT_FOUND, &body, Vec::new())
 }

@@ -188,6 +188,7 @@ impl ProviderConfig {
             (ProviderKind::Anthropic, _) => "anthropic",
             (ProviderKind::AzureOpenai, _) => "azure.ai.openai",
             (ProviderKind::Openai | ProviderKind::OpenaiCompatible, _) => "openai",
+            (ProviderKind::Gemini, _) => "gcp.gemini",
             (
                 ProviderKind::Sim | ProviderKind::Replay,
                 rein_providers::ProviderConfig::Anthropic(_),
@@ -196,6 +197,10 @@ impl ProviderConfig {
                 ProviderKind::Sim | ProviderKind::Replay,
                 rein_providers::ProviderConfig::OpenAi(_),
             ) => "openai",
+            (
+                ProviderKind::Sim | ProviderKind::Replay,
+                rein_providers::ProviderConfig::Gemini(_),
+            ) => "gcp.gemini",
         }
     }
 }
@@ -601,7 +606,10 @@ fn validate_provider(
     let mut ok = true;
     let needs_key = matches!(
         raw.kind,
-        ProviderKind::Openai | ProviderKind::Anthropic | ProviderKind::AzureOpenai
+        ProviderKind::Openai
+            | ProviderKind::Anthropic
+            | ProviderKind::AzureOpenai
+            | ProviderKind::Gemini
     );
     let api_key = match &raw.api_key_env {
         Some(var) => match env(var).filter(|v| !v.is_empty()) {
@@ -756,6 +764,15 @@ fn validate_provider(
         }
         adapter
     };
+    let gemini = |base_url: Option<String>| {
+        let mut adapter = rein_providers::GeminiConfig::new(name, String::new());
+        adapter.base_url = base_url;
+        adapter.api_key = api_key.clone();
+        adapter.headers = headers.clone();
+        adapter.streaming = raw.stream.unwrap_or(true);
+        adapter.limits = limits;
+        adapter
+    };
     use rein_providers::ProviderConfig as Adapter;
     let base_url = raw.base_url.clone();
     let adapter = match raw.kind {
@@ -770,6 +787,7 @@ fn validate_provider(
             Adapter::OpenAi(adapter)
         }
         ProviderKind::Anthropic => Adapter::Anthropic(anthropic(base_url)),
+        ProviderKind::Gemini => Adapter::Gemini(gemini(base_url)),
         ProviderKind::Sim | ProviderKind::Replay if sim_anthropic => {
             Adapter::Anthropic(anthropic(None))
         }

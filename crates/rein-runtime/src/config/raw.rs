@@ -297,6 +297,8 @@ pub enum ProviderKind {
     OpenaiCompatible,
     /// Azure OpenAI deployments.
     AzureOpenai,
+    /// Google's Gemini API (generativelanguage.googleapis.com), with an API key.
+    Gemini,
     /// rein's own simulator, started in-process (no network, no key).
     Sim,
     /// Recorded answers (`rein record`) served in-process from a cassette file; a request the

@@ -19,7 +19,8 @@ use rein_core::report::ReaskReason;
 use rein_core::validate::OutputContract;
 use rein_core::*;
 use rein_providers::{
-    AnthropicConfig, HttpClient, HttpClientConfig, OpenAiConfig, ProviderConfig, build_provider,
+    AnthropicConfig, GeminiConfig, HttpClient, HttpClientConfig, OpenAiConfig, ProviderConfig,
+    build_provider,
 };
 use rein_sim::{LogEntry, SENTINEL, SimConfig, say_spec};
 use serde_json::{Value, json};
@@ -588,6 +589,11 @@ fn provider(
             config.streaming = streaming;
             ProviderConfig::Anthropic(config)
         }
+        WireFormat::Gemini => {
+            let mut config = GeminiConfig::new("sim-gemini", base_url);
+            config.streaming = streaming;
+            ProviderConfig::Gemini(config)
+        }
     };
     build_provider(config, client).expect("provider")
 }
@@ -596,6 +602,8 @@ fn endpoint(format: WireFormat) -> &'static str {
     match format {
         WireFormat::OpenAi => "/v1/chat/completions",
         WireFormat::Anthropic => "/v1/messages",
+        // The model and the method follow: `/v1/models/{model}:generateContent`.
+        WireFormat::Gemini => "/v1/models/",
     }
 }
 
@@ -807,7 +815,11 @@ async fn check(row: Row) {
     );
     for (entries, format) in [(&primary_log, row.format), (&fallback_log, row.fallback_format)] {
         for entry in entries {
-            assert_eq!(entry.path, endpoint(format), "{name}");
+            if format == WireFormat::Gemini {
+                assert!(entry.path.starts_with(endpoint(format)), "{name}: {}", entry.path);
+            } else {
+                assert_eq!(entry.path, endpoint(format), "{name}");
+            }
             assert_eq!(entry.format.as_deref(), Some(format.to_string().as_str()), "{name}");
             assert_eq!(entry.stream, streaming, "{name}: streaming as configured");
         }
