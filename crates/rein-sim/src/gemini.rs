@@ -3,7 +3,9 @@
 //! `streamGenerateContent?alt=sse` stream (each `data:` a whole response chunk, the last one
 //! carrying `finishReason` and the usage, and no terminator after it), the in-stream
 //! `{"error"}` record, and Google's error bodies `{"error":{"code","message","status",
-//! "details"}}`, with a wait asked for as a `RetryInfo` detail rather than a header.
+//! "details"}}`, with a wait asked for as a `RetryInfo` detail rather than a header. A request
+//! (`/v1beta/models/{model}:generateContent`, `:streamGenerateContent`) is read by rewriting it
+//! as the Chat Completions body the rest of the simulator reads ([`chat_body`]).
 
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -223,4 +225,132 @@ pub(crate) fn error(fault: &ErrorFault, model: &str) -> WireError {
         error["details"] = Value::Array(details);
     }
     WireError { status, body: json!({"error": error}), headers: Vec::new() }
+}
+
+/// The model and whether to stream, from a `generateContent` path:
+/// `/v1beta/models/{model}:generateContent` or `:streamGenerateContent` (`/v1/...` too). The
+/// model is percent-decoded, so `sim:` fault specs travel in it as they do in a body.
+pub(crate) fn method_of(path: &str) -> Option<(String, bool)> {
+    let rest = path.strip_prefix("/v1beta/models/").or_else(|| path.strip_prefix("/v1/models/"))?;
+    let (model, method) = rest.rsplit_once(':')?;
+    let stream = match method {
+        "generateContent" => false,
+        "streamGenerateContent" => true,
+        _ => return None,
+    };
+    Some((percent_decoded(model), stream))
+}
+
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let hex = bytes.get(at + 1..at + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[at], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                at += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A `generateContent` request rewritten as the Chat Completions body the simulator reads
+/// (model and streaming from the path), so a Gemini conversation gets the answer the same
+/// conversation gets on the other endpoints: `systemInstruction` → a system message,
+/// `contents` (`user`/`model`) → messages, `functionCall` parts → tool calls,
+/// `functionResponse` parts → tool messages, `functionDeclarations` → tools, `toolConfig` →
+/// the tool choice, `generationConfig` → the ceiling and the output format.
+pub(crate) fn chat_body(path: &str, body: &Value) -> Value {
+    let (model, stream) = method_of(path).unwrap_or_default();
+    let texts = |parts: Option<&Value>| -> String {
+        let texts: Vec<&str> = parts
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect();
+        texts.join("\n")
+    };
+    let mut messages = Vec::new();
+    if let Some(system) = body.get("systemInstruction") {
+        messages.push(json!({"role": "system", "content": texts(system.get("parts"))}));
+    }
+    for content in body.get("contents").and_then(Value::as_array).into_iter().flatten() {
+        let parts = content.get("parts");
+        let role = match content.get("role").and_then(Value::as_str) {
+            Some("model") => "assistant",
+            _ => "user",
+        };
+        let mut calls = Vec::new();
+        for (index, part) in parts.and_then(Value::as_array).into_iter().flatten().enumerate() {
+            if let Some(call) = part.get("functionCall") {
+                let args = call.get("args").cloned().unwrap_or_else(|| json!({}));
+                calls.push(json!({
+                    "id": format!("call_{index}"),
+                    "type": "function",
+                    "function": {"name": call.get("name"), "arguments": args.to_string()}
+                }));
+            }
+            if let Some(result) = part.get("functionResponse") {
+                let response = result.get("response").cloned().unwrap_or(Value::Null);
+                messages.push(json!({"role": "tool", "content": response.to_string()}));
+            }
+        }
+        let text = texts(parts);
+        if !calls.is_empty() {
+            messages.push(json!({"role": role, "content": text, "tool_calls": calls}));
+        } else if !text.is_empty() || parts.and_then(Value::as_array).is_some_and(Vec::is_empty) {
+            messages.push(json!({"role": role, "content": text}));
+        }
+    }
+    let mut chat = json!({"model": model, "stream": stream, "messages": messages});
+    let declarations = body
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|tool| tool.get("functionDeclarations").and_then(Value::as_array))
+        .flatten();
+    let tools: Vec<Value> = declarations
+        .map(|d| {
+            let schema = d.get("parametersJsonSchema").or_else(|| d.get("parameters"));
+            json!({"type": "function", "function": {"name": d.get("name"), "parameters": schema}})
+        })
+        .collect();
+    if !tools.is_empty() {
+        chat["tools"] = Value::Array(tools);
+    }
+    if let Some(config) = body.get("toolConfig").and_then(|c| c.get("functionCallingConfig")) {
+        let allowed = config.get("allowedFunctionNames").and_then(Value::as_array);
+        chat["tool_choice"] = match config.get("mode").and_then(Value::as_str) {
+            Some("ANY") => match allowed.filter(|names| names.len() == 1) {
+                Some(names) => json!({"type": "function", "function": {"name": names.first()}}),
+                None => json!("required"),
+            },
+            Some("NONE") => json!("none"),
+            _ => json!("auto"),
+        };
+    }
+    let generation = body.get("generationConfig").unwrap_or(&Value::Null);
+    if let Some(max) = generation.get("maxOutputTokens") {
+        chat["max_tokens"] = max.clone();
+    }
+    if generation.get("responseMimeType").and_then(Value::as_str) == Some("application/json") {
+        let schema =
+            generation.get("responseJsonSchema").or_else(|| generation.get("responseSchema"));
+        chat["response_format"] = match schema {
+            Some(schema) => {
+                json!({"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}})
+            }
+            None => json!({"type": "json_object"}),
+        };
+    }
+    chat
 }

@@ -89,6 +89,12 @@ pub(crate) async fn provider(shared: &Shared, endpoint: Endpoint, req: Incoming)
             }
         },
     };
+    // Gemini names the model and the streaming in the path; its body is read as the same
+    // conversation in Chat Completions terms.
+    let body = match endpoint {
+        Endpoint::Chat(WireFormat::Gemini) => crate::gemini::chat_body(&req.path, &body),
+        _ => body,
+    };
     let model = body.get("model").and_then(Value::as_str).unwrap_or("").to_owned();
     entry.model = body.get("model").and_then(Value::as_str).map(str::to_owned);
     entry.stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
@@ -434,6 +440,7 @@ fn new_entry(
         idempotency_key: header(&req.headers, "idempotency-key"),
         client_request_id: header(&req.headers, "x-request-id"),
         auth_present: req.headers.contains_key("authorization")
-            || req.headers.contains_key("x-api-key"),
+            || req.headers.contains_key("x-api-key")
+            || req.headers.contains_key("x-goog-api-key"),
     }
 }

@@ -3,6 +3,7 @@
 
 mod anthropic;
 mod cassette;
+mod gemini;
 mod log;
 mod openai;
 mod reply;
