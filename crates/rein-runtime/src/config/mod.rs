@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use rein_core::{
     ClockPolicy, CooldownPolicy, DegradedReply, ReleaseMode, RetryBudgetPolicy, RetryPolicy,
-    TierParams, TimeoutMoves,
+    TierParams, TimeoutMoves, WireFormat,
 };
 use serde::Serialize;
 
@@ -654,24 +654,29 @@ fn validate_provider(
         _ => {}
     }
     let in_process = matches!(raw.kind, ProviderKind::Sim | ProviderKind::Replay);
-    let sim_anthropic = match (in_process, raw.format.as_deref()) {
-        (true, None | Some("openai")) => false,
-        (true, Some("anthropic")) => true,
+    let sim_format = match (in_process, raw.format.as_deref()) {
+        (true, None | Some("openai")) => WireFormat::OpenAi,
+        (true, Some("anthropic")) => WireFormat::Anthropic,
+        // The simulator speaks Gemini; recorded cassettes do not (yet).
+        (true, Some("gemini")) if raw.kind == ProviderKind::Sim => WireFormat::Gemini,
         (true, Some(other)) => {
             problems.add(
                 key("format"),
-                format!("`{other}` is not a wire format: use `openai` or `anthropic`"),
+                format!(
+                    "`{other}` is not a wire format here: use `openai` or `anthropic` (or `gemini` with kind `sim`)"
+                ),
             );
             ok = false;
-            false
+            WireFormat::OpenAi
         }
         (false, Some(_)) => {
             problems.add(key("format"), "only applies to kinds `sim` and `replay`");
             ok = false;
-            false
+            WireFormat::OpenAi
         }
-        (false, None) => false,
+        (false, None) => WireFormat::OpenAi,
     };
+    let sim_anthropic = in_process && sim_format == WireFormat::Anthropic;
     if raw.scenario.is_some() && raw.kind != ProviderKind::Sim {
         problems.add(key("scenario"), "only applies to kind `sim`");
         ok = false;
@@ -791,6 +796,7 @@ fn validate_provider(
         ProviderKind::Sim | ProviderKind::Replay if sim_anthropic => {
             Adapter::Anthropic(anthropic(None))
         }
+        ProviderKind::Sim if sim_format == WireFormat::Gemini => Adapter::Gemini(gemini(None)),
         ProviderKind::Sim | ProviderKind::Replay => Adapter::OpenAi(openai(None)),
     };
     // The adapter's own checks (a URL that parses, header names and values it can send), so a

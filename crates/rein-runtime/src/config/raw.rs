@@ -327,7 +327,8 @@ pub struct RawProvider {
     /// Anthropic: `max_tokens` to send when the caller gave none.
     #[serde(default)]
     pub default_max_tokens: Option<u32>,
-    /// Sim, replay: which wire format the in-process tier speaks (`openai` or `anthropic`).
+    /// Sim, replay: which wire format the in-process tier speaks (`openai` or `anthropic`;
+    /// `gemini` for sim).
     #[serde(default)]
     pub format: Option<String>,
     /// Sim: a scenario file with a fault timeline.
