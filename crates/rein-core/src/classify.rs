@@ -224,6 +224,11 @@ fn kind_of_http(format: WireFormat, http: &HttpError) -> FailureKind {
     let code = http.code.as_deref().unwrap_or("");
     let message = http.message.to_ascii_lowercase();
 
+    if format == WireFormat::Gemini
+        && let Some(kind) = kind_of_google_status(error_type, code, &message)
+    {
+        return kind;
+    }
     // The body says more than the status: read it first.
     if is_quota_exhausted(error_type, code, &message) {
         return FailureKind::QuotaExhausted;
@@ -289,6 +294,44 @@ fn kind_of_http(format: WireFormat, http: &HttpError) -> FailureKind {
     }
 }
 
+/// Gemini's errors name a google.rpc status, which says more than the HTTP status; `None`
+/// leaves the failure to the generic reading (status and wording).
+fn kind_of_google_status(status: &str, code: &str, message: &str) -> Option<FailureKind> {
+    Some(match status {
+        // Google's 429 message always says "You exceeded your current quota, please check your
+        // plan and billing details", for per-minute limits too, so the wording cannot tell a
+        // quota that clears from one that does not. The quota's id can: a per-day quota will
+        // not clear within a call, and a spending cap or spent prepaid credits never do. A
+        // per-minute one carries RetryInfo, whose delay is the wait.
+        "RESOURCE_EXHAUSTED" => {
+            if code.contains("PerDay")
+                || message.contains("spending cap")
+                || message.contains("credits are depleted")
+            {
+                FailureKind::QuotaExhausted
+            } else {
+                FailureKind::RateLimited
+            }
+        }
+        "UNAVAILABLE" => FailureKind::Overloaded,
+        "INTERNAL" | "UNKNOWN" => FailureKind::ServerError,
+        "DEADLINE_EXCEEDED" => FailureKind::RequestTimeout,
+        "ABORTED" => FailureKind::Conflict,
+        "UNAUTHENTICATED" => FailureKind::Unauthorized,
+        "PERMISSION_DENIED" => FailureKind::Forbidden,
+        "NOT_FOUND" => FailureKind::NotFound,
+        // Billing not enabled, or the API not offered where the account is: nothing but a
+        // person fixes it.
+        "FAILED_PRECONDITION" => FailureKind::QuotaExhausted,
+        // A wrong key is a 400 `INVALID_ARGUMENT` with the reason `API_KEY_INVALID`.
+        "INVALID_ARGUMENT" if code == "API_KEY_INVALID" => FailureKind::Unauthorized,
+        "INVALID_ARGUMENT" if is_context_length(code, message) => FailureKind::ContextLength,
+        "INVALID_ARGUMENT" if is_content_policy(code, message) => FailureKind::ContentPolicy,
+        "INVALID_ARGUMENT" => FailureKind::InvalidRequest,
+        _ => return None,
+    })
+}
+
 fn kind_of_stream_error(
     error_type: Option<&str>,
     code: Option<&str>,
@@ -303,6 +346,9 @@ fn kind_of_stream_error(
         "rate_limit_error" | "rate_limit_exceeded" | "throttlingException" => {
             FailureKind::RateLimited
         }
+        // Gemini's mid-stream `{"error": ...}` names a google.rpc status.
+        "UNAVAILABLE" => FailureKind::Overloaded,
+        "RESOURCE_EXHAUSTED" => FailureKind::RateLimited,
         _ => FailureKind::StreamInterrupted,
     }
 }
@@ -333,6 +379,9 @@ fn is_context_length(code: &str, message: &str) -> bool {
         || message.contains("exceed context limit")
         // Bedrock's ValidationException for a prompt over the model's window.
         || message.contains("input is too long")
+        // Gemini: "The input token count (1200000) exceeds the maximum number of tokens
+        // allowed (1048576)."
+        || message.contains("exceeds the maximum number of tokens allowed")
 }
 
 fn is_content_policy(code: &str, message: &str) -> bool {

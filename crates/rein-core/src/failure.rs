@@ -21,6 +21,10 @@ pub enum WireFormat {
     /// (`ThrottlingException`, ...), streams are AWS event-stream frames.
     #[serde(rename = "bedrock")]
     Bedrock,
+    /// Google's Gemini API (`generateContent`): errors are `{"error": {"code", "message",
+    /// "status", "details"}}`, and the adapter reads `status` as the error type.
+    #[serde(rename = "gemini")]
+    Gemini,
 }
 
 /// One of the clocks that bound an attempt.
@@ -52,9 +56,11 @@ impl Clock {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct HttpError {
     pub status: u16,
-    /// `error.type` from the body (OpenAI `invalid_request_error`, Anthropic `overloaded_error`).
+    /// `error.type` from the body (OpenAI `invalid_request_error`, Anthropic `overloaded_error`;
+    /// Gemini's `error.status`, `RESOURCE_EXHAUSTED`).
     pub error_type: Option<String>,
-    /// `error.code` from the body (OpenAI `insufficient_quota`, `context_length_exceeded`).
+    /// `error.code` from the body (OpenAI `insufficient_quota`, `context_length_exceeded`;
+    /// for Gemini the `ErrorInfo` reason, `API_KEY_INVALID`, or the `QuotaFailure`'s quota id).
     pub code: Option<String>,
     /// `error.message` from the body, or the raw body text when it was not JSON.
     pub message: String,
@@ -140,6 +146,7 @@ impl fmt::Display for WireFormat {
             WireFormat::OpenAi => "openai",
             WireFormat::Anthropic => "anthropic",
             WireFormat::Bedrock => "bedrock",
+            WireFormat::Gemini => "gemini",
         })
     }
 }

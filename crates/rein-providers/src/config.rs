@@ -33,6 +33,7 @@ pub const ANTHROPIC_DEFAULT_MAX_TOKENS: u32 = 4096;
 /// of framing per token (id, model, fingerprint, choice), so 128k tokens stream as ~26 MB; the
 /// same answer as one JSON body is about 1 MB. Per-token logprobs multiply the stream's size,
 /// so a route that asks for them on very long answers may need more.
+pub const GEMINI_DEFAULT_BASE_URL: &str = "https://generativelanguage.googleapis.com";
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
 /// The default cap on one server-sent event (or line) of a stream: 4 MiB. Providers send a
 /// few hundred bytes per event and stream tool arguments in fragments; even a server that
@@ -73,6 +74,8 @@ pub enum ProviderConfig {
     /// Amazon Bedrock's Converse API, SigV4-signed.
     #[serde(rename = "bedrock")]
     Bedrock(BedrockConfig),
+    #[serde(rename = "gemini")]
+    Gemini(GeminiConfig),
 }
 
 impl ProviderConfig {
@@ -81,6 +84,7 @@ impl ProviderConfig {
             ProviderConfig::OpenAi(config) => &config.name,
             ProviderConfig::Anthropic(config) => &config.name,
             ProviderConfig::Bedrock(config) => &config.name,
+            ProviderConfig::Gemini(config) => &config.name,
         }
     }
 
@@ -93,6 +97,7 @@ impl ProviderConfig {
                 crate::AnthropicProvider::prepare(config).map(drop)
             }
             ProviderConfig::Bedrock(config) => crate::BedrockProvider::prepare(config).map(drop),
+            ProviderConfig::Gemini(config) => crate::GeminiProvider::prepare(config).map(drop),
         }
     }
 }
@@ -274,6 +279,37 @@ impl BedrockConfig {
 
 /// Settings of the one pooled HTTP client every provider shares. No request or read timeout
 /// exists here on purpose: the engine owns every clock but the TCP/TLS connect bound.
+/// A Gemini API provider (`generativelanguage.googleapis.com`): `base_url` is the host, with
+/// or without `/v1beta`; the key goes in `x-goog-api-key`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GeminiConfig {
+    pub name: String,
+    #[serde(default)]
+    pub base_url: Option<String>,
+    #[serde(default)]
+    pub api_key: Option<Secret>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, Secret>,
+    #[serde(default = "default_true")]
+    pub streaming: bool,
+    #[serde(default)]
+    pub limits: ResponseLimits,
+}
+
+impl GeminiConfig {
+    pub fn new(name: impl Into<String>, base_url: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            base_url: Some(base_url.into()),
+            api_key: None,
+            headers: BTreeMap::new(),
+            streaming: true,
+            limits: ResponseLimits::default(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpClientConfig {

@@ -10,6 +10,12 @@
 //! against the response's own `date` header when it has one. Without either, a 429 or 503 whose
 //! message names the wait ("Please try again in 20s", OpenAI; "Please retry after 20 seconds",
 //! Azure) is the server's wait too.
+//!
+//! Gemini's bodies are Google's: `{"error":{"code":429,"message","status":"RESOURCE_EXHAUSTED",
+//! "details":[..]}}` (a one-element array of that on some streaming errors). There `status` is
+//! read as the error type, the `ErrorInfo` detail's `reason` (`API_KEY_INVALID`) or else the
+//! `QuotaFailure`'s first `quotaId` as the code, and the `RetryInfo` detail's `retryDelay`
+//! (`"58s"`) as the server's wait when no header names one.
 
 use std::time::Duration;
 
@@ -29,7 +35,18 @@ pub fn parse_http_error(
     body: &[u8],
 ) -> HttpError {
     let mut http = HttpError { status, ..HttpError::default() };
+    let mut google_wait = None;
     let body_request_id = match serde_json::from_slice::<Value>(body) {
+        Ok(json) if format == WireFormat::Gemini => {
+            let json = match json {
+                Value::Array(mut items) if !items.is_empty() => items.swap_remove(0),
+                other => other,
+            };
+            let read = json.get("error").map(google_error).unwrap_or_else(|| error_object(&json));
+            google_wait = json.get("error").and_then(google_retry_delay);
+            (http.error_type, http.code, http.message) = (read.error_type, read.code, read.message);
+            None
+        }
         Ok(json) => {
             read_error_json(&json, &mut http);
             json.get("request_id").and_then(Value::as_str).map(str::to_owned)
@@ -46,7 +63,7 @@ pub fn parse_http_error(
             .unwrap_or("")
             .to_owned();
     }
-    http.retry_after = retry_after(headers).or_else(|| match status {
+    http.retry_after = retry_after(headers).or(google_wait).or_else(|| match status {
         429 | 503 => wait_in_message(&http.message),
         _ => None,
     });
@@ -64,6 +81,7 @@ pub fn parse_http_error(
             read_aws_error_type(headers, body, &mut http);
             ("x-amzn-requestid", "x-amz-request-id")
         }
+        WireFormat::Gemini => ("x-request-id", "x-goog-request-id"),
     };
     http.request_id = header_str(headers, primary)
         .or_else(|| header_str(headers, secondary))
@@ -130,6 +148,48 @@ pub(crate) fn error_object(json: &Value) -> ErrorObject {
         }
     }
     out
+}
+
+/// Reads Google's `error` object: `status` as the type, the `ErrorInfo` reason or else the
+/// `QuotaFailure`'s quota id as the code, and the message.
+pub(crate) fn google_error(error: &Value) -> ErrorObject {
+    let details = error.get("details").and_then(Value::as_array);
+    let detail = |kind: &str| {
+        details
+            .into_iter()
+            .flatten()
+            .find(|d| d.get("@type").and_then(Value::as_str).is_some_and(|t| t.ends_with(kind)))
+    };
+    let reason =
+        detail("google.rpc.ErrorInfo").and_then(|d| d.get("reason")).and_then(scalar_string);
+    let quota = detail("google.rpc.QuotaFailure")
+        .and_then(|d| d.get("violations"))
+        .and_then(Value::as_array)
+        .and_then(|v| v.first())
+        .and_then(|v| v.get("quotaId"))
+        .and_then(scalar_string);
+    ErrorObject {
+        error_type: error.get("status").and_then(scalar_string),
+        code: reason.or(quota),
+        message: error.get("message").and_then(scalar_string).unwrap_or_default(),
+    }
+}
+
+/// The `RetryInfo` detail's `retryDelay`, a protobuf Duration in JSON: seconds with an `s`
+/// (`"58s"`, `"1.5s"`).
+fn google_retry_delay(error: &Value) -> Option<Duration> {
+    let details = error.get("details")?.as_array()?;
+    let delay = details
+        .iter()
+        .find(|d| {
+            d.get("@type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.ends_with("google.rpc.RetryInfo"))
+        })?
+        .get("retryDelay")?
+        .as_str()?;
+    let seconds: f64 = delay.trim().strip_suffix('s')?.trim().parse().ok()?;
+    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds.min(86_400.0)))
 }
 
 fn read_error_json(json: &Value, http: &mut HttpError) {

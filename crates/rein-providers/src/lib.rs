@@ -1,9 +1,9 @@
 //! rein's provider adapters: each turns a canonical [`ChatRequest`] into one HTTP call in a
 //! provider's wire format and the reply into [`StreamEvent`]s, behind rein-core's
-//! [`Provider`] trait. Three formats: OpenAI Chat Completions ([`OpenAiProvider`]:
+//! [`Provider`] trait. Four formats: OpenAI Chat Completions ([`OpenAiProvider`]:
 //! api.openai.com, any OpenAI-compatible server, Azure deployments), Anthropic Messages
-//! ([`AnthropicProvider`]) and Amazon Bedrock's Converse API ([`BedrockProvider`], SigV4 and
-//! event-stream frames).
+//! ([`AnthropicProvider`]), Amazon Bedrock's Converse API ([`BedrockProvider`], SigV4 and
+//! event-stream frames) and Google's Gemini API ([`GeminiProvider`]).
 //!
 //! Adapters record what they observed and decide nothing: they never retry, never sleep and
 //! set no timeout but the TCP/TLS connect bound of the shared [`HttpClient`]. Error responses
@@ -13,8 +13,9 @@
 //!
 //! Module map: `config` (serde config and its errors), `client` (the pooled client and
 //! transport-error mapping), `sse` (line parser), `stream` (body → events driver),
-//! `http_error` (error responses), `openai`, `anthropic` and `bedrock` (request bodies, stream
-//! decoders, non-streaming parsers; `bedrock` also signing and event-stream framing).
+//! `http_error` (error responses), `openai`, `anthropic`, `bedrock` and `gemini` (request
+//! bodies, stream decoders, non-streaming parsers; `bedrock` also signing and event-stream
+//! framing).
 
 // `Failure` is rein-core's type and the `Provider` trait returns it by value; the error path
 // is cold, so its size (an `HttpError` of several strings) costs nothing worth a `Box`.
@@ -24,6 +25,7 @@ mod anthropic;
 mod bedrock;
 mod client;
 mod config;
+mod gemini;
 mod http_error;
 mod openai;
 mod secret;
@@ -48,9 +50,11 @@ pub use client::{HttpClient, error_chain};
 pub use config::{
     ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_MAX_TOKENS, ANTHROPIC_DEFAULT_VERSION,
     AnthropicConfig, AzureConfig, BedrockConfig, ClientBuildError, ConfigError,
-    DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_RESPONSE_BYTES, HttpClientConfig, MaxTokensField,
-    OPENAI_DEFAULT_BASE_URL, OpenAiAuth, OpenAiConfig, ProviderConfig, ResponseLimits,
+    DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_RESPONSE_BYTES, GEMINI_DEFAULT_BASE_URL, GeminiConfig,
+    HttpClientConfig, MaxTokensField, OPENAI_DEFAULT_BASE_URL, OpenAiAuth, OpenAiConfig,
+    ProviderConfig, ResponseLimits,
 };
+pub use gemini::{GeminiProvider, replay_gemini_response, replay_gemini_stream};
 pub use http_error::{parse_http_error, retry_after, wait_in_message};
 pub use openai::{OpenAiProvider, replay_openai_response, replay_openai_stream};
 pub use secret::Secret;
@@ -78,6 +82,7 @@ pub fn build_provider(
             Arc::new(AnthropicProvider::new(config, client.clone())?)
         }
         ProviderConfig::Bedrock(config) => Arc::new(BedrockProvider::new(config, client.clone())?),
+        ProviderConfig::Gemini(config) => Arc::new(GeminiProvider::new(config, client.clone())?),
     })
 }
 
@@ -93,6 +98,8 @@ pub fn replay(format: WireFormat, body: &[u8]) -> Vec<Result<StreamEvent, Failur
         (WireFormat::OpenAi, true) => replay_openai_response(body),
         (WireFormat::Anthropic, false) => replay_anthropic_stream(body),
         (WireFormat::Anthropic, true) => replay_anthropic_response(body),
+        (WireFormat::Gemini, false) => replay_gemini_stream(body),
+        (WireFormat::Gemini, true) => replay_gemini_response(body),
     }
 }
 

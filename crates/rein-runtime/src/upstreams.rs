@@ -253,6 +253,7 @@ impl Upstreams {
                 AdapterConfig::Bedrock(bedrock) => {
                     bedrock.base_url = base.map(|b| b.trim_end_matches("/v1").to_owned());
                 }
+                AdapterConfig::Gemini(gemini) => gemini.base_url = base,
             }
         }
         build_provider(adapter, &self.client).map_err(|e| BuildError::Provider {

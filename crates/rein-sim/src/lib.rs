@@ -29,6 +29,7 @@ mod bedrock;
 mod body;
 pub mod cassette;
 mod fault;
+mod gemini;
 mod listen;
 mod log;
 mod openai;

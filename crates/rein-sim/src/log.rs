@@ -49,7 +49,8 @@ pub struct LogEntry {
     pub idempotency_key: Option<String>,
     /// The request's own `x-request-id` header.
     pub client_request_id: Option<String>,
-    /// Whether `authorization` or `x-api-key` was present (their values are never logged).
+    /// Whether `authorization`, `x-api-key` or `x-goog-api-key` was present (their values are
+    /// never logged).
     pub auth_present: bool,
 }
 

@@ -85,10 +85,17 @@ pub(crate) async fn provider(shared: &Shared, endpoint: Endpoint, req: Incoming)
                     WireFormat::Anthropic | WireFormat::Bedrock => {
                         format!("The request body is not valid JSON: {e}")
                     }
+                    WireFormat::Gemini => format!("Invalid JSON payload received. {e}"),
                 };
                 return replier.error(entry, &bad_request(message), "");
             }
         },
+    };
+    // Gemini names the model and the streaming in the path; its body is read as the same
+    // conversation in Chat Completions terms.
+    let body = match endpoint {
+        Endpoint::Chat(WireFormat::Gemini) => crate::gemini::chat_body(&req.path, &body),
+        _ => body,
     };
     let model = body.get("model").and_then(Value::as_str).unwrap_or("").to_owned();
     entry.model = body.get("model").and_then(Value::as_str).map(str::to_owned);
@@ -200,7 +207,7 @@ pub(crate) async fn provider(shared: &Shared, endpoint: Endpoint, req: Incoming)
         // No stream to break: the equivalent error status.
         let kind = match format {
             WireFormat::OpenAi => ErrorKind::Internal,
-            WireFormat::Anthropic => ErrorKind::Overloaded,
+            WireFormat::Anthropic | WireFormat::Gemini => ErrorKind::Overloaded,
             WireFormat::Bedrock => ErrorKind::Unavailable,
         };
         sleep(first_wait).await;
@@ -384,7 +391,9 @@ fn build(builder: http::response::Builder, body: SimBody) -> Response<SimBody> {
 /// The content type of a streamed answer: SSE, or AWS event-stream frames for Bedrock.
 fn stream_content_type(format: WireFormat) -> &'static str {
     match format {
-        WireFormat::OpenAi | WireFormat::Anthropic => "text/event-stream; charset=utf-8",
+        WireFormat::OpenAi | WireFormat::Anthropic | WireFormat::Gemini => {
+            "text/event-stream; charset=utf-8"
+        }
         WireFormat::Bedrock => crate::bedrock::EVENT_STREAM,
     }
 }
@@ -408,6 +417,11 @@ pub(crate) fn not_found(shared: &Shared, format: WireFormat, req: &Incoming) -> 
             "request_id": replier.request_id
         }),
         WireFormat::Bedrock => serde_json::json!({"message": "Unknown operation"}),
+        WireFormat::Gemini => serde_json::json!({"error": {
+            "code": 404,
+            "message": format!("Invalid URL ({} {})", req.method, req.path),
+            "status": "NOT_FOUND"
+        }}),
     };
     replier.send(entry, StatusCode::NOT_FOUND, &body, Vec::new())
 }
@@ -440,6 +454,7 @@ fn new_entry(
         idempotency_key: header(&req.headers, "idempotency-key"),
         client_request_id: header(&req.headers, "x-request-id"),
         auth_present: req.headers.contains_key("authorization")
-            || req.headers.contains_key("x-api-key"),
+            || req.headers.contains_key("x-api-key")
+            || req.headers.contains_key("x-goog-api-key"),
     }
 }

@@ -149,6 +149,9 @@ async fn route(
         (&Method::POST, "/v1/messages") => {
             respond::provider(shared, Endpoint::Chat(WireFormat::Anthropic), incoming).await
         }
+        (&Method::POST, path) if crate::gemini::method_of(path).is_some() => {
+            respond::provider(shared, Endpoint::Chat(WireFormat::Gemini), incoming).await
+        }
         (&Method::GET, "/v1/models") => {
             let format = if anthropic_client { WireFormat::Anthropic } else { WireFormat::OpenAi };
             respond::provider(shared, Endpoint::Models(format), incoming).await
@@ -156,6 +159,8 @@ async fn route(
         _ => {
             let format = if anthropic_client || incoming.path.starts_with("/v1/messages") {
                 WireFormat::Anthropic
+            } else if incoming.path.starts_with("/v1beta/") {
+                WireFormat::Gemini
             } else {
                 WireFormat::OpenAi
             };

@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::answer::Plan;
 use crate::fault::ErrorFault;
 use crate::request::SimRequest;
-use crate::{anthropic, bedrock, openai};
+use crate::{anthropic, bedrock, gemini, openai};
 
 /// One SSE frame, already serialised with its trailing blank line.
 #[derive(Debug, Clone)]
@@ -31,7 +31,7 @@ pub(crate) enum FrameRole {
     Token,
     /// After the content: stop reason and usage.
     Tail,
-    /// The stream's terminator (`[DONE]`, `message_stop`).
+    /// The stream's terminator (`[DONE]`, `message_stop`; Gemini has none).
     Terminator,
 }
 
@@ -71,6 +71,7 @@ pub(crate) fn response_id(format: WireFormat, unique: u64) -> String {
         WireFormat::OpenAi => format!("chatcmpl-sim{unique:024x}"),
         WireFormat::Anthropic => format!("msg_sim{unique:020x}"),
         WireFormat::Bedrock => String::new(),
+        WireFormat::Gemini => format!("sim{unique:020x}"),
     }
 }
 
@@ -80,6 +81,7 @@ pub(crate) fn request_id(format: WireFormat, unique: u64) -> (&'static str, Stri
         WireFormat::OpenAi => ("x-request-id", format!("req_sim{unique:025x}")),
         WireFormat::Anthropic => ("request-id", format!("req_sim{unique:020x}")),
         WireFormat::Bedrock => ("x-amzn-requestid", format!("sim-{unique:032x}")),
+        WireFormat::Gemini => ("x-request-id", format!("req_sim{unique:020x}")),
     }
 }
 
@@ -88,6 +90,7 @@ pub(crate) fn body(format: WireFormat, ctx: &Ctx<'_>, plan: &Plan) -> Value {
         WireFormat::OpenAi => openai::body(ctx, plan),
         WireFormat::Anthropic => anthropic::body(ctx, plan),
         WireFormat::Bedrock => bedrock::body(ctx, plan),
+        WireFormat::Gemini => gemini::body(ctx, plan),
     }
 }
 
@@ -96,6 +99,7 @@ pub(crate) fn frames(format: WireFormat, ctx: &Ctx<'_>, plan: &Plan) -> Vec<Fram
         WireFormat::OpenAi => openai::frames(ctx, plan),
         WireFormat::Anthropic => anthropic::frames(ctx, plan),
         WireFormat::Bedrock => bedrock::frames(ctx, plan),
+        WireFormat::Gemini => gemini::frames(ctx, plan),
     }
 }
 
@@ -105,6 +109,7 @@ pub(crate) fn malformed_frame(format: WireFormat, ctx: &Ctx<'_>) -> Bytes {
         WireFormat::OpenAi => openai::malformed_frame(ctx),
         WireFormat::Anthropic => anthropic::malformed_frame(),
         WireFormat::Bedrock => bedrock::malformed_frame(),
+        WireFormat::Gemini => gemini::malformed_frame(ctx),
     }
 }
 
@@ -114,6 +119,7 @@ pub(crate) fn stream_error_frame(format: WireFormat) -> Bytes {
         WireFormat::OpenAi => openai::stream_error_frame(),
         WireFormat::Anthropic => anthropic::stream_error_frame(),
         WireFormat::Bedrock => bedrock::stream_error_frame(),
+        WireFormat::Gemini => gemini::stream_error_frame(),
     }
 }
 
@@ -128,11 +134,13 @@ pub(crate) fn error(
         WireFormat::OpenAi => openai::error(fault, model),
         WireFormat::Anthropic => anthropic::error(fault, model, request_id, unix_s),
         WireFormat::Bedrock => bedrock::error(fault, model),
+        WireFormat::Gemini => gemini::error(fault, model),
     };
     if let Some(status) = fault.status {
         error.status = status;
     }
-    if let Some(secs) = &fault.retry_after {
+    // Google asks for a wait in the body's `RetryInfo`, never in a header.
+    if let Some(secs) = fault.retry_after.as_ref().filter(|_| format != WireFormat::Gemini) {
         error.headers.push(("retry-after", secs.clone()));
     }
     if let Some(ms) = fault.retry_after_ms {
@@ -150,6 +158,7 @@ pub(crate) fn models(format: WireFormat, unix_s: u64) -> Value {
         WireFormat::OpenAi => openai::models(unix_s),
         WireFormat::Anthropic => anthropic::models(),
         WireFormat::Bedrock => bedrock::models(),
+        WireFormat::Gemini => gemini::models(),
     }
 }
 

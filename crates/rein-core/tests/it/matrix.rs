@@ -35,6 +35,8 @@ struct Row {
     windows: Option<(u32, u32)>,
     /// The caller's deadline, when the row shortens it.
     deadline_ms: Option<u64>,
+    /// The primary tier's wire format (OpenAI unless the row says otherwise).
+    format: WireFormat,
 }
 
 const fn row(name: &'static str, expect: Expect, attempts: (usize, usize), elapsed_ms: u64) -> Row {
@@ -49,6 +51,7 @@ const fn row(name: &'static str, expect: Expect, attempts: (usize, usize), elaps
         stop: None,
         windows: None,
         deadline_ms: None,
+        format: WireFormat::OpenAi,
     }
 }
 
@@ -74,10 +77,27 @@ impl Row {
         self.deadline_ms = Some(ms);
         self
     }
+    /// The primary tier speaks Gemini, so its errors are read as Google's.
+    fn gemini(mut self) -> Self {
+        self.format = WireFormat::Gemini;
+        self
+    }
 }
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
+}
+
+/// Google's 429: `RESOURCE_EXHAUSTED`, the quota's id as the code, RetryInfo's delay as the wait.
+fn gemini_rate_limit(quota_id: &str, wait: Option<Duration>) -> Act {
+    Act::Http(HttpError {
+        status: 429,
+        error_type: Some("RESOURCE_EXHAUSTED".into()),
+        code: Some(quota_id.into()),
+        message: "You exceeded your current quota, please check your plan and billing details. For more information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.".into(),
+        retry_after: wait,
+        ..HttpError::default()
+    })
 }
 
 fn slow_stream(gap_ms: u64) -> Act {
@@ -178,6 +198,50 @@ fn rows() -> Vec<Row> {
         row("refusal stop is reported", Answered, (1, 0), 0)
             .scripts(vec![Act::StopWith(StopReason::Refusal)], vec![ok()])
             .stop(StopReason::Refusal),
+        // Gemini's documented errors, read by their google.rpc `status`; the messages are
+        // Google's own.
+        row("Gemini RESOURCE_EXHAUSTED with RetryInfo 2 s waits exactly 2 s", Answered, (2, 0), 2000)
+            .scripts(vec![gemini_rate_limit("GenerateRequestsPerMinutePerProjectPerModel-FreeTier", Some(ms(2000))), ok()], vec![ok()])
+            .gemini(),
+        row("Gemini RESOURCE_EXHAUSTED with RetryInfo 58 s: the next tier at once", Fallback, (1, 1), 0)
+            .scripts(vec![gemini_rate_limit("GenerateRequestsPerMinutePerProjectPerModel-FreeTier", Some(ms(58_000))), ok()], vec![ok()])
+            .gemini(),
+        row("Gemini per-day quota: no retry, next tier, alert", Fallback, (1, 1), 0)
+            .scripts(vec![gemini_rate_limit("GenerateRequestsPerDayPerProjectPerModel", None)], vec![ok()])
+            .gemini()
+            .alerts(1),
+        row("Gemini UNAVAILABLE once then ok", Answered, (2, 0), 300)
+            .scripts(vec![http(503, "UNAVAILABLE", None, "The model is overloaded. Please try again later."), ok()], vec![ok()])
+            .gemini(),
+        row("Gemini persistent UNAVAILABLE: the next tier", Fallback, (2, 1), 300)
+            .scripts(vec![http(503, "UNAVAILABLE", None, "The model is overloaded. Please try again later.")], vec![ok()])
+            .gemini(),
+        row("Gemini INTERNAL once then ok", Answered, (2, 0), 300)
+            .scripts(vec![http(500, "INTERNAL", None, "An internal error has occurred. Please retry or report in https://developers.generativeai.google/guide/troubleshooting"), ok()], vec![ok()])
+            .gemini(),
+        row("Gemini DEADLINE_EXCEEDED once then ok", Answered, (2, 0), 300)
+            .scripts(vec![http(504, "DEADLINE_EXCEEDED", None, "Deadline expired before operation could complete."), ok()], vec![ok()])
+            .gemini(),
+        row("Gemini API_KEY_INVALID 400 skips the tier and alerts", Fallback, (1, 1), 0)
+            .scripts(vec![http(400, "INVALID_ARGUMENT", Some("API_KEY_INVALID"), "API key not valid. Please pass a valid API key.")], vec![ok()])
+            .gemini()
+            .alerts(1),
+        row("Gemini PERMISSION_DENIED skips the tier and alerts", Fallback, (1, 1), 0)
+            .scripts(vec![http(403, "PERMISSION_DENIED", None, "You do not have permission to access the requested resource.")], vec![ok()])
+            .gemini()
+            .alerts(1),
+        row("Gemini NOT_FOUND skips the tier and alerts", Fallback, (1, 1), 0)
+            .scripts(vec![http(404, "NOT_FOUND", None, "models/gemini-9 is not found for API version v1beta, or is not supported for generateContent.")], vec![ok()])
+            .gemini()
+            .alerts(1),
+        row("Gemini FAILED_PRECONDITION (billing) skips the tier and alerts", Fallback, (1, 1), 0)
+            .scripts(vec![http(400, "FAILED_PRECONDITION", None, "Gemini API free tier is not available in your country. Please enable billing on your project in Google AI Studio.")], vec![ok()])
+            .gemini()
+            .alerts(1),
+        row("Gemini input token count: the larger tier answers", Fallback, (1, 1), 0)
+            .scripts(vec![http(400, "INVALID_ARGUMENT", None, "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).")], vec![ok()])
+            .gemini()
+            .windows(1_048_576, 2_000_000),
         row("every tier down: the degraded reply", Degraded, (2, 2), 600)
             .scripts(vec![status(503)], vec![status(503)]),
         row("x-should-retry false: next tier", Fallback, (1, 1), 0).scripts(
@@ -191,7 +255,7 @@ fn rows() -> Vec<Row> {
 }
 
 async fn check(row: Row) {
-    let primary = Scripted::new("p", WireFormat::OpenAi, row.primary.clone());
+    let primary = Scripted::new("p", row.format, row.primary.clone());
     let fallback = Scripted::new("f", WireFormat::Anthropic, row.fallback.clone());
     let mut route = route("r", vec![("primary", primary.clone()), ("fallback", fallback.clone())]);
     if let Some((p, f)) = row.windows {

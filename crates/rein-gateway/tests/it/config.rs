@@ -270,3 +270,31 @@ model = "anthropic.claude-3-haiku-20240307-v1:0"
     let openai = "[providers.o]\nkind = \"openai\"\napi_key_env = \"OPENAI_API_KEY\"\nregion = \"us-east-1\"\n[routes.chat]\n[[routes.chat.tiers]]\nname = \"p\"\nprovider = \"o\"\nmodel = \"m\"\n";
     assert!(problems(openai).contains("`providers.o.region`: only applies to kind `bedrock`"));
 }
+
+#[test]
+fn a_gemini_provider_needs_its_key_env_and_builds_with_the_google_default() {
+    let config = |provider: &str| {
+        format!(
+            "{provider}\n[routes.chat]\n[[routes.chat.tiers]]\nname = \"p\"\nprovider = \"gemini\"\nmodel = \"gemini-2.5-flash\"\n"
+        )
+    };
+    insta::assert_snapshot!(problems(&config("[providers.gemini]\nkind = \"gemini\"\n")), @r"
+    the config has 1 problem:
+      - `providers.gemini.api_key_env`: is required for this kind: name the environment variable that holds the API key
+    ");
+    insta::assert_snapshot!(problems(&config("[providers.gemini]\nkind = \"gemini\"\napi_key_env = \"GEMINI_API_KEY\"\n")), @r"
+    the config has 1 problem:
+      - `providers.gemini.api_key_env`: environment variable `GEMINI_API_KEY` is not set
+    ");
+    let with_key = |name: &str| (name == "GEMINI_API_KEY").then(|| "AIza-test-key".to_owned());
+    let text = config("[providers.gemini]\nkind = \"gemini\"\napi_key_env = \"GEMINI_API_KEY\"\n");
+    let parsed = Config::from_toml(&text, &with_key).unwrap();
+    let provider = &parsed.providers["gemini"];
+    assert_eq!(provider.kind, ProviderKind::Gemini);
+    assert_eq!(provider.genai_name(), "gcp.gemini");
+    let rein_providers::ProviderConfig::Gemini(adapter) = &provider.adapter else {
+        panic!("a Gemini adapter: {:?}", provider.adapter);
+    };
+    assert_eq!(adapter.base_url, None, "the adapter's default, Google's host");
+    assert!(!format!("{parsed:?}").contains("AIza-test-key"), "the key is never printed");
+}

@@ -788,3 +788,88 @@ async fn every_admin_route_needs_the_admin_key() {
     gw.stop().await.unwrap();
     off.stop().await.unwrap();
 }
+
+/// An OpenAI-format caller served by a Gemini tier (the simulator speaking Gemini over real
+/// HTTP, through the Gemini adapter), whole and streamed; and a failing Gemini tier (503
+/// `UNAVAILABLE`) falling back to an OpenAI-format tier.
+#[tokio::test]
+async fn an_openai_caller_is_served_by_a_gemini_tier_and_falls_back_from_it() {
+    let config = r#"
+[server]
+listen = "127.0.0.1:0"
+client_keys_env = ["CLIENT_KEY"]
+
+[store]
+sqlite_path = ":memory:"
+
+[providers.sim-gemini]
+kind = "sim"
+format = "gemini"
+
+[providers.sim-openai]
+kind = "sim"
+format = "openai"
+
+[routes.chat]
+deadline_ms = 5000
+first_token_ms = 1000
+attempt_ms = 2000
+backoff_base_ms = 20
+backoff_floor_ms = 10
+backoff_cap_ms = 100
+
+[[routes.chat.tiers]]
+name = "gemini"
+provider = "sim-gemini"
+model = "gemini-sim"
+
+[[routes.chat.tiers]]
+name = "openai"
+provider = "sim-openai"
+model = "sim-fallback"
+
+[routes.down]
+deadline_ms = 5000
+first_token_ms = 1000
+attempt_ms = 2000
+backoff_base_ms = 20
+backoff_floor_ms = 10
+backoff_cap_ms = 100
+
+[[routes.down.tiers]]
+name = "gemini"
+provider = "sim-gemini"
+model = "sim:503"
+
+[[routes.down.tiers]]
+name = "openai"
+provider = "sim-openai"
+model = "sim-fallback"
+"#;
+    let gw = start_with(config, None).await;
+    let response = gw.post("/v1/chat/completions", KEY, chat("chat")).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-rein-outcome"], "answered");
+    assert_eq!(response.headers()["x-rein-tier"], "gemini");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["model"], "gemini-sim", "the model Gemini named in modelVersion");
+    let text = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.ends_with(rein_sim::SENTINEL), "{text}");
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+
+    let mut streamed = chat("chat");
+    streamed["stream"] = json!(true);
+    let response = gw.post("/v1/chat/completions", KEY, streamed).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-rein-tier"], "gemini");
+    let sse = response.text().await.unwrap();
+    assert!(sse.contains(rein_sim::SENTINEL) && sse.trim_end().ends_with("data: [DONE]"), "{sse}");
+
+    let response = gw.post("/v1/chat/completions", KEY, chat("down")).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-rein-outcome"], "fallback");
+    assert_eq!(response.headers()["x-rein-tier"], "openai");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["model"], "sim-fallback");
+    gw.stop().await.unwrap();
+}

@@ -73,8 +73,10 @@ fn unknown_keys_are_rejected_by_name() {
     assert!(error.to_string().contains("base_ur"), "{error}");
     let error = parse(json!({"format": "anthropic", "name": "a", "max_tokens": 5})).unwrap_err();
     assert!(error.to_string().contains("max_tokens"), "{error}");
-    let error = parse(json!({"format": "gemini", "name": "g"})).unwrap_err();
-    assert!(error.to_string().contains("gemini"), "{error}");
+    let error = parse(json!({"format": "cohere", "name": "c"})).unwrap_err();
+    assert!(error.to_string().contains("cohere"), "{error}");
+    let error = parse(json!({"format": "gemini", "name": "g", "api_version": "v1"})).unwrap_err();
+    assert!(error.to_string().contains("api_version"), "{error}");
     let error =
         serde_json::from_value::<HttpClientConfig>(json!({"read_timeout_ms": 5})).unwrap_err();
     assert!(error.to_string().contains("read_timeout_ms"), "{error}");

@@ -14,6 +14,7 @@ mod classify;
 mod config;
 mod errors;
 mod fixtures;
+mod gemini;
 mod limits;
 mod requests;
 mod secrets;

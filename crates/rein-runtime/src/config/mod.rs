@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use rein_core::{
     ClockPolicy, CooldownPolicy, DegradedReply, ReleaseMode, RetryBudgetPolicy, RetryPolicy,
-    TierParams, TimeoutMoves,
+    TierParams, TimeoutMoves, WireFormat,
 };
 use serde::Serialize;
 
@@ -191,6 +191,7 @@ impl ProviderConfig {
             }
             (ProviderKind::AzureOpenai, _) => "azure.ai.openai",
             (ProviderKind::Openai | ProviderKind::OpenaiCompatible, _) => "openai",
+            (ProviderKind::Gemini, _) => "gcp.gemini",
             (
                 ProviderKind::Sim | ProviderKind::Replay,
                 rein_providers::ProviderConfig::Anthropic(_),
@@ -199,6 +200,10 @@ impl ProviderConfig {
                 ProviderKind::Sim | ProviderKind::Replay,
                 rein_providers::ProviderConfig::OpenAi(_),
             ) => "openai",
+            (
+                ProviderKind::Sim | ProviderKind::Replay,
+                rein_providers::ProviderConfig::Gemini(_),
+            ) => "gcp.gemini",
         }
     }
 }
@@ -604,7 +609,10 @@ fn validate_provider(
     let mut ok = true;
     let needs_key = matches!(
         raw.kind,
-        ProviderKind::Openai | ProviderKind::Anthropic | ProviderKind::AzureOpenai
+        ProviderKind::Openai
+            | ProviderKind::Anthropic
+            | ProviderKind::AzureOpenai
+            | ProviderKind::Gemini
     );
     let api_key = match &raw.api_key_env {
         Some(var) => match env(var).filter(|v| !v.is_empty()) {
@@ -649,25 +657,30 @@ fn validate_provider(
         _ => {}
     }
     let in_process = matches!(raw.kind, ProviderKind::Sim | ProviderKind::Replay);
-    let sim_bedrock = in_process && raw.format.as_deref() == Some("bedrock");
-    let sim_anthropic = match (in_process, raw.format.as_deref()) {
-        (true, None | Some("openai" | "bedrock")) => false,
-        (true, Some("anthropic")) => true,
+    let sim_format = match (in_process, raw.format.as_deref()) {
+        (true, None | Some("openai")) => WireFormat::OpenAi,
+        (true, Some("anthropic")) => WireFormat::Anthropic,
+        (true, Some("bedrock")) => WireFormat::Bedrock,
+        // The simulator speaks Gemini; recorded cassettes do not (yet).
+        (true, Some("gemini")) if raw.kind == ProviderKind::Sim => WireFormat::Gemini,
         (true, Some(other)) => {
             problems.add(
                 key("format"),
-                format!("`{other}` is not a wire format: use `openai`, `anthropic` or `bedrock`"),
+                format!(
+                    "`{other}` is not a wire format here: use `openai`, `anthropic` or `bedrock` (or `gemini` with kind `sim`)"
+                ),
             );
             ok = false;
-            false
+            WireFormat::OpenAi
         }
         (false, Some(_)) => {
             problems.add(key("format"), "only applies to kinds `sim` and `replay`");
             ok = false;
-            false
+            WireFormat::OpenAi
         }
-        (false, None) => false,
+        (false, None) => WireFormat::OpenAi,
     };
+    let sim_bedrock = in_process && sim_format == WireFormat::Bedrock;
     if sim_bedrock && raw.kind == ProviderKind::Replay {
         problems.add(
             key("format"),
@@ -675,6 +688,7 @@ fn validate_provider(
         );
         ok = false;
     }
+    let sim_anthropic = in_process && sim_format == WireFormat::Anthropic;
     if raw.scenario.is_some() && raw.kind != ProviderKind::Sim {
         problems.add(key("scenario"), "only applies to kind `sim`");
         ok = false;
@@ -793,6 +807,15 @@ fn validate_provider(
         }
         adapter
     };
+    let gemini = |base_url: Option<String>| {
+        let mut adapter = rein_providers::GeminiConfig::new(name, String::new());
+        adapter.base_url = base_url;
+        adapter.api_key = api_key.clone();
+        adapter.headers = headers.clone();
+        adapter.streaming = raw.stream.unwrap_or(true);
+        adapter.limits = limits;
+        adapter
+    };
     use rein_providers::ProviderConfig as Adapter;
     let base_url = raw.base_url.clone();
     let adapter = match raw.kind {
@@ -807,6 +830,7 @@ fn validate_provider(
             Adapter::OpenAi(adapter)
         }
         ProviderKind::Anthropic => Adapter::Anthropic(anthropic(base_url)),
+        ProviderKind::Gemini => Adapter::Gemini(gemini(base_url)),
         ProviderKind::Sim | ProviderKind::Replay if sim_anthropic => {
             Adapter::Anthropic(anthropic(None))
         }
@@ -832,6 +856,7 @@ fn validate_provider(
             }
             Adapter::Bedrock(adapter)
         }
+        ProviderKind::Sim if sim_format == WireFormat::Gemini => Adapter::Gemini(gemini(None)),
         ProviderKind::Sim | ProviderKind::Replay | ProviderKind::Bedrock => {
             Adapter::OpenAi(openai(None))
         }

@@ -299,6 +299,8 @@ pub enum ProviderKind {
     AzureOpenai,
     /// Amazon Bedrock's Converse API, SigV4-signed (`region`, AWS credentials).
     Bedrock,
+    /// Google's Gemini API (generativelanguage.googleapis.com), with an API key.
+    Gemini,
     /// rein's own simulator, started in-process (no network, no key).
     Sim,
     /// Recorded answers (`rein record`) served in-process from a cassette file; a request the
@@ -345,7 +347,7 @@ pub struct RawProvider {
     #[serde(default)]
     pub profile: Option<String>,
     /// Sim, replay: which wire format the in-process tier speaks (`openai`, `anthropic` or
-    /// `bedrock`).
+    /// `bedrock`; `gemini` for sim).
     #[serde(default)]
     pub format: Option<String>,
     /// Sim: a scenario file with a fault timeline.

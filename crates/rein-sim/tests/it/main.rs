@@ -4,6 +4,7 @@
 mod anthropic;
 mod bedrock;
 mod cassette;
+mod gemini;
 mod log;
 mod openai;
 mod reply;

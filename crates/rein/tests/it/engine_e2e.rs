@@ -19,8 +19,8 @@ use rein_core::report::ReaskReason;
 use rein_core::validate::OutputContract;
 use rein_core::*;
 use rein_providers::{
-    AnthropicConfig, BedrockConfig, HttpClient, HttpClientConfig, OpenAiConfig, ProviderConfig,
-    Secret, build_provider,
+    AnthropicConfig, BedrockConfig, GeminiConfig, HttpClient, HttpClientConfig, OpenAiConfig,
+    ProviderConfig, Secret, build_provider,
 };
 use rein_sim::{LogEntry, SENTINEL, SimConfig, say_spec};
 use serde_json::{Value, json};
@@ -28,6 +28,7 @@ use tokio::time::Instant;
 
 const OPENAI: WireFormat = WireFormat::OpenAi;
 const ANTHROPIC: WireFormat = WireFormat::Anthropic;
+const GEMINI: WireFormat = WireFormat::Gemini;
 const BEDROCK: WireFormat = WireFormat::Bedrock;
 
 /// The backoff floor, and the one backoff wait the fixed jitter gives: 10 + 0.5 × (20 − 10).
@@ -216,6 +217,15 @@ fn anthropic(
     row(name, ANTHROPIC, spec, expect, attempts)
 }
 
+fn gemini(
+    name: &'static str,
+    spec: impl Into<String>,
+    expect: Expect,
+    attempts: (usize, usize),
+) -> Row {
+    row(name, GEMINI, spec, expect, attempts)
+}
+
 impl Row {
     fn kind(mut self, kind: FailureKind) -> Self {
         self.kind = Some(kind);
@@ -349,6 +359,36 @@ fn openai_rows() -> Vec<Row> {
             .kind(K::Overloaded).fallback(ANTHROPIC, "sim-fallback-anthropic"),
         openai("OpenAI out of quota: the Anthropic tier answers", "insufficient_quota", Fallback, (1, 1))
             .kind(K::QuotaExhausted).alerts(1).fallback(ANTHROPIC, "sim-fallback-anthropic"),
+    ]
+}
+
+/// The main faults through the Gemini adapter, streaming: Google's statuses, `RetryInfo` as
+/// the wait (the fault spec travels in the model, so in the URL's path), a stream cut before its
+/// `finishReason`, and a fallback to another format.
+#[rustfmt::skip]
+fn gemini_rows() -> Vec<Row> {
+    vec![
+        gemini("healthy", "ok", Answered, (1, 0)),
+        gemini("503 UNAVAILABLE then ok", "503,ok", Answered, (2, 0)).kind(K::Overloaded),
+        gemini("persistent 503: two attempts, then the fallback", "503", Fallback, (2, 1)).kind(K::Overloaded),
+        gemini("500 INTERNAL then ok", "500,ok", Answered, (2, 0)).kind(K::ServerError),
+        gemini("429 with RetryInfo 1 s: the retry waits Google's second", "429:retry_after=1,ok", Answered, (2, 0))
+            .kind(K::RateLimited).pushback(1000),
+        gemini("429 with RetryInfo beyond the deadline: the fallback at once", "429:retry_after=9", Fallback, (1, 1))
+            .kind(K::RateLimited),
+        gemini("API_KEY_INVALID: never retried, alert", "401", Fallback, (1, 1)).kind(K::Unauthorized).alerts(1),
+        gemini("NOT_FOUND: never retried, alert", "404", Fallback, (1, 1)).kind(K::NotFound).alerts(1),
+        gemini("input token count: the larger-context tier answers", "context_length", Fallback, (1, 1))
+            .kind(K::ContextLength).windows(1_048_576, 2_000_000),
+        gemini("stream cut before its finishReason is retried", "cut:after=3,ok", Answered, (2, 0)).kind(K::StreamInterrupted),
+        gemini("stream cut every time: the fallback", "cut:after=3", Fallback, (2, 1)).kind(K::StreamInterrupted),
+        gemini("malformed chunk fails the attempt cleanly", "malformed:after=2,ok", Answered, (2, 0)).kind(K::MalformedResponse),
+        gemini("mid-stream UNAVAILABLE record is retried", "stream_error:after=2,ok", Answered, (2, 0)).kind(K::Overloaded),
+        gemini("slow first token (1.5 s) is cut at 1 s", "slow_first_token:ms=1500", Fallback, (2, 1))
+            .kind(FIRST_TOKEN).min_elapsed(2 * FIRST_TOKEN_MS),
+        gemini("max_tokens: the cut answer is reported as cut", "max_tokens", Answered, (1, 0)).text(Text::MaxTokens),
+        gemini("Gemini down: the OpenAI tier answers", "503", Fallback, (2, 1))
+            .kind(K::Overloaded).fallback(OPENAI, "sim-fallback-openai"),
     ]
 }
 
@@ -558,6 +598,11 @@ async fn bedrock_faults_through_the_real_adapter() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn gemini_faults_through_the_real_adapter() {
+    run(gemini_rows()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn whole_answers_through_the_real_adapters() {
     run(whole_rows()).await;
 }
@@ -641,6 +686,11 @@ fn provider(
             config.streaming = streaming;
             ProviderConfig::Anthropic(config)
         }
+        WireFormat::Gemini => {
+            let mut config = GeminiConfig::new("sim-gemini", base_url);
+            config.streaming = streaming;
+            ProviderConfig::Gemini(config)
+        }
         WireFormat::Bedrock => {
             let mut config = BedrockConfig::new("sim-bedrock", "us-east-1");
             config.base_url = Some(base_url.trim_end_matches("/v1").to_owned());
@@ -654,11 +704,13 @@ fn provider(
     build_provider(config, client).expect("provider")
 }
 
-/// Whether `path` is the chat endpoint of `format` (Bedrock's names the model).
+/// Whether `path` is the chat endpoint of `format` (Bedrock's and Gemini's name the model).
 fn is_endpoint(format: WireFormat, path: &str, streaming: bool) -> bool {
     match format {
         WireFormat::OpenAi => path == "/v1/chat/completions",
         WireFormat::Anthropic => path == "/v1/messages",
+        // The model and the method follow: `/v1/models/{model}:generateContent`.
+        WireFormat::Gemini => path.starts_with("/v1/models/"),
         WireFormat::Bedrock => {
             path.starts_with("/model/")
                 && path.ends_with(if streaming { "/converse-stream" } else { "/converse" })

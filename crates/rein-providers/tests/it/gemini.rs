@@ -1,0 +1,381 @@
+//! The Gemini adapter: the exact request on the wire (path with the model and method, the key
+//! only in `x-goog-api-key`, the body), recorded answers and streams decoded, a stream that
+//! ends without `finishReason` left incomplete, and Google's error bodies read and classified.
+
+use std::time::Duration;
+
+use rein_core::classify::{FailureKind, classify};
+use rein_core::{
+    ChatRequest, Failure, Message, Provider, ResponseFormat, StopReason, StreamEvent, ToolCall,
+    ToolChoice, ToolSpec, Usage, WireFormat,
+};
+use rein_providers::{
+    GeminiConfig, GeminiProvider, Secret, parse_http_error, replay, replay_gemini_response,
+    replay_gemini_stream,
+};
+use reqwest::header::HeaderMap;
+use serde_json::{Map, json};
+
+use crate::server::{Reply, response, serve, sse_response};
+use crate::{TEST_KEY, assemble, client, collect, fixture, ok_events};
+
+fn gemini(base_url: &str, streaming: bool) -> GeminiProvider {
+    // The raw server's base URL ends in `/v1`; Gemini's is the bare host.
+    let mut config = GeminiConfig::new("gemini-test", base_url.trim_end_matches("/v1"));
+    config.api_key = Some(Secret::new(TEST_KEY));
+    config.streaming = streaming;
+    GeminiProvider::new(config, client()).expect("gemini provider")
+}
+
+fn conversation() -> ChatRequest {
+    let mut extra = Map::new();
+    extra.insert(
+        "safetySettings".into(),
+        json!([{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}]),
+    );
+    ChatRequest {
+        model: "gemini-2.5-flash".into(),
+        system: Some("You are terse.".into()),
+        messages: vec![
+            Message::user("Weather in Paris, and the time?"),
+            Message {
+                tool_calls: vec![
+                    ToolCall {
+                        id: "call_1".into(),
+                        name: "get_weather".into(),
+                        arguments: r#"{"city":"Paris"}"#.into(),
+                    },
+                    ToolCall {
+                        id: "call_2".into(),
+                        name: "get_time".into(),
+                        arguments: String::new(),
+                    },
+                ],
+                ..Message::assistant("")
+            },
+            Message::tool_result("call_1", r#"{"celsius": 18}"#),
+            Message::tool_result("call_2", "14:05"),
+            Message::user("Thanks. Summarise."),
+        ],
+        max_tokens: Some(256),
+        temperature: Some(0.2),
+        top_p: Some(0.9),
+        stop: vec!["END".into()],
+        tools: vec![
+            ToolSpec {
+                name: "get_weather".into(),
+                description: Some("Current weather for a city".into()),
+                parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+            },
+            ToolSpec {
+                name: "get_time".into(),
+                description: None,
+                parameters: json!({"type": "object"}),
+            },
+        ],
+        tool_choice: Some(ToolChoice::Tool { name: "get_weather".into() }),
+        response_format: Some(ResponseFormat::JsonSchema {
+            name: "summary".into(),
+            schema: json!({"type": "object", "properties": {"text": {"type": "string"}}}),
+            strict: true,
+        }),
+        logprobs: Some(3),
+        extra,
+        extra_format: Some(WireFormat::Gemini),
+    }
+}
+
+#[tokio::test]
+async fn gemini_stream_request_is_exact_and_the_key_stays_out_of_the_url() {
+    let server = serve(Reply::Pieces(sse_response(&fixture("gemini/streams/text.sse"), 4))).await;
+    let events = collect(gemini(&server.base_url, true).send(&conversation()).await.unwrap()).await;
+    assert_eq!(assemble(&events).text, "The sky is blue because of Rayleigh scattering.");
+
+    let captured = server.captured().await;
+    assert_eq!(
+        captured.request_line,
+        "POST /v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse HTTP/1.1"
+    );
+    assert!(!captured.request_line.contains(TEST_KEY));
+    assert_eq!(captured.header("x-goog-api-key"), Some(TEST_KEY));
+    assert_eq!(captured.header("authorization"), None);
+    assert_eq!(captured.header("content-type"), Some("application/json"));
+    assert_eq!(
+        captured.json(),
+        json!({
+            "contents": [
+                {"role": "user", "parts": [{"text": "Weather in Paris, and the time?"}]},
+                {"role": "model", "parts": [
+                    {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}},
+                    {"functionCall": {"name": "get_time", "args": {}}},
+                ]},
+                {"role": "user", "parts": [
+                    {"functionResponse": {"name": "get_weather", "response": {"celsius": 18}}},
+                    {"functionResponse": {"name": "get_time", "response": {"output": "14:05"}}},
+                    {"text": "Thanks. Summarise."},
+                ]},
+            ],
+            "systemInstruction": {"parts": [{"text": "You are terse."}]},
+            "tools": [{"functionDeclarations": [
+                {"name": "get_weather", "description": "Current weather for a city",
+                 "parametersJsonSchema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+                {"name": "get_time", "parametersJsonSchema": {"type": "object"}},
+            ]}],
+            "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["get_weather"]}},
+            "generationConfig": {
+                "maxOutputTokens": 256,
+                "temperature": 0.2,
+                "topP": 0.9,
+                "stopSequences": ["END"],
+                "responseMimeType": "application/json",
+                "responseJsonSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
+            },
+            "safetySettings": [{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}],
+        })
+    );
+}
+
+#[tokio::test]
+async fn gemini_non_streaming_posts_generate_content_and_leaves_other_formats_extra_out() {
+    let body = fixture("gemini/responses/text.json");
+    let server =
+        serve(Reply::Pieces(vec![response(200, &[("content-type", "application/json")], &body)]))
+            .await;
+    let mut request = ChatRequest {
+        model: "models/gemini-2.5-flash".into(),
+        messages: vec![
+            Message::user("Explain AI"),
+            Message::assistant("Sure."),
+            Message::user("Briefly."),
+        ],
+        response_format: Some(ResponseFormat::JsonObject),
+        tool_choice: Some(ToolChoice::Required),
+        extra_format: Some(WireFormat::OpenAi),
+        ..ChatRequest::default()
+    };
+    request.extra.insert("seed".into(), json!(7));
+    let events = collect(gemini(&server.base_url, false).send(&request).await.unwrap()).await;
+    let answer = assemble(&events);
+    assert_eq!(answer.text, "AI learns patterns from data to make predictions or decisions.");
+    assert_eq!(answer.stop_reason, Some(StopReason::EndTurn));
+
+    let captured = server.captured().await;
+    assert_eq!(
+        captured.request_line,
+        "POST /v1beta/models/gemini-2.5-flash:generateContent HTTP/1.1"
+    );
+    assert_eq!(
+        captured.json(),
+        json!({
+            "contents": [
+                {"role": "user", "parts": [{"text": "Explain AI"}]},
+                {"role": "model", "parts": [{"text": "Sure."}]},
+                {"role": "user", "parts": [{"text": "Briefly."}]},
+            ],
+            "toolConfig": {"functionCallingConfig": {"mode": "ANY"}},
+            "generationConfig": {"responseMimeType": "application/json"},
+        })
+    );
+}
+
+#[test]
+fn gemini_base_url_with_the_version_is_not_doubled() {
+    let mut config = GeminiConfig::new("g", "https://generativelanguage.googleapis.com/v1beta/");
+    config.streaming = false;
+    let provider = GeminiProvider::new(config, client()).unwrap();
+    assert_eq!(
+        provider.endpoint("gemini-2.0-flash").as_str(),
+        "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.0-flash:generateContent"
+    );
+}
+
+#[test]
+fn gemini_tool_arguments_that_are_not_json_are_unsendable() {
+    let provider = gemini("http://127.0.0.1:9", true);
+    let mut request = conversation();
+    request.messages[1].tool_calls[0].arguments = "{city".into();
+    assert!(matches!(provider.request_body(&request), Err(Failure::Unsendable { .. })));
+}
+
+#[test]
+fn gemini_answers_decode() {
+    let text = assemble(&replay_gemini_response(&fixture("gemini/responses/text.json")));
+    assert_eq!(text.id, "Fp1yaJ6QLZi0qtsP7Ymf-Ak");
+    assert_eq!(text.model, "gemini-2.5-flash");
+    // Thinking tokens are billed as output.
+    assert_eq!(text.usage, Usage { input_tokens: 8, output_tokens: 1012 });
+
+    let call =
+        assemble(&replay(WireFormat::Gemini, &fixture("gemini/responses/function_call.json")));
+    assert_eq!(call.stop_reason, Some(StopReason::ToolUse));
+    assert_eq!(call.tool_calls.len(), 1);
+    assert_eq!(call.tool_calls[0].name, "schedule_meeting");
+    assert_eq!(call.tool_calls[0].id, "call_n6Z6aL2KEcWvqtsPkZ6t0Aw_0");
+    let args: serde_json::Value = serde_json::from_str(&call.tool_calls[0].arguments).unwrap();
+    assert_eq!(args["attendees"], json!(["Bob", "Alice"]));
+    assert_eq!(call.usage, Usage { input_tokens: 120, output_tokens: 31 });
+
+    let cut = assemble(&replay_gemini_response(&fixture("gemini/responses/max_tokens.json")));
+    assert_eq!(cut.stop_reason, Some(StopReason::MaxTokens));
+    assert!(!cut.stop_reason.unwrap().is_complete());
+}
+
+#[test]
+fn gemini_blocked_prompt_is_a_content_policy_rejection() {
+    let events = replay_gemini_response(&fixture("gemini/responses/prompt_blocked.json"));
+    let failure = events.into_iter().find_map(Result::err).expect("a failure");
+    assert!(failure.to_string().contains("PROHIBITED_CONTENT"), "{failure}");
+    assert_eq!(classify(&failure).kind, FailureKind::ContentPolicy);
+}
+
+#[test]
+fn gemini_streams_decode_and_end_at_the_finish_reason() {
+    let events = ok_events(replay_gemini_stream(&fixture("gemini/streams/text.sse")));
+    assert_eq!(
+        events,
+        vec![
+            StreamEvent::Start {
+                id: "6aJ6aOaSMdnbqtsPs4mQ-QQ".into(),
+                model: "gemini-2.0-flash".into()
+            },
+            StreamEvent::TextDelta { text: "The".into() },
+            StreamEvent::TextDelta { text: " sky is blue because of Rayleigh scattering".into() },
+            StreamEvent::TextDelta { text: ".".into() },
+            StreamEvent::Usage { usage: Usage { input_tokens: 9, output_tokens: 10 } },
+            StreamEvent::Stop { reason: StopReason::EndTurn },
+            StreamEvent::Done,
+        ]
+    );
+
+    let call = assemble(&replay_gemini_stream(&fixture("gemini/streams/function_call.sse")));
+    assert_eq!(call.thinking, "Let me check.");
+    assert_eq!(call.stop_reason, Some(StopReason::ToolUse));
+    assert_eq!(call.tool_calls[0].name, "get_weather");
+    assert_eq!(call.tool_calls[0].arguments, r#"{"city":"Paris"}"#);
+    assert_eq!(call.usage, Usage { input_tokens: 52, output_tokens: 27 });
+}
+
+#[test]
+fn gemini_stream_without_a_finish_reason_is_never_complete() {
+    let events = ok_events(replay_gemini_stream(&fixture("gemini/streams/cut.sse")));
+    assert!(events.contains(&StreamEvent::TextDelta { text: "The".into() }));
+    assert!(!events.iter().any(|e| matches!(e, StreamEvent::Stop { .. } | StreamEvent::Done)));
+}
+
+#[test]
+fn gemini_error_events_and_malformed_chunks_fail_the_stream() {
+    let error = b"data: {\"error\": {\"code\": 503, \"message\": \"The model is overloaded.\", \"status\": \"UNAVAILABLE\"}}\n\n";
+    let failure = replay_gemini_stream(error).into_iter().find_map(Result::err).unwrap();
+    assert_eq!(classify(&failure).kind, FailureKind::Overloaded);
+
+    let malformed =
+        b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"w\n\ndata: {}\n\n";
+    let failure = replay_gemini_stream(malformed).into_iter().find_map(Result::err).unwrap();
+    assert_eq!(classify(&failure).kind, FailureKind::MalformedResponse);
+
+    let bad_call = b"data: {\"candidates\": [{\"content\": {\"parts\": []}, \"finishReason\": \"MALFORMED_FUNCTION_CALL\"}]}\n\n";
+    let failure = replay_gemini_stream(bad_call).into_iter().find_map(Result::err).unwrap();
+    assert_eq!(classify(&failure).kind, FailureKind::MalformedResponse);
+}
+
+/// A recorded error: file, status, `status` read, code read, kind, RetryInfo's wait in seconds.
+type ErrorCase = (&'static str, u16, &'static str, Option<&'static str>, FailureKind, Option<u64>);
+
+/// Google's documented error bodies: what is read from each and what it is classified as.
+#[test]
+fn gemini_error_bodies_are_read_and_classified_by_status() {
+    let cases: &[ErrorCase] = &[
+        (
+            "429_resource_exhausted.json",
+            429,
+            "RESOURCE_EXHAUSTED",
+            Some("GenerateRequestsPerMinutePerProjectPerModel-FreeTier"),
+            FailureKind::RateLimited,
+            Some(58),
+        ),
+        (
+            "429_per_day.json",
+            429,
+            "RESOURCE_EXHAUSTED",
+            Some("GenerateRequestsPerDayPerProjectPerModel"),
+            FailureKind::QuotaExhausted,
+            None,
+        ),
+        (
+            "400_api_key_invalid.json",
+            400,
+            "INVALID_ARGUMENT",
+            Some("API_KEY_INVALID"),
+            FailureKind::Unauthorized,
+            None,
+        ),
+        (
+            "400_context_length.json",
+            400,
+            "INVALID_ARGUMENT",
+            None,
+            FailureKind::ContextLength,
+            None,
+        ),
+        (
+            "400_failed_precondition.json",
+            400,
+            "FAILED_PRECONDITION",
+            None,
+            FailureKind::QuotaExhausted,
+            None,
+        ),
+        (
+            "403_permission_denied.json",
+            403,
+            "PERMISSION_DENIED",
+            None,
+            FailureKind::Forbidden,
+            None,
+        ),
+        ("404_not_found.json", 404, "NOT_FOUND", None, FailureKind::NotFound, None),
+        ("500_internal.json", 500, "INTERNAL", None, FailureKind::ServerError, None),
+        ("503_unavailable.json", 503, "UNAVAILABLE", None, FailureKind::Overloaded, None),
+        (
+            "504_deadline_exceeded.json",
+            504,
+            "DEADLINE_EXCEEDED",
+            None,
+            FailureKind::RequestTimeout,
+            None,
+        ),
+    ];
+    for (file, status, rpc, code, kind, wait) in cases {
+        let body = fixture(&format!("gemini/errors/{file}"));
+        let http = parse_http_error(WireFormat::Gemini, *status, &HeaderMap::new(), &body);
+        assert_eq!(http.error_type.as_deref(), Some(*rpc), "{file}");
+        assert_eq!(http.code.as_deref(), *code, "{file}");
+        assert!(!http.message.is_empty(), "{file}");
+        assert_eq!(http.retry_after, wait.map(Duration::from_secs), "{file}");
+        let failure = Failure::Http { format: WireFormat::Gemini, http };
+        assert_eq!(classify(&failure).kind, *kind, "{file}");
+    }
+    // A streaming call's error can come as a one-element array.
+    let body =
+        format!("[{}]", String::from_utf8(fixture("gemini/errors/503_unavailable.json")).unwrap());
+    let http = parse_http_error(WireFormat::Gemini, 503, &HeaderMap::new(), body.as_bytes());
+    assert_eq!(http.error_type.as_deref(), Some("UNAVAILABLE"));
+}
+
+#[tokio::test]
+async fn gemini_429_over_http_carries_retry_info_as_the_wait() {
+    let body = fixture("gemini/errors/429_resource_exhausted.json");
+    let server =
+        serve(Reply::Pieces(vec![response(429, &[("content-type", "application/json")], &body)]))
+            .await;
+    let request = ChatRequest {
+        model: "gemini-3-flash".into(),
+        messages: vec![Message::user("hi")],
+        ..ChatRequest::default()
+    };
+    let failure = gemini(&server.base_url, true).send(&request).await.err().expect("a failure");
+    let classified = classify(&failure);
+    assert_eq!(classified.kind, FailureKind::RateLimited);
+    assert_eq!(classified.retry_after, Some(Duration::from_secs(58)));
+    assert!(!failure.to_string().contains(TEST_KEY));
+}
