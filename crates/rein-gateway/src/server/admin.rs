@@ -166,7 +166,7 @@ fn store_error(failure: rein_store::StoreError) -> Response {
 }
 
 /// The route must exist in the config in force.
-fn known_route(gateway: &Gateway, route: &str) -> Option<Response> {
+pub(super) fn known_route(gateway: &Gateway, route: &str) -> Option<Response> {
     (!gateway.current().config.routes.contains_key(route))
         .then(|| error(StatusCode::NOT_FOUND, format!("no route named `{route}`")))
 }

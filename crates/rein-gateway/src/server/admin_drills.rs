@@ -23,8 +23,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::Gateway;
-use super::admin::{error, parse_body};
-use super::admin_levers::known_route;
+use super::admin::{error, known_route, parse_body};
 
 /// The reason of a kill-switch drill's flip on.
 const DRILL_REASON: &str = "drill";

@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Gateway;
-use super::admin::{error, parse_body};
+use super::admin::{error, known_route, parse_body};
 
 /// How many of a route's route-to flips `GET .../levers` lists, newest first.
 const HISTORY: usize = 20;
@@ -31,12 +31,6 @@ pub(super) fn router() -> Router<Arc<Gateway>> {
         .route("/routes/{route}/levers", get(levers))
         .route("/routes/{route}/route-to", post(route_to).delete(release))
         .route("/routes/{route}/pin-model", post(pin_model))
-}
-
-/// The route must exist in the config in force.
-pub(super) fn known_route(gateway: &Gateway, route: &str) -> Option<Response> {
-    (!gateway.current().config.routes.contains_key(route))
-        .then(|| error(StatusCode::NOT_FOUND, format!("no route named `{route}`")))
 }
 
 /// `author` and `reason` must be given: every lever is audited.
