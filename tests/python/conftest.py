@@ -7,6 +7,8 @@ SIGTERM and must exit 0.
 The routes (see CONFIG):
 - `chat`: an OpenAI-format sim tier, then an Anthropic-format one; healthy.
 - `claude`: one Anthropic-format sim tier; healthy.
+- `bedrock`: one Bedrock-format (Converse) sim tier; healthy.
+- `fb-bedrock`: primary an Anthropic-format `sim:529`, backup the same model on Bedrock.
 - `fb-openai`: primary `sim:529` (always overloaded), backup an OpenAI-format sim tier.
 - `fb-anthropic`: primary `sim:500`, backup an Anthropic-format sim tier.
 - `policy`: primary `sim:content_policy` with a healthy fallback that must not be used.
@@ -76,6 +78,10 @@ format = "openai"
 kind = "sim"
 format = "anthropic"
 
+[providers.sim-bedrock]
+kind = "sim"
+format = "bedrock"
+
 [routes.chat]
 [[routes.chat.tiers]]
 name = "primary"
@@ -91,6 +97,23 @@ model = "sim-fallback"
 name = "primary"
 provider = "sim-anthropic"
 model = "sim-claude"
+
+[routes.bedrock]
+[[routes.bedrock.tiers]]
+name = "primary"
+provider = "sim-bedrock"
+model = "anthropic.claude-sonnet-4-5-sim"
+
+[routes.fb-bedrock]
+attempts = 1
+[[routes.fb-bedrock.tiers]]
+name = "primary"
+provider = "sim-anthropic"
+model = "sim:529"
+[[routes.fb-bedrock.tiers]]
+name = "bedrock"
+provider = "sim-bedrock"
+model = "anthropic.claude-sonnet-4-5-sim"
 
 [routes.fb-openai]
 attempts = 1
@@ -242,6 +265,7 @@ model = "sim:stream_error:after=3"
 
 ROUTES = [
     "agent",
+    "bedrock",
     "chat",
     "checked",
     "claude",
@@ -249,6 +273,7 @@ ROUTES = [
     "down-error",
     "down-json",
     "fb-anthropic",
+    "fb-bedrock",
     "fb-openai",
     "held",
     "held-quiet",

@@ -1,7 +1,8 @@
 """The official `openai` SDK's Responses API against `rein serve`: `responses.create` whole and
 streamed, `responses.stream` (the SDK's accumulating helper), function tools and the tool-output
 turn sent back statelessly, structured output with `responses.parse` and a pydantic model, from an
-OpenAI-format and an Anthropic-format tier; `previous_response_id` refused as a 400 naming the
+OpenAI-format, an Anthropic-format and a Bedrock-format tier (and a fallback from Anthropic's API
+to the same model on Bedrock); `previous_response_id` refused as a 400 naming the
 field; a stream that breaks mid-answer ending in `response.failed`."""
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ TOOLS = [
     }
 ]
 
-ROUTES = pytest.mark.parametrize("route", ["chat", "claude"], ids=["openai-tier", "anthropic-tier"])
+ROUTES = pytest.mark.parametrize(
+    "route", ["chat", "claude", "bedrock"], ids=["openai-tier", "anthropic-tier", "bedrock-tier"]
+)
 
 
 @ROUTES
@@ -43,10 +46,20 @@ def test_create(oai: openai.OpenAI, route: str):
     )
 
 
-def test_a_fallback_to_an_anthropic_tier_says_so_in_the_headers(oai: openai.OpenAI):
-    raw = oai.responses.with_raw_response.create(model="fb-anthropic", input="where is my order?")
+@pytest.mark.parametrize("route", ["fb-anthropic", "fb-bedrock"])
+def test_a_fallback_says_so_in_the_headers(oai: openai.OpenAI, route: str):
+    raw = oai.responses.with_raw_response.create(model=route, input="where is my order?")
     assert raw.headers["x-rein-outcome"] == "fallback"
     assert_sim_answer(raw.parse().output_text)
+
+
+def test_a_fallback_from_anthropic_to_bedrock_streams(oai: openai.OpenAI):
+    with oai.responses.stream(model="fb-bedrock", input="where is my order?") as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_response()
+    assert final.status == "completed"
+    assert_sim_answer(final.output_text)
 
 
 @ROUTES

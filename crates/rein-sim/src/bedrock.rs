@@ -117,6 +117,19 @@ pub(crate) fn translate(body: &Value, model: &str, stream: bool) -> Value {
         };
         out.insert("tool_choice".into(), choice);
     }
+    // Structured outputs: the schema arrives as a JSON string.
+    if let Some(format) = body.pointer("/outputConfig/textFormat") {
+        let schema = format
+            .pointer("/structure/jsonSchema/schema")
+            .and_then(Value::as_str)
+            .and_then(|text| serde_json::from_str::<Value>(text).ok());
+        if let Some(schema) = schema {
+            out.insert(
+                "output_config".into(),
+                json!({"format": {"type": "json_schema", "schema": schema}}),
+            );
+        }
+    }
     Value::Object(out)
 }
 

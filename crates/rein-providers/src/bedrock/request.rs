@@ -4,12 +4,14 @@
 //! alternating roles), `inferenceConfig` (`maxTokens` always present, `temperature`, `topP`,
 //! `stopSequences`) and `toolConfig` (`toolSpec` with `inputSchema.json`, `toolChoice` as
 //! `auto`/`any`/`tool`). Converse has no "no tools" choice: `ToolChoice::None` sends the tools
-//! without a choice. The model id travels in the URL, not the body. Converse has no JSON mode
+//! without a choice. The model id travels in the URL, not the body. A JSON schema goes as
+//! structured outputs, `outputConfig.textFormat` (`type: json_schema`, the schema as a JSON
+//! *string* in `structure.jsonSchema.schema`, with its name). Converse has no JSON-object mode
 //! and no logprobs: such requests go without them, and the validation ladder checks the answer.
 
 use serde_json::{Map, Value, json};
 
-use rein_core::{ChatRequest, Failure, Message, Role, ToolChoice, WireFormat};
+use rein_core::{ChatRequest, Failure, Message, ResponseFormat, Role, ToolChoice, WireFormat};
 
 pub(crate) fn build_body(request: &ChatRequest, default_max_tokens: u32) -> Result<Value, Failure> {
     let mut body = Map::new();
@@ -55,6 +57,16 @@ pub(crate) fn build_body(request: &ChatRequest, default_max_tokens: u32) -> Resu
             config.insert("toolChoice".into(), choice);
         }
         body.insert("toolConfig".into(), Value::Object(config));
+    }
+    if let Some(ResponseFormat::JsonSchema { name, schema, .. }) = &request.response_format {
+        let schema = serde_json::to_string(schema).unwrap_or_default();
+        body.insert(
+            "outputConfig".into(),
+            json!({"textFormat": {
+                "type": "json_schema",
+                "structure": {"jsonSchema": {"schema": schema, "name": name}},
+            }}),
+        );
     }
     if request.extra_format.is_none_or(|format| format == WireFormat::Bedrock) {
         crate::merge_extra(&mut body, &request.extra);

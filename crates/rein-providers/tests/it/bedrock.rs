@@ -9,8 +9,8 @@ use aws_smithy_eventstream::frame::{read_message_from, write_message_to};
 use aws_smithy_types::event_stream::{Header, HeaderValue, Message as Frame};
 use bytes::Bytes;
 use rein_core::{
-    ChatRequest, Disposition, Failure, FailureKind, Message, Provider, Role, StopReason,
-    StreamEvent, ToolCall, ToolChoice, ToolSpec, Usage, WireFormat, classify,
+    ChatRequest, Disposition, Failure, FailureKind, Message, Provider, ResponseFormat, Role,
+    StopReason, StreamEvent, ToolCall, ToolChoice, ToolSpec, Usage, WireFormat, classify,
 };
 use rein_providers::{
     AwsCredentials, BedrockConfig, BedrockProvider, Secret, SigningScope, parse_http_error,
@@ -370,6 +370,34 @@ fn converse_request_body_is_exact() {
             },
         })
     );
+}
+
+/// Structured outputs on Converse (the API reference's `OutputConfig` / `OutputFormat` /
+/// `JsonSchemaDefinition`): the schema travels as a JSON string, with its name; a JSON-object
+/// request (which Converse cannot say) sends no `outputConfig`.
+#[test]
+fn a_json_schema_goes_as_output_config_with_the_schema_as_a_string() {
+    let schema = json!({"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"], "additionalProperties": false});
+    let mut asked = ChatRequest {
+        model: MODEL.into(),
+        messages: vec![Message::user("where is my order?")],
+        response_format: Some(ResponseFormat::JsonSchema {
+            name: "Order".into(),
+            schema: schema.clone(),
+            strict: true,
+        }),
+        ..ChatRequest::default()
+    };
+    let body = provider("http://127.0.0.1:9", true).request_body(&asked).expect("body");
+    let format = &body["outputConfig"]["textFormat"];
+    assert_eq!(format["type"], "json_schema");
+    assert_eq!(format["structure"]["jsonSchema"]["name"], "Order");
+    let sent = format["structure"]["jsonSchema"]["schema"].as_str().expect("a string");
+    assert_eq!(serde_json::from_str::<Value>(sent).expect("JSON"), schema);
+
+    asked.response_format = Some(ResponseFormat::JsonObject);
+    let body = provider("http://127.0.0.1:9", true).request_body(&asked).expect("body");
+    assert!(body.get("outputConfig").is_none(), "{body}");
 }
 
 #[tokio::test]
