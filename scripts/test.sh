@@ -124,3 +124,4 @@ fi
 
 cargo test --workspace
 bash scripts/test-python.sh
+bash scripts/test-node.sh
