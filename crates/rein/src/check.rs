@@ -8,7 +8,9 @@ use std::collections::BTreeSet;
 use std::io::Write;
 
 use anyhow::Context;
-use rein_runtime::config::{Config, ConfigError, ConfigProblem, ProviderKind, process_env};
+use rein_runtime::config::{
+    Config, ConfigError, ConfigProblem, ProviderKind, credentials, process_env,
+};
 
 use crate::CheckArgs;
 
@@ -22,6 +24,11 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCode> {
         .with_context(|| format!("cannot read {}", args.config.display()))?;
     let name = args.config.display();
     let (result, unset) = validate(&text, args.strict);
+    // On stdout beside a valid config, on stderr beside the problems of one that is not.
+    match &result {
+        Ok(_) => print_credentials(&text, &mut std::io::stdout().lock())?,
+        Err(_) => print_credentials(&text, &mut std::io::stderr().lock())?,
+    }
     let mut stderr = std::io::stderr().lock();
     for problem in &unset {
         writeln!(
@@ -59,6 +66,22 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCode> {
             Ok(std::process::ExitCode::from(1))
         }
     }
+}
+
+/// Where each provider's credentials come from and which are missing (names only, never a
+/// value), before the verdict.
+fn print_credentials(text: &str, out: &mut dyn Write) -> anyhow::Result<()> {
+    let Some(providers) = credentials::explain_toml(text, &process_env) else {
+        return Ok(());
+    };
+    if providers.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "Credentials (where each is read from; values are never shown):")?;
+    for provider in &providers {
+        writeln!(out, "{provider}")?;
+    }
+    Ok(())
 }
 
 /// How many interactions a replay provider's cassette holds, as " (N recorded interactions)".

@@ -4,6 +4,7 @@
 //! [`Secret`], and never printed.
 
 mod cli;
+pub mod credentials;
 pub mod escalation;
 pub mod judge;
 mod output;

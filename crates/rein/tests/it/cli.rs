@@ -54,6 +54,53 @@ fn check_names_every_problem_by_key_and_fails() {
     }
 }
 
+/// `rein check` says where each provider's credentials come from and which are missing, by
+/// variable, file and profile name, and never prints one.
+#[test]
+fn check_explains_each_providers_credentials_without_printing_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let credentials = dir.path().join("aws-credentials");
+    std::fs::write(
+        &credentials,
+        "[team]\naws_access_key_id = AKIDCLITEAM\naws_secret_access_key = cli-team-secret-key\n",
+    )
+    .unwrap();
+    let path = dir.path().join("chain.toml");
+    std::fs::write(
+        &path,
+        "[providers.claude]\nkind = \"anthropic\"\napi_key_env = \"REIN_CLI_ANTHROPIC_KEY\"\n\
+         [providers.bedrock]\nkind = \"bedrock\"\nregion = \"us-west-2\"\nprofile = \"team\"\n\
+         [providers.sim]\nkind = \"sim\"\n\
+         [routes.chat]\n[[routes.chat.tiers]]\nname = \"primary\"\nprovider = \"claude\"\nmodel = \"m\"\n\
+         [[routes.chat.tiers]]\nname = \"bedrock\"\nprovider = \"bedrock\"\nmodel = \"m\"\n",
+    )
+    .unwrap();
+    let output = Command::new(BIN)
+        .args(["check", path.to_str().unwrap()])
+        .env("AWS_SHARED_CREDENTIALS_FILE", &credentials)
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("REIN_CLI_ANTHROPIC_KEY")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // The unset key is a warning: the file itself is valid.
+    assert!(output.status.success(), "{stdout}{stderr}");
+    for line in [
+        "providers.bedrock (bedrock):\n  region: found, from `region` in the config\n  access key id: found, from environment variable `AWS_ACCESS_KEY_ID` (unset), else `aws_access_key_id` of profile `team`",
+        "  session token: not set (optional)",
+        "providers.claude (anthropic):\n  API key: MISSING, from environment variable `REIN_CLI_ANTHROPIC_KEY`",
+        "providers.sim (sim): no credentials needed (served in-process)",
+    ] {
+        assert!(stdout.contains(line), "`{line}` not in:\n{stdout}");
+    }
+    for secret in ["AKIDCLITEAM", "cli-team-secret-key"] {
+        assert!(!stdout.contains(secret) && !stderr.contains(secret), "{secret} printed");
+    }
+}
+
 /// `rein serve` on a free port; stopped (SIGTERM through `kill`) when dropped.
 struct Serve {
     child: Child,

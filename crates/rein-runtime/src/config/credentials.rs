@@ -1,0 +1,296 @@
+//! What `rein check` says about each provider's credentials: for every secret or setting a
+//! provider signs or authenticates with, where it is read from (the variable the config names,
+//! the AWS shared credentials file's profile), whether it is there, and what is missing. It
+//! reads the same places, in the same order, as the config loader does, and never shows a
+//! value: only names of variables, files and profiles.
+
+use std::fmt;
+
+use super::EnvLookup;
+use super::raw::{ProviderKind, RawConfig, RawProvider};
+
+/// One provider's credentials, as `rein check` prints them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderCredentials {
+    pub provider: String,
+    pub kind: ProviderKind,
+    pub items: Vec<CredentialItem>,
+}
+
+impl ProviderCredentials {
+    /// Whether every credential the provider needs was found.
+    pub fn complete(&self) -> bool {
+        self.items.iter().all(|item| item.state != CredentialState::Missing)
+    }
+}
+
+/// One credential (or credential-like setting, such as the AWS region) of a provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialItem {
+    /// What it is: `API key`, `access key id`, `region`, ...
+    pub what: &'static str,
+    /// Where it is read from, in words (never the value).
+    pub source: String,
+    pub state: CredentialState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CredentialState {
+    /// Found where the source says.
+    Found,
+    /// Needed and not found: `rein serve` refuses to start.
+    Missing,
+    /// Optional and absent (a session token with long-term keys, a local server's key).
+    Absent,
+}
+
+/// The credentials of every provider of a config file, in the order of their names.
+pub fn explain(raw: &RawConfig, env: EnvLookup<'_>) -> Vec<ProviderCredentials> {
+    raw.providers
+        .iter()
+        .map(|(name, provider)| ProviderCredentials {
+            provider: name.clone(),
+            kind: provider.kind,
+            items: items(provider, env),
+        })
+        .collect()
+}
+
+/// [`explain`] for a config file's text; `None` when the text is not a config (whose problems
+/// the loader reports).
+pub fn explain_toml(text: &str, env: EnvLookup<'_>) -> Option<Vec<ProviderCredentials>> {
+    let raw: RawConfig = toml::from_str(text).ok()?;
+    Some(explain(&raw, env))
+}
+
+fn items(raw: &RawProvider, env: EnvLookup<'_>) -> Vec<CredentialItem> {
+    let set = |var: &str| env(var).is_some_and(|value| !value.is_empty());
+    let from_var = |what: &'static str, var: &str, needed: bool| CredentialItem {
+        what,
+        source: format!("environment variable `{var}`"),
+        state: match (set(var), needed) {
+            (true, _) => CredentialState::Found,
+            (false, true) => CredentialState::Missing,
+            (false, false) => CredentialState::Absent,
+        },
+    };
+    match raw.kind {
+        ProviderKind::Sim | ProviderKind::Replay => Vec::new(),
+        ProviderKind::Bedrock => aws_items(raw, env),
+        ProviderKind::Openai
+        | ProviderKind::Anthropic
+        | ProviderKind::AzureOpenai
+        | ProviderKind::Gemini => match &raw.api_key_env {
+            Some(var) => vec![from_var("API key", var, true)],
+            None => vec![CredentialItem {
+                what: "API key",
+                source: "no `api_key_env` in the config (this kind needs one)".into(),
+                state: CredentialState::Missing,
+            }],
+        },
+        ProviderKind::OpenaiCompatible => match &raw.api_key_env {
+            Some(var) => vec![from_var("API key", var, true)],
+            None => vec![CredentialItem {
+                what: "API key",
+                source: "none configured (local servers often need none)".into(),
+                state: CredentialState::Absent,
+            }],
+        },
+    }
+}
+
+/// Bedrock: the region and the keys, from the variables first and else from the shared
+/// credentials file's profile, as [`super::aws_settings`] reads them.
+fn aws_items(raw: &RawProvider, env: EnvLookup<'_>) -> Vec<CredentialItem> {
+    let value = |var: &str| env(var).filter(|value| !value.is_empty());
+    let mut items = Vec::new();
+    let region = match &raw.region {
+        Some(_) => Some("`region` in the config".to_string()),
+        None => ["AWS_REGION", "AWS_DEFAULT_REGION"]
+            .into_iter()
+            .find(|var| value(var).is_some_and(|v| !v.trim().is_empty()))
+            .map(|var| format!("environment variable `{var}`")),
+    };
+    items.push(match region {
+        Some(source) => CredentialItem { what: "region", source, state: CredentialState::Found },
+        None => CredentialItem {
+            what: "region",
+            source: "`region` in the config, or `AWS_REGION` / `AWS_DEFAULT_REGION`".into(),
+            state: CredentialState::Missing,
+        },
+    });
+    let id_var = raw.access_key_id_env.clone().unwrap_or_else(|| "AWS_ACCESS_KEY_ID".into());
+    let secret_var =
+        raw.secret_access_key_env.clone().unwrap_or_else(|| "AWS_SECRET_ACCESS_KEY".into());
+    let token_var = raw.session_token_env.clone().unwrap_or_else(|| "AWS_SESSION_TOKEN".into());
+    let profile =
+        raw.profile.clone().or_else(|| value("AWS_PROFILE")).unwrap_or_else(|| "default".into());
+    let file = value("AWS_SHARED_CREDENTIALS_FILE")
+        .or_else(|| value("HOME").map(|home| format!("{home}/.aws/credentials")));
+    let state = |found: bool, needed: bool| match (found, needed) {
+        (true, _) => CredentialState::Found,
+        (false, true) => CredentialState::Missing,
+        (false, false) => CredentialState::Absent,
+    };
+    // The loader reads the profile only when neither key variable is set.
+    if value(&id_var).is_some() || value(&secret_var).is_some() {
+        for (what, var, needed) in [
+            ("access key id", &id_var, true),
+            ("secret access key", &secret_var, true),
+            ("session token", &token_var, false),
+        ] {
+            items.push(CredentialItem {
+                what,
+                source: format!("environment variable `{var}`"),
+                state: state(value(var).is_some(), needed),
+            });
+        }
+        return items;
+    }
+    let found = file.as_deref().and_then(|path| super::profile_credentials(path, &profile));
+    let shown_file = if value("AWS_SHARED_CREDENTIALS_FILE").is_some() {
+        "the file `AWS_SHARED_CREDENTIALS_FILE` names".to_string()
+    } else {
+        "~/.aws/credentials".to_string()
+    };
+    let source = |key: &str| {
+        format!(
+            "environment variable `{}` (unset), else `{key}` of profile `{profile}` in {shown_file}",
+            match key {
+                "aws_access_key_id" => &id_var,
+                "aws_secret_access_key" => &secret_var,
+                _ => &token_var,
+            }
+        )
+    };
+    let (id, secret, token) = match &found {
+        Some(found) => (
+            found.access_key_id.is_some(),
+            found.secret_access_key.is_some(),
+            found.session_token.is_some(),
+        ),
+        None => (false, false, false),
+    };
+    items.push(CredentialItem {
+        what: "access key id",
+        source: source("aws_access_key_id"),
+        state: state(id, true),
+    });
+    items.push(CredentialItem {
+        what: "secret access key",
+        source: source("aws_secret_access_key"),
+        state: state(secret, true),
+    });
+    items.push(CredentialItem {
+        what: "session token",
+        source: source("aws_session_token"),
+        state: state(token, false),
+    });
+    items
+}
+
+impl fmt::Display for ProviderCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = serde_json::to_value(self.kind)
+            .ok()
+            .and_then(|value| value.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        if self.items.is_empty() {
+            return write!(
+                f,
+                "providers.{} ({kind}): no credentials needed (served in-process)",
+                self.provider
+            );
+        }
+        write!(f, "providers.{} ({kind}):", self.provider)?;
+        for item in &self.items {
+            let state = match item.state {
+                CredentialState::Found => "found",
+                CredentialState::Missing => "MISSING",
+                CredentialState::Absent => "not set (optional)",
+            };
+            write!(f, "\n  {}: {state}, from {}", item.what, item.source)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(text: &str) -> RawConfig {
+        toml::from_str(text).expect("a raw config")
+    }
+
+    #[test]
+    fn an_api_key_is_found_or_missing_by_its_variable_and_its_value_never_shows() {
+        let config = raw("[providers.a]\nkind = \"openai\"\napi_key_env = \"A_KEY\"\n\
+             [providers.b]\nkind = \"anthropic\"\napi_key_env = \"B_KEY\"\n\
+             [providers.s]\nkind = \"sim\"\n");
+        let env = |name: &str| (name == "A_KEY").then(|| "sk-very-secret".to_string());
+        let report = explain(&config, &env);
+        let text: Vec<String> = report.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "providers.a (openai):\n  API key: found, from environment variable `A_KEY`",
+                "providers.b (anthropic):\n  API key: MISSING, from environment variable `B_KEY`",
+                "providers.s (sim): no credentials needed (served in-process)",
+            ]
+        );
+        assert!(report[0].complete() && !report[1].complete() && report[2].complete());
+        assert!(!text.concat().contains("sk-very-secret"));
+    }
+
+    #[test]
+    fn bedrock_reads_the_variables_first_then_the_profile_as_the_loader_does() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let file = dir.path().join("credentials");
+        std::fs::write(
+            &file,
+            "[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = s3cr3t-default\n\
+             [ops]\naws_access_key_id = AKIDOPS\n",
+        )
+        .expect("write");
+        let file = file.display().to_string();
+        let config = raw("[providers.b]\nkind = \"bedrock\"\nregion = \"us-east-1\"\n");
+        // No variables: the default profile has both keys.
+        let env = |name: &str| (name == "AWS_SHARED_CREDENTIALS_FILE").then(|| file.clone());
+        let report = explain(&config, &env).remove(0);
+        assert!(report.complete(), "{report}");
+        let text = report.to_string();
+        assert!(text.contains("access key id: found, from environment variable `AWS_ACCESS_KEY_ID` (unset), else `aws_access_key_id` of profile `default`"), "{text}");
+        assert!(text.contains("session token: not set (optional)"), "{text}");
+        assert!(!text.contains("AKIDDEFAULT") && !text.contains("s3cr3t"), "{text}");
+        // Profile `ops` lacks its secret key: that one is missing, by name.
+        let env = |name: &str| match name {
+            "AWS_SHARED_CREDENTIALS_FILE" => Some(file.clone()),
+            "AWS_PROFILE" => Some("ops".into()),
+            _ => None,
+        };
+        let report = explain(&config, &env).remove(0);
+        assert!(!report.complete());
+        assert!(report.to_string().contains("secret access key: MISSING"), "{report}");
+        // One variable set: the profile is not read, so the other variable is missing.
+        let env = |name: &str| match name {
+            "AWS_SHARED_CREDENTIALS_FILE" => Some(file.clone()),
+            "AWS_ACCESS_KEY_ID" => Some("AKIDENV".into()),
+            _ => None,
+        };
+        let report = explain(&config, &env).remove(0);
+        assert_eq!(
+            report.items[2],
+            CredentialItem {
+                what: "secret access key",
+                source: "environment variable `AWS_SECRET_ACCESS_KEY`".into(),
+                state: CredentialState::Missing,
+            }
+        );
+        // No region anywhere.
+        let config = raw("[providers.b]\nkind = \"bedrock\"\n");
+        let report = explain(&config, &|_: &str| None).remove(0);
+        assert_eq!(report.items[0].what, "region");
+        assert_eq!(report.items[0].state, CredentialState::Missing);
+    }
+}
