@@ -326,6 +326,40 @@ fn gemini_answers_decode() {
     assert!(other.text.is_empty());
 }
 
+/// Every recorded answer's usage, read by rein, adds up to the `totalTokenCount` Google sent:
+/// nothing billed is dropped (URL context's tool prompt is input, thinking is output).
+#[test]
+fn gemini_recorded_usage_adds_up_to_the_total_token_count() {
+    let total = |body: &[u8]| -> u32 {
+        let json: serde_json::Value = serde_json::from_slice(body).unwrap();
+        json["usageMetadata"]["totalTokenCount"].as_u64().unwrap() as u32
+    };
+    for file in [
+        "text.json",
+        "thinking.json",
+        "function_call.json",
+        "max_tokens.json",
+        "json_schema.json",
+        "safety.json",
+        "url_context.json",
+    ] {
+        let body = fixture(&format!("gemini/responses/{file}"));
+        let usage = assemble(&replay_gemini_response(&body)).usage;
+        assert_eq!(usage.input_tokens + usage.output_tokens, total(&body), "{file}");
+    }
+    for file in
+        ["text.sse", "thinking.sse", "function_call.sse", "max_tokens.sse", "url_context.sse"]
+    {
+        let body = fixture(&format!("gemini/streams/{file}"));
+        let text = String::from_utf8(body.clone()).unwrap();
+        let last = text.lines().filter_map(|l| l.strip_prefix("data: ")).next_back().unwrap();
+        let usage = assemble(&replay_gemini_stream(&body)).usage;
+        assert_eq!(usage.input_tokens + usage.output_tokens, total(last.as_bytes()), "{file}");
+    }
+    let url = assemble(&replay_gemini_response(&fixture("gemini/responses/url_context.json")));
+    assert_eq!(url.usage.input_tokens, 15 + 424, "the tool's prompt is input");
+}
+
 #[test]
 fn gemini_content_filter_stops_keep_what_came_before() {
     let safety = assemble(&replay_gemini_response(&fixture("gemini/responses/safety.json")));
