@@ -272,6 +272,42 @@ fn gemini_request_bodies_match_the_sdks_recorded_requests() {
     assert_eq!(provider.request_body(&request).unwrap(), recorded);
 }
 
+/// One recorded function-calling turn, both ways: the call the API answered with (no call id,
+/// as Gemini 2.0 sends it) is decoded, sent back with its result, and the body rein builds for
+/// that second request is the one the SDK sent.
+#[test]
+fn gemini_function_call_round_trip_matches_the_recorded_second_request() {
+    let answer =
+        assemble(&replay_gemini_response(&fixture("gemini/responses/function_call_divide.json")));
+    assert_eq!(answer.stop_reason, Some(StopReason::ToolUse));
+    assert_eq!(answer.tool_calls.len(), 1);
+    let call = answer.tool_calls[0].clone();
+    assert_eq!(call.id, "call_e9SfaP31Evq0nvgPjqSm8AU_0");
+
+    let request = ChatRequest {
+        messages: vec![
+            Message::user("Divide 10 by 2 using the customDivide function"),
+            Message { tool_calls: vec![call.clone()], ..Message::assistant("") },
+            // The SDK's result object, sent as it is.
+            Message::tool_result(&call.id, r#"{"output": 42}"#),
+        ],
+        tools: vec![ToolSpec {
+            name: "customDivide".into(),
+            description: Some("Custom divide function".into()),
+            parameters: json!({
+                "type": "object",
+                "properties": {"numerator": {"type": "number"}, "denominator": {"type": "number"}},
+            }),
+        }],
+        tool_choice: Some(ToolChoice::Auto),
+        ..user_turn("gemini-2.0-flash", "")
+    };
+    let mut recorded = recorded_request("function_response.json");
+    assert_eq!(recorded.as_object_mut().unwrap().remove("generationConfig"), Some(json!({})));
+    let body = gemini("http://127.0.0.1:9", false).request_body(&request).unwrap();
+    assert_eq!(body, recorded);
+}
+
 #[test]
 fn gemini_answers_decode() {
     let text = assemble(&replay_gemini_response(&fixture("gemini/responses/text.json")));
@@ -338,6 +374,7 @@ fn gemini_recorded_usage_adds_up_to_the_total_token_count() {
         "text.json",
         "thinking.json",
         "function_call.json",
+        "function_call_divide.json",
         "max_tokens.json",
         "json_schema.json",
         "safety.json",
