@@ -106,7 +106,8 @@ async fn gemini_stream_request_is_exact_and_the_key_stays_out_of_the_url() {
             "contents": [
                 {"role": "user", "parts": [{"text": "Weather in Paris, and the time?"}]},
                 {"role": "model", "parts": [
-                    {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}},
+                    {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}},
+                     "thoughtSignature": "skip_thought_signature_validator"},
                     {"functionCall": {"name": "get_time", "args": {}}},
                 ]},
                 {"role": "user", "parts": [
@@ -304,8 +305,51 @@ fn gemini_function_call_round_trip_matches_the_recorded_second_request() {
     };
     let mut recorded = recorded_request("function_response.json");
     assert_eq!(recorded.as_object_mut().unwrap().remove("generationConfig"), Some(json!({})));
+    // The one addition: Google's stand-in signature on the replayed call (gemini-2.0 sent none).
+    let replayed = &mut recorded["contents"][1]["parts"][0];
+    assert!(replayed.get("functionCall").is_some());
+    replayed["thoughtSignature"] = json!("skip_thought_signature_validator");
     let body = gemini("http://127.0.0.1:9", false).request_body(&request).unwrap();
     assert_eq!(body, recorded);
+}
+
+/// Gemini 3 rejects a replayed function call without its thought signature (400
+/// INVALID_ARGUMENT). The recorded thinking answer signs its call; rein's tool call cannot carry
+/// that signature back, so the follow-up marks the call with the value Google documents for
+/// unsigned calls, on the first call of each model turn only.
+#[test]
+fn gemini_replayed_calls_carry_the_documented_stand_in_signature() {
+    let body = fixture("gemini/responses/function_call.json");
+    let recorded: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert!(recorded["candidates"][0]["content"]["parts"][1]["thoughtSignature"].is_string());
+    let call = assemble(&replay_gemini_response(&body)).tool_calls.remove(0);
+
+    let second = ToolCall { id: "call_b".into(), name: "now".into(), arguments: "{}".into() };
+    let request = ChatRequest {
+        messages: vec![
+            Message::user("How many days until New Year's Eve?"),
+            Message { tool_calls: vec![call.clone(), second], ..Message::assistant("") },
+            Message::tool_result(&call.id, "2026-12-02T09:52:00Z"),
+            Message::tool_result("call_b", "2026-12-02T09:52:00Z"),
+        ],
+        ..user_turn("gemini-3-pro-preview", "")
+    };
+    let body = gemini("http://127.0.0.1:9", false).request_body(&request).unwrap();
+    assert_eq!(
+        body["contents"][1],
+        json!({"role": "model", "parts": [
+            {"functionCall": {"name": "now", "args": {}},
+             "thoughtSignature": "skip_thought_signature_validator"},
+            {"functionCall": {"name": "now", "args": {}}},
+        ]})
+    );
+    assert!(
+        body["contents"][2]["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|part| part.get("thoughtSignature").is_none())
+    );
 }
 
 #[test]
