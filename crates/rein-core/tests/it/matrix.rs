@@ -242,6 +242,12 @@ fn rows() -> Vec<Row> {
             .scripts(vec![http(400, "INVALID_ARGUMENT", None, "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).")], vec![ok()])
             .gemini()
             .windows(1_048_576, 2_000_000),
+        // A plain INVALID_ARGUMENT (the message of the recorded body in the fixtures): the tier
+        // rejects this request as it is, so it is never retried there.
+        row("Gemini INVALID_ARGUMENT (invalid request) skips the tier and alerts", Fallback, (1, 1), 0)
+            .scripts(vec![http(400, "INVALID_ARGUMENT", None, "Request contains an invalid argument.")], vec![ok()])
+            .gemini()
+            .alerts(1),
         row("every tier down: the degraded reply", Degraded, (2, 2), 600)
             .scripts(vec![status(503)], vec![status(503)]),
         row("x-should-retry false: next tier", Fallback, (1, 1), 0).scripts(

@@ -4,7 +4,12 @@
 //! JSON `args`), tool results as `functionResponse` parts in a user turn, named after the call
 //! they answer (Gemini matches results by name) with the result as `response` (a JSON object
 //! as it is, anything else as `{"output": text}`, as Google's SDKs do). Consecutive turns of
-//! one side share one content. `generationConfig` carries the ceiling, sampling and stop
+//! one side share one content. The first `functionCall` part of each model content carries
+//! `thoughtSignature: "skip_thought_signature_validator"`: Gemini 3 rejects (400
+//! `INVALID_ARGUMENT`, "Function call is missing a thought_signature") a replayed call whose
+//! signature is missing, rein's canonical tool call has no place for the signature the model
+//! sent, and this value is the one Google documents for calls without their signature (the
+//! one gemini-cli sends too). `generationConfig` carries the ceiling, sampling and stop
 //! sequences; `json_object` is `responseMimeType: application/json`, `json_schema` adds the
 //! schema as `responseJsonSchema`. Tools are one `functionDeclarations` list; the tool choice
 //! is `toolConfig.functionCallingConfig` (`AUTO`, `NONE`, `ANY`, `ANY` with one allowed
@@ -13,6 +18,9 @@
 use serde_json::{Map, Value, json};
 
 use rein_core::{ChatRequest, Failure, Message, ResponseFormat, Role, ToolChoice, WireFormat};
+
+/// Google's stand-in for a thought signature rein does not have (see the module docs).
+const SKIP_THOUGHT_SIGNATURE: &str = "skip_thought_signature_validator";
 
 pub(crate) fn build_body(request: &ChatRequest) -> Result<Value, Failure> {
     let mut body = Map::new();
@@ -118,7 +126,18 @@ fn contents(messages: &[Message]) -> Result<Vec<Value>, Failure> {
             _ => out.push((role, parts)),
         }
     }
-    Ok(out.into_iter().map(|(role, parts)| json!({"role": role, "parts": parts})).collect())
+    Ok(out
+        .into_iter()
+        .map(|(role, mut parts)| {
+            if role == "model"
+                && let Some(Value::Object(call)) =
+                    parts.iter_mut().find(|part| part.get("functionCall").is_some())
+            {
+                call.insert("thoughtSignature".into(), json!(SKIP_THOUGHT_SIGNATURE));
+            }
+            json!({"role": role, "parts": parts})
+        })
+        .collect())
 }
 
 /// The name of the call a tool result answers, from the assistant turns before it.

@@ -1,7 +1,9 @@
 //! Gemini `generateContent` shapes shared by the streaming and non-streaming paths: the usage
-//! (`promptTokenCount` already counts cached tokens; thinking tokens are billed as output, so
-//! `thoughtsTokenCount` joins `candidatesTokenCount`), the `finishReason` → [`StopReason`]
-//! mapping, and the reading of one candidate's `parts`.
+//! (`promptTokenCount` already counts cached tokens; the prompts of server-side tools such as
+//! URL context or code execution, `toolUsePromptTokenCount`, are input beside it; thinking
+//! tokens are billed as output, so `thoughtsTokenCount` joins `candidatesTokenCount`: the four
+//! add up to `totalTokenCount`), the `finishReason` → [`StopReason`] mapping, and the reading
+//! of one candidate's `parts`.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -17,6 +19,8 @@ pub(crate) struct WireUsage {
     pub candidates_token_count: Option<u32>,
     #[serde(default)]
     pub thoughts_token_count: Option<u32>,
+    #[serde(default)]
+    pub tool_use_prompt_token_count: Option<u32>,
 }
 
 impl WireUsage {
@@ -25,7 +29,11 @@ impl WireUsage {
             .candidates_token_count
             .unwrap_or(0)
             .saturating_add(self.thoughts_token_count.unwrap_or(0));
-        Usage { input_tokens: self.prompt_token_count.unwrap_or(0), output_tokens: output }
+        let input = self
+            .prompt_token_count
+            .unwrap_or(0)
+            .saturating_add(self.tool_use_prompt_token_count.unwrap_or(0));
+        Usage { input_tokens: input, output_tokens: output }
     }
 }
 

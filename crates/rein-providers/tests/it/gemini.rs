@@ -89,7 +89,7 @@ fn conversation() -> ChatRequest {
 async fn gemini_stream_request_is_exact_and_the_key_stays_out_of_the_url() {
     let server = serve(Reply::Pieces(sse_response(&fixture("gemini/streams/text.sse"), 4))).await;
     let events = collect(gemini(&server.base_url, true).send(&conversation()).await.unwrap()).await;
-    assert_eq!(assemble(&events).text, "The sky is blue because of Rayleigh scattering.");
+    assert_eq!(assemble(&events).text, "The capital of Wyoming is **Cheyenne**.\n");
 
     let captured = server.captured().await;
     assert_eq!(
@@ -106,7 +106,8 @@ async fn gemini_stream_request_is_exact_and_the_key_stays_out_of_the_url() {
             "contents": [
                 {"role": "user", "parts": [{"text": "Weather in Paris, and the time?"}]},
                 {"role": "model", "parts": [
-                    {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}},
+                    {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}},
+                     "thoughtSignature": "skip_thought_signature_validator"},
                     {"functionCall": {"name": "get_time", "args": {}}},
                 ]},
                 {"role": "user", "parts": [
@@ -156,7 +157,10 @@ async fn gemini_non_streaming_posts_generate_content_and_leaves_other_formats_ex
     request.extra.insert("seed".into(), json!(7));
     let events = collect(gemini(&server.base_url, false).send(&request).await.unwrap()).await;
     let answer = assemble(&events);
-    assert_eq!(answer.text, "AI learns patterns from data to make predictions or decisions.");
+    assert_eq!(
+        answer.text,
+        "Google's headquarters, also known as the Googleplex, is located in **Mountain View, California**.\n"
+    );
     assert_eq!(answer.stop_reason, Some(StopReason::EndTurn));
 
     let captured = server.captured().await;
@@ -197,35 +201,282 @@ fn gemini_tool_arguments_that_are_not_json_are_unsendable() {
     assert!(matches!(provider.request_body(&request), Err(Failure::Unsendable { .. })));
 }
 
+/// A recorded request body (see the fixtures README), as JSON.
+fn recorded_request(file: &str) -> serde_json::Value {
+    serde_json::from_slice(&fixture(&format!("gemini/requests/{file}"))).expect("recorded request")
+}
+
+fn user_turn(model: &str, text: &str) -> ChatRequest {
+    ChatRequest {
+        model: model.into(),
+        messages: vec![Message::user(text)],
+        ..ChatRequest::default()
+    }
+}
+
+/// rein's body for the requests Google's JS SDK recorded against the live API, compared as JSON
+/// values. Where the SDK adds something rein leaves out (an empty `generationConfig`, a `user`
+/// role on the system instruction, both optional in the API reference), the difference is
+/// removed from the recording by name, so anything else that differs fails.
+#[test]
+fn gemini_request_bodies_match_the_sdks_recorded_requests() {
+    let provider = gemini("http://127.0.0.1:9", false);
+
+    let recorded = recorded_request("response_json_schema.json");
+    let schema = recorded["generationConfig"]["responseJsonSchema"].clone();
+    let request = ChatRequest {
+        response_format: Some(ResponseFormat::JsonSchema {
+            name: "object".into(),
+            schema,
+            strict: true,
+        }),
+        ..user_turn("gemini-2.5-flash", "populate the following object")
+    };
+    assert_eq!(provider.request_body(&request).unwrap(), recorded);
+
+    let mut recorded = recorded_request("function_declaration.json");
+    let declaration = &recorded["tools"][0]["functionDeclarations"][0];
+    let request = ChatRequest {
+        tools: vec![ToolSpec {
+            name: "concatStringFunction".into(),
+            description: Some("this is a concat string function".into()),
+            parameters: declaration["parametersJsonSchema"].clone(),
+        }],
+        tool_choice: Some(ToolChoice::Tool { name: "concatStringFunction".into() }),
+        ..user_turn("gemini-2.5-flash", "put word: hello and word: world into a string")
+    };
+    assert_eq!(recorded.as_object_mut().unwrap().remove("generationConfig"), Some(json!({})));
+    assert_eq!(provider.request_body(&request).unwrap(), recorded);
+
+    // Sampling options rein has no field for ride in `extra`, merged into `generationConfig`.
+    let recorded = recorded_request("specified_parameters.json");
+    let mut request = ChatRequest {
+        max_tokens: Some(200),
+        ..user_turn("gemini-2.5-flash", "why is the sky blue?")
+    };
+    request.extra.insert(
+        "generationConfig".into(),
+        json!({"candidateCount": 1, "thinkingConfig": {"thinkingBudget": 50}}),
+    );
+    assert_eq!(provider.request_body(&request).unwrap(), recorded);
+
+    let mut recorded = recorded_request("system_instruction.json");
+    let request = ChatRequest {
+        system: Some("I say high you say low".into()),
+        ..user_turn("gemini-2.5-flash", "high")
+    };
+    assert_eq!(recorded.as_object_mut().unwrap().remove("generationConfig"), Some(json!({})));
+    assert_eq!(
+        recorded["systemInstruction"].as_object_mut().unwrap().remove("role"),
+        Some(json!("user"))
+    );
+    assert_eq!(provider.request_body(&request).unwrap(), recorded);
+}
+
+/// One recorded function-calling turn, both ways: the call the API answered with (no call id,
+/// as Gemini 2.0 sends it) is decoded, sent back with its result, and the body rein builds for
+/// that second request is the one the SDK sent.
+#[test]
+fn gemini_function_call_round_trip_matches_the_recorded_second_request() {
+    let answer =
+        assemble(&replay_gemini_response(&fixture("gemini/responses/function_call_divide.json")));
+    assert_eq!(answer.stop_reason, Some(StopReason::ToolUse));
+    assert_eq!(answer.tool_calls.len(), 1);
+    let call = answer.tool_calls[0].clone();
+    assert_eq!(call.id, "call_e9SfaP31Evq0nvgPjqSm8AU_0");
+
+    let request = ChatRequest {
+        messages: vec![
+            Message::user("Divide 10 by 2 using the customDivide function"),
+            Message { tool_calls: vec![call.clone()], ..Message::assistant("") },
+            // The SDK's result object, sent as it is.
+            Message::tool_result(&call.id, r#"{"output": 42}"#),
+        ],
+        tools: vec![ToolSpec {
+            name: "customDivide".into(),
+            description: Some("Custom divide function".into()),
+            parameters: json!({
+                "type": "object",
+                "properties": {"numerator": {"type": "number"}, "denominator": {"type": "number"}},
+            }),
+        }],
+        tool_choice: Some(ToolChoice::Auto),
+        ..user_turn("gemini-2.0-flash", "")
+    };
+    let mut recorded = recorded_request("function_response.json");
+    assert_eq!(recorded.as_object_mut().unwrap().remove("generationConfig"), Some(json!({})));
+    // The one addition: Google's stand-in signature on the replayed call (gemini-2.0 sent none).
+    let replayed = &mut recorded["contents"][1]["parts"][0];
+    assert!(replayed.get("functionCall").is_some());
+    replayed["thoughtSignature"] = json!("skip_thought_signature_validator");
+    let body = gemini("http://127.0.0.1:9", false).request_body(&request).unwrap();
+    assert_eq!(body, recorded);
+}
+
+/// Gemini 3 rejects a replayed function call without its thought signature (400
+/// INVALID_ARGUMENT). The recorded thinking answer signs its call; rein's tool call cannot carry
+/// that signature back, so the follow-up marks the call with the value Google documents for
+/// unsigned calls, on the first call of each model turn only.
+#[test]
+fn gemini_replayed_calls_carry_the_documented_stand_in_signature() {
+    let body = fixture("gemini/responses/function_call.json");
+    let recorded: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert!(recorded["candidates"][0]["content"]["parts"][1]["thoughtSignature"].is_string());
+    let call = assemble(&replay_gemini_response(&body)).tool_calls.remove(0);
+
+    let second = ToolCall { id: "call_b".into(), name: "now".into(), arguments: "{}".into() };
+    let request = ChatRequest {
+        messages: vec![
+            Message::user("How many days until New Year's Eve?"),
+            Message { tool_calls: vec![call.clone(), second], ..Message::assistant("") },
+            Message::tool_result(&call.id, "2026-12-02T09:52:00Z"),
+            Message::tool_result("call_b", "2026-12-02T09:52:00Z"),
+        ],
+        ..user_turn("gemini-3-pro-preview", "")
+    };
+    let body = gemini("http://127.0.0.1:9", false).request_body(&request).unwrap();
+    assert_eq!(
+        body["contents"][1],
+        json!({"role": "model", "parts": [
+            {"functionCall": {"name": "now", "args": {}},
+             "thoughtSignature": "skip_thought_signature_validator"},
+            {"functionCall": {"name": "now", "args": {}}},
+        ]})
+    );
+    assert!(
+        body["contents"][2]["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|part| part.get("thoughtSignature").is_none())
+    );
+}
+
 #[test]
 fn gemini_answers_decode() {
     let text = assemble(&replay_gemini_response(&fixture("gemini/responses/text.json")));
-    assert_eq!(text.id, "Fp1yaJ6QLZi0qtsP7Ymf-Ak");
-    assert_eq!(text.model, "gemini-2.5-flash");
+    assert_eq!(
+        text.text,
+        "Google's headquarters, also known as the Googleplex, is located in **Mountain View, California**.\n"
+    );
+    assert_eq!(text.id, "", "this answer carries no responseId");
+    assert_eq!(text.model, "gemini-2.0-flash");
+    assert_eq!(text.stop_reason, Some(StopReason::EndTurn));
+    assert_eq!(text.usage, Usage { input_tokens: 7, output_tokens: 22 });
+
+    let thinking = assemble(&replay_gemini_response(&fixture("gemini/responses/thinking.json")));
+    assert_eq!(thinking.id, "2pmHaJqQEoqC-8YP6eStyAY");
+    assert_eq!(thinking.text, "Mountain View");
+    assert!(thinking.thinking.starts_with("**Thinking About Google's Headquarters**"));
     // Thinking tokens are billed as output.
-    assert_eq!(text.usage, Usage { input_tokens: 8, output_tokens: 1012 });
+    assert_eq!(thinking.usage, Usage { input_tokens: 14, output_tokens: 26 });
 
     let call =
         assemble(&replay(WireFormat::Gemini, &fixture("gemini/responses/function_call.json")));
+    assert_eq!(call.model, "gemini-2.5-pro");
     assert_eq!(call.stop_reason, Some(StopReason::ToolUse));
-    assert_eq!(call.tool_calls.len(), 1);
-    assert_eq!(call.tool_calls[0].name, "schedule_meeting");
-    assert_eq!(call.tool_calls[0].id, "call_n6Z6aL2KEcWvqtsPkZ6t0Aw_0");
-    let args: serde_json::Value = serde_json::from_str(&call.tool_calls[0].arguments).unwrap();
-    assert_eq!(args["attendees"], json!(["Bob", "Alice"]));
-    assert_eq!(call.usage, Usage { input_tokens: 120, output_tokens: 31 });
+    assert!(call.text.is_empty());
+    assert!(call.thinking.starts_with("**Thinking Through the New Year's Eve Calculation**"));
+    assert_eq!(
+        call.tool_calls,
+        vec![ToolCall {
+            id: "call_38CHaLjMG6TujrEPtvTiuQk_0".into(),
+            name: "now".into(),
+            arguments: "{}".into(),
+        }]
+    );
+    assert_eq!(call.usage, Usage { input_tokens: 38, output_tokens: 509 });
 
     let cut = assemble(&replay_gemini_response(&fixture("gemini/responses/max_tokens.json")));
     assert_eq!(cut.stop_reason, Some(StopReason::MaxTokens));
     assert!(!cut.stop_reason.unwrap().is_complete());
+    assert!(cut.text.ends_with("3.  **Wavelengths and Scattering:**\n"));
+    assert_eq!(cut.usage, Usage { input_tokens: 7, output_tokens: 197 });
+
+    let structured =
+        assemble(&replay_gemini_response(&fixture("gemini/responses/json_schema.json")));
+    let object: serde_json::Value = serde_json::from_str(&structured.text).expect("JSON text");
+    assert_eq!(object["inner"]["innerNumber"], json!(100));
+    assert_eq!(structured.stop_reason, Some(StopReason::EndTurn));
+
+    // No content, only `finishReason: OTHER`: kept verbatim, never made up into a stop rein knows.
+    let other =
+        assemble(&replay_gemini_response(&fixture("gemini/responses/other_no_content.json")));
+    assert_eq!(other.stop_reason, Some(StopReason::Other("OTHER".into())));
+    assert!(other.text.is_empty());
+}
+
+/// Every recorded answer's usage, read by rein, adds up to the `totalTokenCount` Google sent:
+/// nothing billed is dropped (URL context's tool prompt is input, thinking is output).
+#[test]
+fn gemini_recorded_usage_adds_up_to_the_total_token_count() {
+    let total = |body: &[u8]| -> u32 {
+        let json: serde_json::Value = serde_json::from_slice(body).unwrap();
+        json["usageMetadata"]["totalTokenCount"].as_u64().unwrap() as u32
+    };
+    for file in [
+        "text.json",
+        "thinking.json",
+        "function_call.json",
+        "function_call_divide.json",
+        "max_tokens.json",
+        "json_schema.json",
+        "safety.json",
+        "url_context.json",
+    ] {
+        let body = fixture(&format!("gemini/responses/{file}"));
+        let usage = assemble(&replay_gemini_response(&body)).usage;
+        assert_eq!(usage.input_tokens + usage.output_tokens, total(&body), "{file}");
+    }
+    for file in
+        ["text.sse", "thinking.sse", "function_call.sse", "max_tokens.sse", "url_context.sse"]
+    {
+        let body = fixture(&format!("gemini/streams/{file}"));
+        let text = String::from_utf8(body.clone()).unwrap();
+        let last = text.lines().filter_map(|l| l.strip_prefix("data: ")).next_back().unwrap();
+        let usage = assemble(&replay_gemini_stream(&body)).usage;
+        assert_eq!(usage.input_tokens + usage.output_tokens, total(last.as_bytes()), "{file}");
+    }
+    let url = assemble(&replay_gemini_response(&fixture("gemini/responses/url_context.json")));
+    assert_eq!(url.usage.input_tokens, 15 + 424, "the tool's prompt is input");
+}
+
+#[test]
+fn gemini_content_filter_stops_keep_what_came_before() {
+    let safety = assemble(&replay_gemini_response(&fixture("gemini/responses/safety.json")));
+    assert_eq!(safety.stop_reason, Some(StopReason::ContentFilter));
+    assert_eq!(safety.text, "Safety error incoming in 5, 4, 3, 2...");
+
+    let safety = assemble(&replay_gemini_stream(&fixture("gemini/streams/safety.sse")));
+    assert_eq!(safety.stop_reason, Some(StopReason::ContentFilter));
+    assert_eq!(safety.text, "No");
+
+    // Recitation: eight chunks of text, then a last chunk with only the finish reason.
+    let events = ok_events(replay_gemini_stream(&fixture("gemini/streams/recitation.sse")));
+    assert_eq!(events.iter().filter(|e| matches!(e, StreamEvent::TextDelta { .. })).count(), 8);
+    assert_eq!(
+        events[events.len() - 3..],
+        [
+            StreamEvent::Usage { usage: Usage { input_tokens: 9, output_tokens: 261 } },
+            StreamEvent::Stop { reason: StopReason::ContentFilter },
+            StreamEvent::Done,
+        ]
+    );
+    let recited = assemble(&replay_gemini_stream(&fixture("gemini/streams/recitation.sse")));
+    assert_eq!(recited.text, "text1text2text3text4text5text6text7text8");
 }
 
 #[test]
 fn gemini_blocked_prompt_is_a_content_policy_rejection() {
-    let events = replay_gemini_response(&fixture("gemini/responses/prompt_blocked.json"));
-    let failure = events.into_iter().find_map(Result::err).expect("a failure");
-    assert!(failure.to_string().contains("PROHIBITED_CONTENT"), "{failure}");
-    assert_eq!(classify(&failure).kind, FailureKind::ContentPolicy);
+    for failure in [
+        replay_gemini_response(&fixture("gemini/responses/prompt_blocked.json")),
+        replay_gemini_stream(&fixture("gemini/streams/prompt_blocked.sse")),
+    ]
+    .map(|events| events.into_iter().find_map(Result::err).expect("a failure"))
+    {
+        assert!(failure.to_string().contains("(SAFETY)"), "{failure}");
+        assert_eq!(classify(&failure).kind, FailureKind::ContentPolicy);
+    }
 }
 
 #[test]
@@ -234,25 +485,40 @@ fn gemini_streams_decode_and_end_at_the_finish_reason() {
     assert_eq!(
         events,
         vec![
-            StreamEvent::Start {
-                id: "6aJ6aOaSMdnbqtsPs4mQ-QQ".into(),
-                model: "gemini-2.0-flash".into()
-            },
+            StreamEvent::Start { id: String::new(), model: "gemini-2.0-flash".into() },
             StreamEvent::TextDelta { text: "The".into() },
-            StreamEvent::TextDelta { text: " sky is blue because of Rayleigh scattering".into() },
-            StreamEvent::TextDelta { text: ".".into() },
-            StreamEvent::Usage { usage: Usage { input_tokens: 9, output_tokens: 10 } },
+            StreamEvent::TextDelta { text: " capital of Wyoming".into() },
+            StreamEvent::TextDelta { text: " is **Cheyenne**.\n".into() },
+            StreamEvent::Usage { usage: Usage { input_tokens: 7, output_tokens: 10 } },
             StreamEvent::Stop { reason: StopReason::EndTurn },
             StreamEvent::Done,
         ]
     );
 
+    let thinking = assemble(&replay_gemini_stream(&fixture("gemini/streams/thinking.sse")));
+    assert_eq!(thinking.id, "0J-HaJetAqv0jrEPwu-tsQ0");
+    assert_eq!(thinking.thinking.matches("**").count(), 6, "three thought summaries");
+    assert!(thinking.text.starts_with("The sky is blue because tiny gas molecules"));
+    assert!(thinking.text.ends_with("making the sky appear blue to our eyes."));
+    assert_eq!(thinking.usage, Usage { input_tokens: 10, output_tokens: 588 });
+
     let call = assemble(&replay_gemini_stream(&fixture("gemini/streams/function_call.sse")));
-    assert_eq!(call.thinking, "Let me check.");
+    assert!(call.thinking.starts_with("**Calculating the Days**"));
     assert_eq!(call.stop_reason, Some(StopReason::ToolUse));
-    assert_eq!(call.tool_calls[0].name, "get_weather");
-    assert_eq!(call.tool_calls[0].arguments, r#"{"city":"Paris"}"#);
-    assert_eq!(call.usage, Usage { input_tokens: 52, output_tokens: 27 });
+    assert_eq!(call.tool_calls.len(), 1);
+    assert_eq!(call.tool_calls[0].name, "now");
+    assert_eq!(call.tool_calls[0].arguments, "{}");
+    assert_eq!(call.tool_calls[0].id, "call_48SHaPHpHKbG-8YPtZCawAk_0");
+
+    let cut = assemble(&replay_gemini_stream(&fixture("gemini/streams/max_tokens.sse")));
+    assert_eq!(cut.stop_reason, Some(StopReason::MaxTokens));
+    assert_eq!(cut.usage, Usage { input_tokens: 7, output_tokens: 198 });
+
+    // A chunk whose content has no parts, and an image part, add nothing and break nothing.
+    let image = assemble(&replay_gemini_stream(&fixture("gemini/streams/empty_parts.sse")));
+    assert_eq!(image.text, "Here's a cute cartoon kitten playing with a ball of yarn for you! ");
+    assert_eq!(image.stop_reason, Some(StopReason::EndTurn));
+    assert_eq!(image.usage, Usage { input_tokens: 16, output_tokens: 1307 });
 }
 
 #[test]
@@ -281,7 +547,7 @@ fn gemini_error_events_and_malformed_chunks_fail_the_stream() {
 /// A recorded error: file, status, `status` read, code read, kind, RetryInfo's wait in seconds.
 type ErrorCase = (&'static str, u16, &'static str, Option<&'static str>, FailureKind, Option<u64>);
 
-/// Google's documented error bodies: what is read from each and what it is classified as.
+/// Google's error bodies: what is read from each and what it is classified as.
 #[test]
 fn gemini_error_bodies_are_read_and_classified_by_status() {
     let cases: &[ErrorCase] = &[
@@ -309,12 +575,29 @@ fn gemini_error_bodies_are_read_and_classified_by_status() {
             FailureKind::Unauthorized,
             None,
         ),
+        // The streaming endpoint's form: the same object in a one-element array.
+        (
+            "400_api_key_invalid_stream.json",
+            400,
+            "INVALID_ARGUMENT",
+            Some("API_KEY_INVALID"),
+            FailureKind::Unauthorized,
+            None,
+        ),
         (
             "400_context_length.json",
             400,
             "INVALID_ARGUMENT",
             None,
             FailureKind::ContextLength,
+            None,
+        ),
+        (
+            "400_invalid_argument.json",
+            400,
+            "INVALID_ARGUMENT",
+            None,
+            FailureKind::InvalidRequest,
             None,
         ),
         (
@@ -329,11 +612,20 @@ fn gemini_error_bodies_are_read_and_classified_by_status() {
             "403_permission_denied.json",
             403,
             "PERMISSION_DENIED",
+            Some("SERVICE_DISABLED"),
+            FailureKind::Forbidden,
             None,
+        ),
+        (
+            "403_api_key_service_blocked.json",
+            403,
+            "PERMISSION_DENIED",
+            Some("API_KEY_SERVICE_BLOCKED"),
             FailureKind::Forbidden,
             None,
         ),
         ("404_not_found.json", 404, "NOT_FOUND", None, FailureKind::NotFound, None),
+        ("404_not_found_stream.json", 404, "NOT_FOUND", None, FailureKind::NotFound, None),
         ("500_internal.json", 500, "INTERNAL", None, FailureKind::ServerError, None),
         ("503_unavailable.json", 503, "UNAVAILABLE", None, FailureKind::Overloaded, None),
         (
@@ -350,16 +642,30 @@ fn gemini_error_bodies_are_read_and_classified_by_status() {
         let http = parse_http_error(WireFormat::Gemini, *status, &HeaderMap::new(), &body);
         assert_eq!(http.error_type.as_deref(), Some(*rpc), "{file}");
         assert_eq!(http.code.as_deref(), *code, "{file}");
-        assert!(!http.message.is_empty(), "{file}");
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let error = if json.is_array() { &json[0]["error"] } else { &json["error"] };
+        assert_eq!(Some(http.message.as_str()), error["message"].as_str(), "{file}");
         assert_eq!(http.retry_after, wait.map(Duration::from_secs), "{file}");
         let failure = Failure::Http { format: WireFormat::Gemini, http };
         assert_eq!(classify(&failure).kind, *kind, "{file}");
     }
-    // A streaming call's error can come as a one-element array.
-    let body =
-        format!("[{}]", String::from_utf8(fixture("gemini/errors/503_unavailable.json")).unwrap());
-    let http = parse_http_error(WireFormat::Gemini, 503, &HeaderMap::new(), body.as_bytes());
-    assert_eq!(http.error_type.as_deref(), Some("UNAVAILABLE"));
+}
+
+/// A streaming call to a model that does not exist: Google answers 404 with
+/// `content-type: text/event-stream` and a plain JSON body (recorded by the JS SDK).
+#[tokio::test]
+async fn gemini_stream_404_with_an_event_stream_content_type_is_read_as_an_error() {
+    let body = fixture("gemini/errors/404_not_found_stream.json");
+    let server =
+        serve(Reply::Pieces(vec![response(404, &[("content-type", "text/event-stream")], &body)]))
+            .await;
+    let request = user_turn("custom-gemini-2.0-flash", "why is the sky blue?");
+    let failure = gemini(&server.base_url, true).send(&request).await.err().expect("a failure");
+    assert_eq!(classify(&failure).kind, FailureKind::NotFound);
+    assert!(
+        failure.to_string().contains("models/custom-gemini-2.0-flash is not found"),
+        "{failure}"
+    );
 }
 
 #[tokio::test]
