@@ -49,7 +49,7 @@ pub use bedrock::{
 pub use client::{HttpClient, error_chain};
 pub use config::{
     ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_MAX_TOKENS, ANTHROPIC_DEFAULT_VERSION,
-    AnthropicConfig, AzureConfig, BedrockConfig, ClientBuildError, ConfigError,
+    AnthropicConfig, AzureConfig, BedrockApi, BedrockConfig, ClientBuildError, ConfigError,
     DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_RESPONSE_BYTES, GEMINI_DEFAULT_BASE_URL, GeminiConfig,
     HttpClientConfig, MaxTokensField, OPENAI_DEFAULT_BASE_URL, OpenAiAuth, OpenAiConfig,
     ProviderConfig, ResponseLimits,
