@@ -22,6 +22,10 @@ use crate::{assemble, client, collect, fixture};
 const ACCESS_KEY: &str = "AKIDEXAMPLE";
 const SECRET_KEY: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
 const MODEL: &str = "anthropic.claude-3-haiku-20240307-v1:0";
+/// The message of a real `throttlingException` frame of InvokeModelWithResponseStream, as
+/// botocore reported it (github.com/BerriAI/litellm issue #589, aws-samples/aws-genai-llm-chatbot
+/// issue #220).
+const RECORDED_THROTTLE: &str = "Too many requests, please wait before trying again. You have sent too many requests.  Wait before trying again.";
 /// The recorded stream's answer, chunk by chunk.
 const RECORDED_TEXT: &str = "Hi! 👋 How are you doing today?";
 
@@ -183,12 +187,12 @@ fn invoke_stream_exceptions_are_typed_and_classified() {
     let starts = frame_starts(&bytes);
     for (kind, expected) in cases {
         let mut body = bytes[..starts[3]].to_vec();
-        body.extend(exception(kind, "Too many tokens, please wait before trying again."));
+        body.extend(exception(kind, RECORDED_THROTTLE));
         let events = replay_bedrock_stream(&body);
         let failure = events.last().and_then(|e| e.as_ref().err()).expect("failure");
         assert!(
             matches!(failure, Failure::StreamError { format: WireFormat::Bedrock, error_type: Some(t), message, .. }
-                if t == kind && message.starts_with("Too many tokens")),
+                if t == kind && message == RECORDED_THROTTLE),
             "{failure:?}"
         );
         assert_eq!(classify(failure).kind, expected, "{kind}");
