@@ -258,6 +258,14 @@ async fn a_signed_invoke_call_answers_a_messages_body_and_errors_are_typed() {
     let captured = server.captured().await;
     assert!(captured.request_line.contains("/invoke HTTP/1.1"), "{}", captured.request_line);
     assert!(captured.header("authorization").is_some());
+    assert_eq!(captured.header("content-type"), Some("application/json"));
+    assert_eq!(captured.header("accept"), Some("application/json"));
+    // The bytes on the wire: AWS's example body (keys in serde_json's order; JSON objects are
+    // unordered), nothing more.
+    assert_eq!(
+        String::from_utf8(captured.body.clone()).unwrap(),
+        r#"{"anthropic_version":"bedrock-2023-05-31","max_tokens":512,"messages":[{"content":"Describe the purpose of a 'hello world' program in one line.","role":"user"}],"temperature":0.5}"#
+    );
 
     let error = br#"{"message":"Input is too long for requested model."}"#;
     let reply = response(
