@@ -231,8 +231,9 @@ impl AnthropicConfig {
     }
 }
 
-/// A provider on Amazon Bedrock's Converse API: `POST {base_url}/model/{model}/converse` (or
-/// `/converse-stream`), signed with SigV4 for the `bedrock` service in `region`.
+/// A provider on Amazon Bedrock: `POST {base_url}/model/{model}/converse` (or `/converse-stream`),
+/// or with [`BedrockApi::Invoke`] `/invoke` (or `/invoke-with-response-stream`), signed with
+/// SigV4 for the `bedrock` service in `region`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BedrockConfig {
@@ -254,11 +255,27 @@ pub struct BedrockConfig {
     /// Sent as `inferenceConfig.maxTokens` when the request has no ceiling of its own.
     #[serde(default = "default_anthropic_max_tokens")]
     pub default_max_tokens: u32,
-    /// ConverseStream when true, Converse otherwise.
+    /// ConverseStream (or InvokeModelWithResponseStream) when true, Converse (or InvokeModel)
+    /// otherwise.
     #[serde(default = "default_true")]
     pub streaming: bool,
+    /// Which Bedrock Runtime API the requests go to (default Converse).
+    #[serde(default)]
+    pub api: BedrockApi,
     #[serde(default)]
     pub limits: ResponseLimits,
+}
+
+/// The Bedrock Runtime API a provider speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BedrockApi {
+    /// Converse / ConverseStream: one format for every Bedrock model.
+    #[default]
+    Converse,
+    /// InvokeModel / InvokeModelWithResponseStream with the model's native body: Anthropic's
+    /// Messages body (`anthropic_version: bedrock-2023-05-31`), for Claude models only.
+    Invoke,
 }
 
 impl BedrockConfig {
@@ -272,6 +289,7 @@ impl BedrockConfig {
             session_token: None,
             default_max_tokens: ANTHROPIC_DEFAULT_MAX_TOKENS,
             streaming: true,
+            api: BedrockApi::Converse,
             limits: ResponseLimits::default(),
         }
     }

@@ -2,8 +2,8 @@
 //! provider's wire format and the reply into [`StreamEvent`]s, behind rein-core's
 //! [`Provider`] trait. Four formats: OpenAI Chat Completions ([`OpenAiProvider`]:
 //! api.openai.com, any OpenAI-compatible server, Azure deployments), Anthropic Messages
-//! ([`AnthropicProvider`]), Amazon Bedrock's Converse API ([`BedrockProvider`], SigV4 and
-//! event-stream frames) and Google's Gemini API ([`GeminiProvider`]).
+//! ([`AnthropicProvider`]), Amazon Bedrock's Converse API, or InvokeModel for Claude
+//! ([`BedrockProvider`], SigV4 and event-stream frames) and Google's Gemini API ([`GeminiProvider`]).
 //!
 //! Adapters record what they observed and decide nothing: they never retry, never sleep and
 //! set no timeout but the TCP/TLS connect bound of the shared [`HttpClient`]. Error responses
@@ -49,7 +49,7 @@ pub use bedrock::{
 pub use client::{HttpClient, error_chain};
 pub use config::{
     ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_MAX_TOKENS, ANTHROPIC_DEFAULT_VERSION,
-    AnthropicConfig, AzureConfig, BedrockConfig, ClientBuildError, ConfigError,
+    AnthropicConfig, AzureConfig, BedrockApi, BedrockConfig, ClientBuildError, ConfigError,
     DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_RESPONSE_BYTES, GEMINI_DEFAULT_BASE_URL, GeminiConfig,
     HttpClientConfig, MaxTokensField, OPENAI_DEFAULT_BASE_URL, OpenAiAuth, OpenAiConfig,
     ProviderConfig, ResponseLimits,

@@ -12,9 +12,17 @@
 //! A Converse body is read by translating it into the shape the rest of the simulator reads
 //! (`model` and `stream` from the path, `inferenceConfig.maxTokens`, text, `toolUse` and
 //! `toolResult` blocks, `toolConfig`), so faults, scripts and answers work as for the others.
+//!
+//! InvokeModel for Claude (`/model/{modelId}/invoke`, `/invoke-with-response-stream`) takes
+//! Anthropic's Messages body with `anthropic_version` (refused without it, as Bedrock does) and
+//! no `model` or `stream` (the path names them). It answers a Messages body (`msg_bdrk_…`), or
+//! event-stream `chunk` frames, each `{"bytes": <base64 of one Anthropic stream event>}` with
+//! Bedrock's `p` padding, the last (`message_stop`) carrying `amazon-bedrock-invocationMetrics`;
+//! Anthropic's `ping` is not sent. Errors and exception frames are Converse's.
 
 use aws_smithy_eventstream::frame::write_message_to;
 use aws_smithy_types::event_stream::{Header, HeaderValue, Message};
+use base64::Engine as _;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
@@ -25,16 +33,52 @@ use crate::wire::{Ctx, Frame, FrameRole, MODELS, WireError, frame};
 /// The content type of a ConverseStream answer.
 pub(crate) const EVENT_STREAM: &str = "application/vnd.amazon.eventstream";
 
-/// The Converse call a path names: the (decoded) model id and whether it streams.
-pub(crate) fn route(path: &str) -> Option<(String, bool)> {
+/// The Bedrock Runtime call a path names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Call {
+    /// The (decoded) model id.
+    pub model: String,
+    pub stream: bool,
+    /// InvokeModel (a Messages body) rather than Converse.
+    pub invoke: bool,
+}
+
+/// The Converse or InvokeModel call a path names.
+pub(crate) fn route(path: &str) -> Option<Call> {
     let rest = path.strip_prefix("/v1").unwrap_or(path).strip_prefix("/model/")?;
     let (model, action) = rest.rsplit_once('/')?;
-    let stream = match action {
-        "converse" => false,
-        "converse-stream" => true,
+    let (stream, invoke) = match action {
+        "converse" => (false, false),
+        "converse-stream" => (true, false),
+        "invoke" => (false, true),
+        "invoke-with-response-stream" => (true, true),
         _ => return None,
     };
-    Some((percent_decode(model), stream))
+    Some(Call { model: percent_decode(model), stream, invoke })
+}
+
+/// An InvokeModel body without `anthropic_version`, refused as Bedrock refuses it.
+pub(crate) fn missing_anthropic_version() -> WireError {
+    WireError {
+        status: 400,
+        body: json!({"message": "Malformed input request: #: required key [anthropic_version] not found, please reformat your input and try again."}),
+        headers: vec![("x-amzn-errortype", error_type_header("ValidationException"))],
+    }
+}
+
+/// An InvokeModel (Messages) body in the shape the simulator's request reader takes: `model`
+/// and `stream` from the path; `None` when it has no `anthropic_version`.
+pub(crate) fn translate_invoke(body: &Value, call: &Call) -> Option<Value> {
+    let mut out = body.as_object()?.clone();
+    out.get("anthropic_version")?;
+    out.insert("model".into(), json!(call.model));
+    out.insert("stream".into(), json!(call.stream));
+    Some(Value::Object(out))
+}
+
+/// The id of an InvokeModel answer, from a unique number.
+pub(crate) fn invoke_response_id(unique: u64) -> String {
+    format!("msg_bdrk_sim{unique:016x}")
 }
 
 fn percent_decode(text: &str) -> String {
@@ -183,8 +227,11 @@ fn usage(plan: &Plan) -> Value {
     json!({"inputTokens": input, "outputTokens": output, "totalTokens": input.saturating_add(output)})
 }
 
-/// The non-streaming Converse body.
-pub(crate) fn body(_ctx: &Ctx<'_>, plan: &Plan) -> Value {
+/// The non-streaming Converse body (or InvokeModel's Messages body).
+pub(crate) fn body(ctx: &Ctx<'_>, plan: &Plan) -> Value {
+    if ctx.invoke {
+        return crate::anthropic::body(ctx, plan);
+    }
     let content = plan.content();
     let block = match &plan.kind {
         Kind::Text | Kind::Refusal => json!({"text": content}),
@@ -230,8 +277,46 @@ fn event(event_type: &'static str, payload: &Value) -> Bytes {
     )
 }
 
-/// The ConverseStream frames.
-pub(crate) fn frames(_ctx: &Ctx<'_>, plan: &Plan) -> Vec<Frame> {
+/// One InvokeModelWithResponseStream chunk carrying `event`, padded as Bedrock pads them.
+fn chunk(anthropic_event: &Value) -> Bytes {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(anthropic_event.to_string());
+    let padding =
+        &"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"[..encoded.len() % 37];
+    event("chunk", &json!({"bytes": encoded, "p": padding}))
+}
+
+/// The InvokeModelWithResponseStream frames: Anthropic's events (without `ping`), each in a
+/// `chunk`, the invocation metrics in the last.
+fn invoke_frames(ctx: &Ctx<'_>, plan: &Plan) -> Vec<Frame> {
+    crate::anthropic::frames(ctx, plan)
+        .into_iter()
+        .filter_map(|frame| {
+            let text = std::str::from_utf8(&frame.bytes).ok()?;
+            let data = text.lines().find_map(|line| line.strip_prefix("data: "))?;
+            let mut event: Value = serde_json::from_str(data).ok()?;
+            match event.get("type").and_then(Value::as_str) {
+                Some("ping") => return None,
+                Some("message_stop") => {
+                    let (input, output) = (plan.input_tokens, plan.output_tokens());
+                    event["amazon-bedrock-invocationMetrics"] = json!({
+                        "inputTokenCount": input,
+                        "outputTokenCount": output,
+                        "invocationLatency": 1,
+                        "firstByteLatency": 1
+                    });
+                }
+                _ => {}
+            }
+            Some(crate::wire::frame(chunk(&event), frame.role))
+        })
+        .collect()
+}
+
+/// The ConverseStream frames (or InvokeModelWithResponseStream's).
+pub(crate) fn frames(ctx: &Ctx<'_>, plan: &Plan) -> Vec<Frame> {
+    if ctx.invoke {
+        return invoke_frames(ctx, plan);
+    }
     let mut frames = vec![frame(
         event("messageStart", &json!({"p": "abcdefgh", "role": "assistant"})),
         FrameRole::Meta,
@@ -261,8 +346,14 @@ pub(crate) fn frames(_ctx: &Ctx<'_>, plan: &Plan) -> Vec<Frame> {
 }
 
 /// A content delta whose message CRC is wrong (one payload byte changed after encoding).
-pub(crate) fn malformed_frame() -> Bytes {
-    let good = event("contentBlockDelta", &json!({"contentBlockIndex": 0, "delta": {"text": "w"}}));
+pub(crate) fn malformed_frame(ctx: &Ctx<'_>) -> Bytes {
+    let good = if ctx.invoke {
+        chunk(
+            &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "w"}}),
+        )
+    } else {
+        event("contentBlockDelta", &json!({"contentBlockIndex": 0, "delta": {"text": "w"}}))
+    };
     let mut bytes = good.to_vec();
     let at = bytes.len().saturating_sub(8);
     if let Some(byte) = bytes.get_mut(at) {
@@ -391,12 +482,16 @@ mod tests {
 
     #[test]
     fn converse_paths_name_the_model_and_the_mode() {
+        let call =
+            |model: &str, stream, invoke| Some(Call { model: model.to_owned(), stream, invoke });
         assert_eq!(
             route("/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse-stream"),
-            Some(("anthropic.claude-3-haiku-20240307-v1:0".to_owned(), true))
+            call("anthropic.claude-3-haiku-20240307-v1:0", true, false)
         );
-        assert_eq!(route("/v1/model/sim-small/converse"), Some(("sim-small".to_owned(), false)));
-        assert_eq!(route("/model/x/invoke"), None);
+        assert_eq!(route("/v1/model/sim-small/converse"), call("sim-small", false, false));
+        assert_eq!(route("/model/x/invoke"), call("x", false, true));
+        assert_eq!(route("/model/x/invoke-with-response-stream"), call("x", true, true));
+        assert_eq!(route("/model/x/invoke-stream"), None);
         assert!(signed(Some(
             "AWS4-HMAC-SHA256 Credential=AKID/20250101/us-east-1/bedrock/aws4_request, SignedHeaders=host, Signature=00"
         )));

@@ -190,11 +190,14 @@ pub(crate) async fn provider(shared: &Shared, endpoint: Endpoint, req: Incoming)
         Some(prefill) => plan.continued(prefill),
         None => plan,
     };
-    let ctx = Ctx {
-        request: &request,
-        response_id: wire::response_id(format, shared.next_id()),
-        created: replier.unix_s,
+    let invoke =
+        format == WireFormat::Bedrock && crate::bedrock::route(&req.path).is_some_and(|c| c.invoke);
+    let response_id = if invoke {
+        crate::bedrock::invoke_response_id(shared.next_id())
+    } else {
+        wire::response_id(format, shared.next_id())
     };
+    let ctx = Ctx { request: &request, response_id, created: replier.unix_s, invoke };
     let token_delay = step.token_delay_ms.map(Duration::from_millis);
     if request.stream {
         return replier.stream(entry, &ctx, &plan, transport, first_wait, token_delay);

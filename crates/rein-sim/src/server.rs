@@ -118,16 +118,23 @@ async fn route(
             );
         }
     };
-    let converse = (parts.method == Method::POST).then(|| crate::bedrock::route(&path)).flatten();
+    let bedrock = (parts.method == Method::POST).then(|| crate::bedrock::route(&path)).flatten();
     let mut incoming = Incoming { method: parts.method, path, headers: parts.headers, body };
-    if let Some((model, stream)) = converse {
+    if let Some(call) = bedrock {
         let authorization = incoming.headers.get("authorization").and_then(|v| v.to_str().ok());
         if !crate::bedrock::signed(authorization) {
             return wire_error(crate::bedrock::missing_signature());
         }
         // A body that is not JSON goes through as it is, and is refused as such.
-        if let Ok(converse) = serde_json::from_slice::<serde_json::Value>(&incoming.body) {
-            let translated = crate::bedrock::translate(&converse, &model, stream);
+        if let Ok(sent) = serde_json::from_slice::<serde_json::Value>(&incoming.body) {
+            let translated = if call.invoke {
+                match crate::bedrock::translate_invoke(&sent, &call) {
+                    Some(translated) => translated,
+                    None => return wire_error(crate::bedrock::missing_anthropic_version()),
+                }
+            } else {
+                crate::bedrock::translate(&sent, &call.model, call.stream)
+            };
             incoming.body = Bytes::from(translated.to_string());
         }
         let reply = respond::provider(shared, Endpoint::Chat(WireFormat::Bedrock), incoming).await;

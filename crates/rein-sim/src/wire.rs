@@ -43,6 +43,8 @@ pub(crate) struct Ctx<'a> {
     pub response_id: String,
     /// Unix seconds.
     pub created: u64,
+    /// Bedrock's InvokeModel (Anthropic's body and events) rather than Converse.
+    pub invoke: bool,
 }
 
 /// An error response: status, body and extra headers.
@@ -108,7 +110,7 @@ pub(crate) fn malformed_frame(format: WireFormat, ctx: &Ctx<'_>) -> Bytes {
     match format {
         WireFormat::OpenAi => openai::malformed_frame(ctx),
         WireFormat::Anthropic => anthropic::malformed_frame(),
-        WireFormat::Bedrock => bedrock::malformed_frame(),
+        WireFormat::Bedrock => bedrock::malformed_frame(ctx),
         WireFormat::Gemini => gemini::malformed_frame(ctx),
     }
 }

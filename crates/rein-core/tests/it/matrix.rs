@@ -82,6 +82,16 @@ impl Row {
         self.format = WireFormat::Gemini;
         self
     }
+    /// The primary tier is on Bedrock, so its errors are read by their `x-amzn-ErrorType`.
+    fn bedrock(mut self) -> Self {
+        self.format = WireFormat::Bedrock;
+        self
+    }
+}
+
+/// A Bedrock error as the adapter reads it: the type from `x-amzn-ErrorType`, the body's message.
+fn bedrock_error(status: u16, error_type: &str, message: &str) -> Act {
+    http(status, error_type, None, message)
 }
 
 fn ms(n: u64) -> Duration {
@@ -248,6 +258,60 @@ fn rows() -> Vec<Row> {
             .scripts(vec![http(400, "INVALID_ARGUMENT", None, "Request contains an invalid argument.")], vec![ok()])
             .gemini()
             .alerts(1),
+        // Bedrock's documented errors (Converse and InvokeModel alike), read by their type: the
+        // statuses are shared (429 is a throttle or a model still loading, 400 a validation
+        // failure or a quota, 403 a denied model or an expired token) and would mislead alone.
+        row("Bedrock ThrottlingException once then ok", Answered, (2, 0), 300)
+            .scripts(vec![bedrock_error(429, "ThrottlingException", "Too many requests, please wait before trying again."), ok()], vec![ok()])
+            .bedrock(),
+        row("Bedrock persistent ThrottlingException: the next tier", Fallback, (2, 1), 300)
+            .scripts(vec![bedrock_error(429, "ThrottlingException", "Too many requests, please wait before trying again.")], vec![ok()])
+            .bedrock(),
+        row("Bedrock ServiceUnavailableException once then ok", Answered, (2, 0), 300)
+            .scripts(vec![bedrock_error(503, "ServiceUnavailableException", "Bedrock is unable to process your request."), ok()], vec![ok()])
+            .bedrock(),
+        row("Bedrock ModelNotReadyException (429) once then ok", Answered, (2, 0), 300)
+            .scripts(vec![bedrock_error(429, "ModelNotReadyException", "Model is not ready for inference. Wait and try your request again."), ok()], vec![ok()])
+            .bedrock(),
+        row("Bedrock ModelTimeoutException once then ok", Answered, (2, 0), 300)
+            .scripts(vec![bedrock_error(408, "ModelTimeoutException", "The request took too long to process. Processing time exceeded the model timeout length."), ok()], vec![ok()])
+            .bedrock(),
+        row("Bedrock ModelErrorException (424) once then ok", Answered, (2, 0), 300)
+            .scripts(vec![bedrock_error(424, "ModelErrorException", "The request failed due to an error while processing the model."), ok()], vec![ok()])
+            .bedrock(),
+        row("Bedrock InternalServerException once then ok", Answered, (2, 0), 300)
+            .scripts(vec![bedrock_error(500, "InternalServerException", "The system encountered an unexpected error during processing. Try your request again."), ok()], vec![ok()])
+            .bedrock(),
+        row("Bedrock ValidationException input too long: the larger tier answers", Fallback, (1, 1), 0)
+            .scripts(vec![bedrock_error(400, "ValidationException", "Input is too long for requested model.")], vec![ok()])
+            .bedrock()
+            .windows(200_000, 1_000_000),
+        row("Bedrock ValidationException prompt too long with no larger tier: the caller is told", ContextLength, (1, 0), 0)
+            .scripts(vec![bedrock_error(400, "ValidationException", "prompt is too long: 210000 tokens > 200000 maximum")], vec![ok()])
+            .bedrock()
+            .windows(200_000, 128_000),
+        row("Bedrock ValidationException otherwise skips the tier and alerts", Fallback, (1, 1), 0)
+            .scripts(vec![bedrock_error(400, "ValidationException", "messages: roles must alternate between \"user\" and \"assistant\", but found multiple \"user\" roles in a row")], vec![ok()])
+            .bedrock()
+            .alerts(1),
+        row("Bedrock AccessDeniedException skips the tier and alerts", Fallback, (1, 1), 0)
+            .scripts(vec![bedrock_error(403, "AccessDeniedException", "You don't have access to the model with the specified model ID.")], vec![ok()])
+            .bedrock()
+            .alerts(1),
+        row("Bedrock ServiceQuotaExceededException (400): no retry, next tier, alert", Fallback, (1, 1), 0)
+            .scripts(vec![bedrock_error(400, "ServiceQuotaExceededException", "Your request exceeded the quota for this account.")], vec![ok()])
+            .bedrock()
+            .alerts(1),
+        row("Bedrock expired token 403 skips the tier and alerts", Fallback, (1, 1), 0)
+            .scripts(vec![bedrock_error(403, "ExpiredTokenException", "The security token included in the request is expired")], vec![ok()])
+            .bedrock()
+            .alerts(1),
+        row("Bedrock throttlingException frame mid-stream is retried", Answered, (2, 0), 300)
+            .scripts(vec![Act::StreamErrorTypedAfter(2, "throttlingException", "Too many tokens, please wait before trying again."), ok()], vec![ok()])
+            .bedrock(),
+        row("Bedrock modelStreamErrorException frame mid-stream is retried", Answered, (2, 0), 300)
+            .scripts(vec![Act::StreamErrorTypedAfter(2, "modelStreamErrorException", "The model stream failed."), ok()], vec![ok()])
+            .bedrock(),
         row("every tier down: the degraded reply", Degraded, (2, 2), 600)
             .scripts(vec![status(503)], vec![status(503)]),
         row("x-should-retry false: next tier", Fallback, (1, 1), 0).scripts(

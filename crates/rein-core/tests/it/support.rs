@@ -37,6 +37,9 @@ pub(crate) enum Act {
     MalformedAfter(usize),
     /// Send `n` tokens, then an error event.
     StreamErrorAfter(usize),
+    /// Send `n` tokens, then an error event of this type (a Bedrock exception frame's
+    /// `:exception-type`, say) and message.
+    StreamErrorTypedAfter(usize, &'static str, &'static str),
     /// A complete answer with its stop reason but no terminator; `stall` keeps it open.
     NoDone { stall: bool },
     /// An answer that stops with this reason.
@@ -242,6 +245,19 @@ impl Provider for Scripted {
                     plan.push((
                         Duration::ZERO,
                         Some(Err(Failure::Malformed { detail: "data: {oops".into() })),
+                    ));
+                    plan
+                }
+                Act::StreamErrorTypedAfter(k, error_type, message) => {
+                    let mut plan = tokens(k, Duration::ZERO, Duration::ZERO);
+                    plan.push((
+                        Duration::ZERO,
+                        Some(Err(Failure::StreamError {
+                            format,
+                            error_type: Some(error_type.into()),
+                            code: None,
+                            message: message.into(),
+                        })),
                     ));
                     plan
                 }

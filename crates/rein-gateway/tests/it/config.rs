@@ -272,6 +272,46 @@ model = "anthropic.claude-3-haiku-20240307-v1:0"
 }
 
 #[test]
+fn bedrock_api_chooses_converse_or_invoke_and_nothing_else() {
+    let config = |provider: &str| {
+        format!(
+            "{provider}\n[routes.chat]\n[[routes.chat.tiers]]\nname = \"p\"\nprovider = \"b\"\nmodel = \"anthropic.claude-3-haiku-20240307-v1:0\"\n"
+        )
+    };
+    let env = |name: &str| match name {
+        "AWS_ACCESS_KEY_ID" => Some("AKIDEXAMPLE".to_owned()),
+        "AWS_SECRET_ACCESS_KEY" => Some("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".to_owned()),
+        "AWS_REGION" => Some("us-east-1".to_owned()),
+        _ => None,
+    };
+    let api_of = |provider: &str| {
+        let config = Config::from_toml(&config(provider), &env).expect("valid");
+        serde_json::to_value(&config.providers["b"].adapter).unwrap()["api"].clone()
+    };
+    assert_eq!(api_of("[providers.b]\nkind = \"bedrock\""), "converse");
+    assert_eq!(api_of("[providers.b]\nkind = \"bedrock\"\napi = \"converse\""), "converse");
+    assert_eq!(api_of("[providers.b]\nkind = \"bedrock\"\napi = \"invoke\""), "invoke");
+    assert_eq!(
+        api_of("[providers.b]\nkind = \"sim\"\nformat = \"bedrock\"\napi = \"invoke\""),
+        "invoke"
+    );
+    let found = problems(&config("[providers.b]\nkind = \"bedrock\"\napi = \"invoke_model\""));
+    assert!(
+        found.contains("`providers.b.api`: `invoke_model` is not a Bedrock API here: use `converse` or `invoke`"),
+        "{found}"
+    );
+    let found = problems(&config(
+        "[providers.b]\nkind = \"sim\"\nformat = \"anthropic\"\napi = \"invoke\"",
+    ));
+    assert!(
+        found.contains(
+            "`providers.b.api`: only applies to kind `bedrock` (or `sim` with format `bedrock`)"
+        ),
+        "{found}"
+    );
+}
+
+#[test]
 fn a_gemini_provider_needs_its_key_env_and_builds_with_the_google_default() {
     let config = |provider: &str| {
         format!(

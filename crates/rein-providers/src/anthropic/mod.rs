@@ -164,3 +164,35 @@ pub fn replay_anthropic_stream(body: &[u8]) -> Vec<Result<StreamEvent, Failure>>
 pub fn replay_anthropic_response(body: &[u8]) -> Vec<Result<StreamEvent, Failure>> {
     crate::stream::replay_json(body, response::parse_response)
 }
+
+/// The `anthropic_version` Bedrock's InvokeModel takes for Claude.
+pub(crate) const BEDROCK_ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";
+
+/// The body Bedrock's InvokeModel takes for a Claude model: this adapter's Messages body
+/// without `model` (the URL names it) and `stream` (the path says it), with
+/// `anthropic_version: bedrock-2023-05-31`. `extra` fields meant for Bedrock go in too.
+pub(crate) fn bedrock_invoke_body(
+    request: &ChatRequest,
+    default_max_tokens: u32,
+) -> Result<serde_json::Value, Failure> {
+    let options = BodyOptions { streaming: false, default_max_tokens, json_prefill: None };
+    let mut body = request::build_body(request, options)?;
+    if let Some(object) = body.as_object_mut() {
+        object.remove("model");
+        object.remove("stream");
+        object.insert("anthropic_version".into(), BEDROCK_ANTHROPIC_VERSION.into());
+        if request.extra_format == Some(WireFormat::Bedrock) {
+            crate::merge_extra(object, &request.extra);
+        }
+    }
+    Ok(body)
+}
+
+/// The prefill an InvokeModel body for `request` carries, as for Anthropic's own API (decided
+/// by the model id, which on Bedrock reads `anthropic.claude-…`).
+pub(crate) fn bedrock_invoke_prefill(request: &ChatRequest) -> Option<&'static str> {
+    let options = BodyOptions { streaming: false, default_max_tokens: 0, json_prefill: None };
+    request::prefill(request, options)
+}
+
+pub(crate) use response::parse_response as parse_messages_response;

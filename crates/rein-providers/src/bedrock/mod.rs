@@ -1,6 +1,11 @@
 //! The Amazon Bedrock adapter, on the Converse API (one format for every Bedrock model,
 //! Anthropic's included): `POST {base_url}/model/{model}/converse`, or `/converse-stream`
-//! when streaming, whose answer is AWS event-stream frames rather than SSE. Every request is
+//! when streaming, whose answer is AWS event-stream frames rather than SSE. With
+//! [`BedrockApi::Invoke`] it speaks InvokeModel instead, for Claude models: `/invoke` (or
+//! `/invoke-with-response-stream`) with Anthropic's Messages body (built by the Anthropic
+//! adapter, `anthropic_version: bedrock-2023-05-31`, no `model` or `stream`); the answer is a
+//! Messages body, or event-stream `chunk` frames each carrying one Anthropic stream event in
+//! base64, decoded by the Anthropic adapter's decoder (`stream`). Every request is
 //! signed with SigV4 (`sign`) for the `bedrock` service in the provider's region, at the
 //! moment it is sent. The model id is percent-encoded into the path as the AWS SDKs do
 //! (`anthropic.claude-3-haiku-20240307-v1%3A0`). Errors carry their type in the
@@ -23,9 +28,9 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, HOST, HeaderMap, HeaderName, HeaderV
 use rein_core::{ChatRequest, EventStream, Failure, Provider, StreamEvent, WireFormat};
 
 use crate::client::{HttpClient, Upstream};
-use crate::config::{BedrockConfig, ConfigError, ResponseLimits};
+use crate::config::{BedrockApi, BedrockConfig, ConfigError, ResponseLimits};
 use crate::secret::Redactor;
-use crate::stream::Reading;
+use crate::stream::{JsonParser, Reading};
 
 pub use sign::{AwsCredentials, SigningScope, sigv4_headers};
 use stream::{EventStreamPump, event_stream_events};
@@ -44,6 +49,7 @@ pub struct BedrockProvider {
     region: String,
     credentials: AwsCredentials,
     streaming: bool,
+    api: BedrockApi,
     default_max_tokens: u32,
     limits: ResponseLimits,
     client: HttpClient,
@@ -67,6 +73,7 @@ impl BedrockProvider {
             region: config.region,
             credentials,
             streaming: config.streaming,
+            api: config.api,
             default_max_tokens: config.default_max_tokens,
             limits: config.limits,
             client,
@@ -107,7 +114,12 @@ impl BedrockProvider {
 
     /// The URL a request for `model` goes to.
     pub fn endpoint_for(&self, model: &str) -> Url {
-        let action = if self.streaming { "converse-stream" } else { "converse" };
+        let action = match (self.api, self.streaming) {
+            (BedrockApi::Converse, false) => "converse",
+            (BedrockApi::Converse, true) => "converse-stream",
+            (BedrockApi::Invoke, false) => "invoke",
+            (BedrockApi::Invoke, true) => "invoke-with-response-stream",
+        };
         let mut url = self.base_url.clone();
         let base = url.path().trim_end_matches('/').to_owned();
         url.set_path(&format!("{base}/model/{}/{action}", encode_label(model)));
@@ -116,7 +128,12 @@ impl BedrockProvider {
 
     /// The request body this provider would send for `request`.
     pub fn request_body(&self, request: &ChatRequest) -> Result<serde_json::Value, Failure> {
-        request::build_body(request, self.default_max_tokens)
+        match self.api {
+            BedrockApi::Converse => request::build_body(request, self.default_max_tokens),
+            BedrockApi::Invoke => {
+                crate::anthropic::bedrock_invoke_body(request, self.default_max_tokens)
+            }
+        }
     }
 
     /// The signed request (signed at `now`, since the Unix epoch): endpoint, headers, body.
@@ -178,6 +195,7 @@ impl fmt::Debug for BedrockProvider {
             .field("region", &self.region)
             .field("credentials", &self.credentials)
             .field("streaming", &self.streaming)
+            .field("api", &self.api)
             .field("limits", &self.limits)
             .finish()
     }
@@ -197,24 +215,33 @@ impl Provider for BedrockProvider {
             .signed(request, Duration::from_millis(rein_core::clock::unix_ms()))
             .map(|(endpoint, headers, body)| self.client.post(&endpoint, &headers, body));
         let redactor = self.redactor.clone();
-        let reading = Reading { limits: self.limits, prefill: None, redactor: redactor.clone() };
+        let (prefill, parse): (_, JsonParser) = match self.api {
+            BedrockApi::Converse => (None, response::parse_response),
+            BedrockApi::Invoke => (
+                crate::anthropic::bedrock_invoke_prefill(request),
+                crate::anthropic::parse_messages_response,
+            ),
+        };
+        let reading = Reading { limits: self.limits, prefill, redactor: redactor.clone() };
         let (name, model, streaming) = (self.name.clone(), request.model.clone(), self.streaming);
         Box::pin(async move {
             let scrub = |failure| redactor.failure(failure);
             let response = sending.map_err(scrub)?.await.map_err(scrub)?;
-            response_events(&name, &model, response, streaming, reading).await
+            response_events(&name, &model, response, streaming, parse, reading).await
         })
     }
 }
 
 /// Turns response headers into the attempt's outcome, as `crate::stream::response_events`
 /// does for SSE providers: an error status becomes [`Failure::Http`]; a success is read as
-/// event-stream frames or JSON by `content-type` (falling back to what was asked for).
+/// event-stream frames or JSON by `content-type` (falling back to what was asked for), the JSON
+/// by `parse` (a Converse or a Messages body).
 async fn response_events(
     provider: &str,
     model: &str,
     response: Upstream,
     streaming: bool,
+    parse: JsonParser,
     reading: Reading,
 ) -> Result<EventStream, Failure> {
     let Upstream { status, headers, body } = response;
@@ -248,7 +275,7 @@ async fn response_events(
         event_stream_events(body, EventStreamPump::new(model, reading))
     } else {
         let model = model.to_owned();
-        crate::stream::json_events(body, response::parse_response, reading)
+        crate::stream::json_events(body, parse, reading)
             .map(move |item| match item {
                 Ok(StreamEvent::Start { id, model: said }) if said.is_empty() => {
                     Ok(StreamEvent::Start { id, model: model.clone() })
@@ -260,12 +287,20 @@ async fn response_events(
     Ok(events.map(move |item| item.map_err(|failure| redactor.failure(failure))).boxed())
 }
 
-/// Decodes a recorded ConverseStream body (event-stream frames) as a live stream would be.
+/// Decodes a recorded ConverseStream or InvokeModelWithResponseStream body (event-stream frames)
+/// as a live stream would be.
 pub fn replay_bedrock_stream(body: &[u8]) -> Vec<Result<StreamEvent, Failure>> {
     stream::replay_event_stream(body)
 }
 
-/// Decodes a recorded non-streaming Converse body into the events it stands for.
+/// Decodes a recorded non-streaming Converse or InvokeModel body into the events it stands for:
+/// an InvokeModel answer for Claude is a Messages body (`"type": "message"`).
 pub fn replay_bedrock_response(body: &[u8]) -> Vec<Result<StreamEvent, Failure>> {
-    crate::stream::replay_json(body, response::parse_response)
+    let messages = serde_json::from_slice::<serde_json::Value>(body)
+        .is_ok_and(|json| json.get("type").and_then(serde_json::Value::as_str) == Some("message"));
+    if messages {
+        crate::stream::replay_json(body, crate::anthropic::parse_messages_response)
+    } else {
+        crate::stream::replay_json(body, response::parse_response)
+    }
 }

@@ -12,6 +12,12 @@
 //! which the engine reads as a cut-off stream. Exception frames (`:message-type: exception`,
 //! `throttlingException`, `modelStreamErrorException`, ...) and `error` frames become
 //! [`Failure::StreamError`] with the exception type.
+//!
+//! InvokeModelWithResponseStream sends the same frames with one event type, `chunk`, whose
+//! payload `{"bytes": "<base64>"}` carries one Anthropic Messages stream event, handed to the
+//! Anthropic adapter's decoder: `message_stop` is the end, and the invocation metrics Bedrock
+//! adds to it (`amazon-bedrock-invocationMetrics`) give the usage. A `json_object` prefill is
+//! put back in front of the answer's text, as for Anthropic's own API.
 
 use std::collections::VecDeque;
 
@@ -22,10 +28,12 @@ use futures_util::stream::{self, StreamExt};
 use serde_json::Value;
 
 use rein_core::failure::ResponseLimit;
-use rein_core::{EventStream, Failure, StreamEvent, WireFormat};
+use rein_core::{EventStream, Failure, StreamEvent, Usage, WireFormat};
 
 use super::response::{WireUsage, stop_reason};
-use crate::stream::{Body, Reading};
+use crate::anthropic::AnthropicDecoder;
+use crate::sse::SseEvent;
+use crate::stream::{Body, Decoder, Reading};
 
 /// The bytes of a frame's total-length field, which opens every frame.
 const LENGTH_BYTES: usize = 4;
@@ -102,7 +110,12 @@ impl EventStreamPump {
     fn dispatch(&mut self, message: &Message) {
         match self.decoder.decode(message) {
             Ok(events) => {
-                for event in events {
+                for mut event in events {
+                    if let StreamEvent::TextDelta { text } = &mut event
+                        && let Some(prefill) = self.reading.prefill.take()
+                    {
+                        text.insert_str(0, prefill);
+                    }
                     let is_done = event == StreamEvent::Done;
                     self.pending.push_back(Ok(event));
                     if is_done {
@@ -150,6 +163,8 @@ struct ConverseDecoder {
     /// Content block indexes that are tool calls, and whether their input arrived.
     tools: Vec<(u32, bool)>,
     stopped: bool,
+    /// The decoder of the Anthropic events InvokeModelWithResponseStream's chunks carry.
+    anthropic: AnthropicDecoder,
 }
 
 fn header<'a>(message: &'a Message, name: &str) -> Option<&'a str> {
@@ -241,6 +256,7 @@ impl ConverseDecoder {
                 events.push(StreamEvent::Stop { reason: stop_reason(reason) });
                 self.stopped = true;
             }
+            "chunk" => return self.chunk(&json),
             "metadata" => {
                 if let Some(usage) = json.get("usage").filter(|u| !u.is_null()) {
                     let usage: WireUsage = serde_json::from_value(usage.clone())
@@ -256,6 +272,46 @@ impl ConverseDecoder {
         }
         Ok(events)
     }
+}
+
+impl ConverseDecoder {
+    /// One InvokeModelWithResponseStream chunk: its Anthropic event, and the usage in the
+    /// invocation metrics of the last one (before its `Done`).
+    fn chunk(&mut self, json: &Value) -> Result<Vec<StreamEvent>, Failure> {
+        let malformed =
+            |detail: &str| Failure::Malformed { detail: format!("invoke chunk: {detail}") };
+        let encoded = str_at(json, "/bytes").ok_or_else(|| malformed("no `bytes`"))?;
+        let decoded = aws_smithy_types::base64::decode(encoded)
+            .map_err(|_| malformed("`bytes` is not base64"))?;
+        let data = String::from_utf8(decoded).map_err(|_| malformed("the event is not UTF-8"))?;
+        let usage = if data.contains("amazon-bedrock-invocationMetrics") {
+            let event: Value = serde_json::from_str(&data)
+                .map_err(|e| crate::stream::malformed("invoke chunk event", &e))?;
+            event.get("amazon-bedrock-invocationMetrics").map(metrics_usage)
+        } else {
+            None
+        };
+        let record = SseEvent { event: None, data, terminated: true };
+        let mut events = self.anthropic.decode(&record)?;
+        if let Some(usage) = usage {
+            let at = events.iter().position(|e| *e == StreamEvent::Done).unwrap_or(events.len());
+            events.insert(at, StreamEvent::Usage { usage });
+        }
+        Ok(events)
+    }
+}
+
+/// The usage in Bedrock's invocation metrics: the whole prompt (cache reads and writes
+/// included, as the Anthropic adapter counts it) and the output.
+fn metrics_usage(metrics: &Value) -> Usage {
+    let count = |key: &str| {
+        metrics.get(key).and_then(Value::as_u64).map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
+    };
+    let input = ["inputTokenCount", "cacheReadInputTokenCount", "cacheWriteInputTokenCount"]
+        .into_iter()
+        .map(count)
+        .fold(0u32, u32::saturating_add);
+    Usage { input_tokens: input, output_tokens: count("outputTokenCount") }
 }
 
 fn stream_error(kind: &str, json: &Value) -> Failure {

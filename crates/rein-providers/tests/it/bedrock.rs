@@ -175,6 +175,34 @@ fn converse_stream_text_decodes_in_order_and_is_done_after_metadata() {
     );
 }
 
+/// A real ConverseStream body (Claude asked for the cosine of 7 with a `cosine` tool): text,
+/// then a tool call whose input comes as an empty fragment and then the whole object, then
+/// `messageStop` and `metadata` (with `serviceTier`, which the reader ignores).
+#[test]
+fn recorded_converse_stream_with_a_tool_call_decodes() {
+    let bytes = fixture("bedrock/streams/tool_use.eventstream");
+    let events = replay_bedrock_stream(&bytes);
+    assert!(matches!(events.last(), Some(Ok(StreamEvent::Done))), "{events:?}");
+    let response = assemble(&events);
+    assert_eq!(
+        response.text,
+        "To calculate the cosine of 7, we can use the \"cosine\" function that is available to us. Let's use this function to get the result."
+    );
+    assert_eq!(response.tool_calls.len(), 1);
+    assert_eq!(response.tool_calls[0].id, "tooluse_QklrEHKjRu6Oc4BQUfy7ZQ");
+    assert_eq!(response.tool_calls[0].name, "cosine");
+    assert_eq!(response.tool_calls[0].arguments, r#"{"x": 7}"#);
+    assert_eq!(response.stop_reason, Some(StopReason::ToolUse));
+    assert_eq!(response.usage, Usage { input_tokens: 386, output_tokens: 75 });
+    // Cut before `metadata`: the message stopped, so the end of the body completes it.
+    let metadata_at = bytes.len() - 235;
+    let events = replay_bedrock_stream(&bytes[..metadata_at]);
+    assert!(matches!(events.last(), Some(Ok(StreamEvent::Done))), "{events:?}");
+    // Cut before `messageStop`: never complete.
+    let events = replay_bedrock_stream(&bytes[..metadata_at - 133]);
+    assert!(!events.iter().any(|e| matches!(e, Ok(StreamEvent::Done))), "{events:?}");
+}
+
 #[test]
 fn converse_stream_tool_use_assembles_its_input_fragments() {
     let frames = [

@@ -10,6 +10,7 @@
 
 mod anthropic_wire;
 mod bedrock;
+mod bedrock_invoke;
 mod classify;
 mod config;
 mod errors;

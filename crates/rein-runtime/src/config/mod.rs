@@ -690,6 +690,25 @@ fn validate_provider(
         ok = false;
     }
     let sim_anthropic = in_process && sim_format == WireFormat::Anthropic;
+    let speaks_bedrock = raw.kind == ProviderKind::Bedrock || sim_bedrock;
+    let bedrock_api = match (raw.api.as_deref(), speaks_bedrock) {
+        (None, _) | (Some("converse"), true) => rein_providers::BedrockApi::Converse,
+        (Some("invoke"), true) => rein_providers::BedrockApi::Invoke,
+        (Some(other), true) => {
+            problems.add(
+                key("api"),
+                format!("`{other}` is not a Bedrock API here: use `converse` or `invoke`"),
+            );
+            ok = false;
+            rein_providers::BedrockApi::Converse
+        }
+        (Some(_), false) => {
+            problems
+                .add(key("api"), "only applies to kind `bedrock` (or `sim` with format `bedrock`)");
+            ok = false;
+            rein_providers::BedrockApi::Converse
+        }
+    };
     if raw.scenario.is_some() && raw.kind != ProviderKind::Sim {
         problems.add(key("scenario"), "only applies to kind `sim`");
         ok = false;
@@ -851,6 +870,7 @@ fn validate_provider(
             adapter.secret_access_key = Some(aws.secret_access_key);
             adapter.session_token = aws.session_token;
             adapter.streaming = raw.stream.unwrap_or(true);
+            adapter.api = bedrock_api;
             adapter.limits = limits;
             if let Some(max_tokens) = raw.default_max_tokens {
                 adapter.default_max_tokens = max_tokens;

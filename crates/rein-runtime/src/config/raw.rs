@@ -297,7 +297,8 @@ pub enum ProviderKind {
     OpenaiCompatible,
     /// Azure OpenAI deployments.
     AzureOpenai,
-    /// Amazon Bedrock's Converse API, SigV4-signed (`region`, AWS credentials).
+    /// Amazon Bedrock's Converse API (or InvokeModel, `api = "invoke"`), SigV4-signed (`region`,
+    /// AWS credentials).
     Bedrock,
     /// Google's Gemini API (generativelanguage.googleapis.com), with an API key.
     Gemini,
@@ -350,6 +351,10 @@ pub struct RawProvider {
     /// `bedrock`; `gemini` for sim).
     #[serde(default)]
     pub format: Option<String>,
+    /// Which API of the provider requests go to: for kind `bedrock` (and `sim` with format
+    /// `bedrock`), `converse` (default) or `invoke` (InvokeModel, Claude models only).
+    #[serde(default)]
+    pub api: Option<String>,
     /// Sim: a scenario file with a fault timeline.
     #[serde(default)]
     pub scenario: Option<String>,

@@ -1,6 +1,7 @@
-//! The Bedrock Converse path: a signed request gets a Converse body or an event stream whose
-//! frames pass their CRC checks; an unsigned one is refused as Bedrock refuses it; the
-//! error faults carry Bedrock's types; `malformed` sends a frame whose CRC fails.
+//! The Bedrock paths, Converse and InvokeModel: a signed request gets a Converse body (or a
+//! Messages body) or an event stream whose frames pass their CRC checks (InvokeModel's are
+//! `chunk`s of Anthropic events); an unsigned one is refused as Bedrock refuses it; the error
+//! faults carry Bedrock's types; `malformed` sends a frame whose CRC fails.
 
 // Helpers of tests: failing loudly is their job.
 #![allow(clippy::unwrap_used)]
@@ -184,4 +185,107 @@ async fn stream_faults_break_the_frames() {
     assert!(!clean);
     let read = frames(&bytes);
     assert!(!read.iter().flatten().any(|m| header(m, ":event-type") == "messageStop"));
+}
+
+const INVOKE: &str = "/model/anthropic.claude-3-haiku-20240307-v1%3A0/invoke";
+
+/// AWS's documented InvokeModel body for Claude.
+fn invoke_body(text: &str) -> Value {
+    json!({
+        "anthropic_version": "bedrock-2023-05-31",
+        "max_tokens": 512,
+        "messages": [{"role": "user", "content": text}]
+    })
+}
+
+/// The Anthropic event a `chunk` frame carries.
+fn chunk_event(message: &Message) -> Value {
+    use base64::Engine as _;
+    let encoded = payload(message)["bytes"].as_str().unwrap().to_owned();
+    let decoded = base64::engine::general_purpose::STANDARD.decode(encoded).unwrap();
+    serde_json::from_slice(&decoded).unwrap()
+}
+
+#[tokio::test]
+async fn a_signed_invoke_call_gets_a_messages_body() {
+    let sim = sim().await;
+    let response =
+        converse(&sim, INVOKE, &invoke_body("What is the capital of Norway?"), None, true).await;
+    assert_eq!(response.status(), 200);
+    let value: Value = response.json().await.unwrap();
+    assert_eq!(value["type"], "message");
+    assert!(value["id"].as_str().unwrap().starts_with("msg_bdrk_"), "{value}");
+    let text = value["content"][0]["text"].as_str().unwrap();
+    let anthropic = json!({"model": "m", "max_tokens": 512, "messages": [{"role": "user", "content": "What is the capital of Norway?"}]});
+    assert_eq!(text, healthy_text(&anthropic));
+    assert_eq!(value["stop_reason"], "end_turn");
+    assert_eq!(value["usage"]["output_tokens"], token_count(text));
+    // Without `anthropic_version`, Bedrock's validation error; unsigned, its 403.
+    let mut bare = invoke_body("hi");
+    bare.as_object_mut().unwrap().remove("anthropic_version");
+    let response = converse(&sim, INVOKE, &bare, None, true).await;
+    assert_eq!(response.status(), 400);
+    assert!(
+        response.headers()["x-amzn-errortype"]
+            .to_str()
+            .unwrap()
+            .starts_with("ValidationException:")
+    );
+    let response = converse(&sim, INVOKE, &invoke_body("hi"), None, false).await;
+    assert_eq!(response.status(), 403);
+    // Error faults carry Bedrock's types on this path too.
+    let response = converse(&sim, INVOKE, &invoke_body("hi"), Some("429"), true).await;
+    assert_eq!(response.status(), 429);
+    assert!(
+        response.headers()["x-amzn-errortype"]
+            .to_str()
+            .unwrap()
+            .starts_with("ThrottlingException:")
+    );
+}
+
+#[tokio::test]
+async fn invoke_stream_chunks_carry_anthropic_events_and_the_invocation_metrics() {
+    let sim = sim().await;
+    let path = format!("{INVOKE}-with-response-stream");
+    let response = converse(&sim, &path, &invoke_body("stream please"), None, true).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        "application/vnd.amazon.eventstream"
+    );
+    let (bytes, clean) = bytes_of(response).await;
+    assert!(clean);
+    let messages: Vec<Message> = frames(&bytes).into_iter().map(Result::unwrap).collect();
+    assert!(messages.iter().all(|m| header(m, ":event-type") == "chunk"));
+    let events: Vec<Value> = messages.iter().map(chunk_event).collect();
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types.first(), Some(&"message_start"));
+    assert_eq!(&types[types.len() - 3..], &["content_block_stop", "message_delta", "message_stop"]);
+    assert!(!types.contains(&"ping"));
+    let text: String =
+        events.iter().filter_map(|e| e.pointer("/delta/text").and_then(Value::as_str)).collect();
+    let metrics = &events.last().unwrap()["amazon-bedrock-invocationMetrics"];
+    assert_eq!(metrics["outputTokenCount"], token_count(&text));
+    assert!(metrics["inputTokenCount"].as_u64().unwrap() > 0);
+}
+
+#[tokio::test]
+async fn invoke_stream_faults_break_the_frames() {
+    let sim = sim().await;
+    let path = format!("{INVOKE}-with-response-stream");
+    let body = invoke_body("stream please");
+    let response = converse(&sim, &path, &body, Some("malformed:after=1"), true).await;
+    let (bytes, _) = bytes_of(response).await;
+    assert!(frames(&bytes).iter().any(Result::is_err), "a frame fails its CRC");
+    let response = converse(&sim, &path, &body, Some("stream_error:after=1"), true).await;
+    let (bytes, _) = bytes_of(response).await;
+    let last = frames(&bytes).pop().unwrap().unwrap();
+    assert_eq!(header(&last, ":message-type"), "exception");
+    assert_eq!(header(&last, ":exception-type"), "throttlingException");
+    let response = converse(&sim, &path, &body, Some("cut:after=1"), true).await;
+    let (bytes, clean) = bytes_of(response).await;
+    assert!(!clean);
+    let read = frames(&bytes);
+    assert!(!read.iter().flatten().any(|m| chunk_event(m)["type"] == "message_stop"));
 }

@@ -19,8 +19,8 @@ use rein_core::report::ReaskReason;
 use rein_core::validate::OutputContract;
 use rein_core::*;
 use rein_providers::{
-    AnthropicConfig, BedrockConfig, GeminiConfig, HttpClient, HttpClientConfig, OpenAiConfig,
-    ProviderConfig, Secret, build_provider,
+    AnthropicConfig, BedrockApi, BedrockConfig, GeminiConfig, HttpClient, HttpClientConfig,
+    OpenAiConfig, ProviderConfig, Secret, build_provider,
 };
 use rein_sim::{LogEntry, SENTINEL, SimConfig, say_spec};
 use serde_json::{Value, json};
@@ -167,6 +167,8 @@ struct Row {
     contract: Option<OutputContract>,
     /// Answers asked for again by the ladder.
     reasks: usize,
+    /// Bedrock tiers speak InvokeModel (`api = invoke`) rather than Converse.
+    invoke: bool,
 }
 
 fn row(
@@ -196,6 +198,7 @@ fn row(
         patient: false,
         contract: None,
         reasks: 0,
+        invoke: false,
     }
 }
 
@@ -233,6 +236,10 @@ impl Row {
     }
     fn mode(mut self, mode: Mode) -> Self {
         self.mode = mode;
+        self
+    }
+    fn invoke(mut self) -> Self {
+        self.invoke = true;
         self
     }
     fn fallback(mut self, format: WireFormat, model: &'static str) -> Self {
@@ -597,6 +604,13 @@ async fn bedrock_faults_through_the_real_adapter() {
     run(bedrock_rows()).await;
 }
 
+/// The same faults through the Bedrock adapter on InvokeModel for Claude (`api = invoke`):
+/// Anthropic's body and events inside Bedrock's paths, frames and error types.
+#[tokio::test(flavor = "multi_thread")]
+async fn bedrock_invoke_faults_through_the_real_adapter() {
+    run(bedrock_rows().into_iter().map(Row::invoke).collect()).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn gemini_faults_through_the_real_adapter() {
     run(gemini_rows()).await;
@@ -666,11 +680,13 @@ async fn run(rows: Vec<Row>) {
 }
 
 fn label(row: &Row) -> String {
-    format!("[{} {:?}] {}", row.format, row.mode, row.name)
+    let api = if row.invoke { " invoke" } else { "" };
+    format!("[{}{api} {:?}] {}", row.format, row.mode, row.name)
 }
 
 fn provider(
     format: WireFormat,
+    invoke: bool,
     base_url: &str,
     streaming: bool,
     client: &HttpClient,
@@ -698,6 +714,9 @@ fn provider(
             config.secret_access_key =
                 Some(Secret::new("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"));
             config.streaming = streaming;
+            if invoke {
+                config.api = BedrockApi::Invoke;
+            }
             ProviderConfig::Bedrock(config)
         }
     };
@@ -705,15 +724,20 @@ fn provider(
 }
 
 /// Whether `path` is the chat endpoint of `format` (Bedrock's and Gemini's name the model).
-fn is_endpoint(format: WireFormat, path: &str, streaming: bool) -> bool {
+fn is_endpoint(format: WireFormat, invoke: bool, path: &str, streaming: bool) -> bool {
     match format {
         WireFormat::OpenAi => path == "/v1/chat/completions",
         WireFormat::Anthropic => path == "/v1/messages",
         // The model and the method follow: `/v1/models/{model}:generateContent`.
         WireFormat::Gemini => path.starts_with("/v1/models/"),
         WireFormat::Bedrock => {
-            path.starts_with("/model/")
-                && path.ends_with(if streaming { "/converse-stream" } else { "/converse" })
+            let action = match (invoke, streaming) {
+                (false, true) => "/converse-stream",
+                (false, false) => "/converse",
+                (true, true) => "/invoke-with-response-stream",
+                (true, false) => "/invoke",
+            };
+            path.starts_with("/model/") && path.ends_with(action)
         }
     }
 }
@@ -774,11 +798,14 @@ async fn check(row: Row) {
     .expect("client");
     let streaming = row.mode != Mode::Whole;
     let primary_model = format!("sim:{}", row.spec);
-    let mut primary =
-        Tier::new("primary", provider(row.format, &base_url, streaming, &client), &primary_model);
+    let mut primary = Tier::new(
+        "primary",
+        provider(row.format, row.invoke, &base_url, streaming, &client),
+        &primary_model,
+    );
     let mut fallback = Tier::new(
         "fallback",
-        provider(row.fallback_format, &base_url, streaming, &client),
+        provider(row.fallback_format, row.invoke, &base_url, streaming, &client),
         row.fallback_model,
     );
     if let Some((p, f)) = row.windows {
@@ -926,7 +953,11 @@ async fn check(row: Row) {
     );
     for (entries, format) in [(&primary_log, row.format), (&fallback_log, row.fallback_format)] {
         for entry in entries {
-            assert!(is_endpoint(format, &entry.path, streaming), "{name}: {}", entry.path);
+            assert!(
+                is_endpoint(format, row.invoke, &entry.path, streaming),
+                "{name}: {}",
+                entry.path
+            );
             assert_eq!(entry.format.as_deref(), Some(format.to_string().as_str()), "{name}");
             assert_eq!(entry.stream, streaming, "{name}: streaming as configured");
         }
