@@ -643,12 +643,14 @@ fn validate_provider(
             ok = false;
         }
         ProviderKind::AzureOpenai => {
+            // Azure's v1 endpoint, which the Responses API goes through, takes no version.
+            let responses = raw.api.as_deref() == Some("responses");
             for (field, value) in [
                 ("base_url", &raw.base_url),
                 ("deployment", &raw.deployment),
                 ("api_version", &raw.api_version),
             ] {
-                if value.is_none() {
+                if value.is_none() && !(responses && field == "api_version") {
                     problems.add(key(field), "is required for kind `azure_openai`");
                     ok = false;
                 }
@@ -689,6 +691,32 @@ fn validate_provider(
         ok = false;
     }
     let sim_anthropic = in_process && sim_format == WireFormat::Anthropic;
+    // `api`: which of an OpenAI-format provider's APIs rein calls.
+    let speaks_openai = matches!(
+        raw.kind,
+        ProviderKind::Openai | ProviderKind::OpenaiCompatible | ProviderKind::AzureOpenai
+    ) || (in_process && sim_format == WireFormat::OpenAi);
+    let openai_api = match (raw.api.as_deref(), speaks_openai) {
+        (None, _) | (Some("chat_completions"), true) => rein_providers::OpenAiApi::ChatCompletions,
+        (Some("responses"), true) if raw.kind != ProviderKind::Replay => {
+            rein_providers::OpenAiApi::Responses
+        }
+        (Some(other), speaks_openai) => {
+            let reason = if !speaks_openai {
+                "only applies to kinds `openai`, `openai_compatible`, `azure_openai`, and `sim` with format `openai`".to_owned()
+            } else if other == "responses" {
+                "`responses` is served by kind `sim` only; replay has no Responses API cassettes"
+                    .to_owned()
+            } else {
+                format!(
+                    "`{other}` is not an API of this kind: use `chat_completions` (the default) or `responses`"
+                )
+            };
+            problems.add(key("api"), reason);
+            ok = false;
+            rein_providers::OpenAiApi::ChatCompletions
+        }
+    };
     if raw.scenario.is_some() && raw.kind != ProviderKind::Sim {
         problems.add(key("scenario"), "only applies to kind `sim`");
         ok = false;
@@ -792,6 +820,7 @@ fn validate_provider(
         adapter.headers = headers.clone();
         adapter.streaming = raw.stream.unwrap_or(true);
         adapter.limits = limits;
+        adapter.api = openai_api;
         adapter
     };
     let anthropic = |base_url: Option<String>| {

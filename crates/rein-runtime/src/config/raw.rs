@@ -372,6 +372,10 @@ pub struct RawProvider {
     /// models known to take a prefill (Claude 4.6 and later refuse one).
     #[serde(default)]
     pub json_prefill: Option<bool>,
+    /// Which API of the provider rein calls: `chat_completions` (default) or `responses` for
+    /// the OpenAI kinds (and kind `sim` with format `openai`).
+    #[serde(default)]
+    pub api: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
