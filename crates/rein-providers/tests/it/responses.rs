@@ -368,6 +368,30 @@ fn responses_stream_with_only_the_done_arguments_still_carries_them() {
 }
 
 #[test]
+fn responses_stream_skips_events_it_does_not_read_whatever_their_shape() {
+    let stream = concat!(
+        "event: response.created\n",
+        "data: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"model\":\"gpt-4.1\",\"status\":\"in_progress\"}}\n\n",
+        "event: response.some_future_event\n",
+        "data: {\"type\":\"response.some_future_event\",\"delta\":{\"nested\":true},\"item\":[1,2]}\n\n",
+        "event: response.reasoning_summary_text.delta\n",
+        "data: {\"type\":\"response.reasoning_summary_text.delta\",\"item_id\":\"rs_1\",\"output_index\":0,\"summary_index\":0,\"delta\":\"thinking\"}\n\n",
+        "event: response.output_text.delta\n",
+        "data: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_1\",\"output_index\":1,\"content_index\":0,\"delta\":\"Hello\"}\n\n",
+        "event: response.completed\n",
+        "data: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"model\":\"gpt-4.1\",\"status\":\"completed\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n",
+    );
+    let events = ok_events(replay_responses_stream(stream.as_bytes()));
+    let answer = assemble(&events.iter().cloned().map(Ok).collect::<Vec<_>>());
+    assert_eq!(answer.text, "Hello");
+    assert_eq!(answer.thinking, "", "reasoning is skipped");
+    assert_eq!(events.last(), Some(&StreamEvent::Done));
+    // A line that is not JSON at all is still malformed.
+    let broken = b"event: response.output_text.delta\ndata: {\"type\":\"response.output\n\n";
+    assert!(matches!(replay_responses_stream(broken).last(), Some(Err(Failure::Malformed { .. }))));
+}
+
+#[test]
 fn responses_cut_stream_has_no_end() {
     let events = ok_events(replay_responses_stream(&fixture("openai/responses/streams/cut.sse")));
     assert!(!events.contains(&StreamEvent::Done));

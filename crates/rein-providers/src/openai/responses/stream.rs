@@ -22,8 +22,6 @@ use crate::stream::{Decoder, malformed};
 
 #[derive(Debug, Deserialize)]
 struct Event {
-    #[serde(default, rename = "type")]
-    kind: Option<String>,
     #[serde(default)]
     response: Option<WireResponse>,
     #[serde(default)]
@@ -76,11 +74,41 @@ impl Decoder for ResponsesDecoder {
         if data.is_empty() || data == "[DONE]" {
             return Ok(Vec::new());
         }
+        // The type first: an event rein does not read is skipped whatever its shape (new
+        // event types come with fields of their own).
+        let named: Named<'_> =
+            serde_json::from_str(data).map_err(|e| malformed("responses stream event", &e))?;
+        let kind = named.kind.or(record.event.as_deref()).unwrap_or_default().to_owned();
+        if !READ.contains(&kind.as_str()) {
+            return Ok(Vec::new());
+        }
         let event: Event =
             serde_json::from_str(data).map_err(|e| malformed("responses stream event", &e))?;
-        let kind = event.kind.clone().or_else(|| record.event.clone()).unwrap_or_default();
         self.events(&kind, event)
     }
+}
+
+/// The events rein reads; every other one carries nothing it needs.
+const READ: &[&str] = &[
+    "response.created",
+    "response.in_progress",
+    "response.queued",
+    "response.output_text.delta",
+    "response.refusal.delta",
+    "response.output_item.added",
+    "response.output_item.done",
+    "response.function_call_arguments.delta",
+    "response.function_call_arguments.done",
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+    "error",
+];
+
+#[derive(Debug, Deserialize)]
+struct Named<'a> {
+    #[serde(default, rename = "type", borrow)]
+    kind: Option<&'a str>,
 }
 
 impl ResponsesDecoder {
