@@ -132,7 +132,8 @@ pub enum OpenAiApi {
     #[default]
     ChatCompletions,
     /// `POST {base_url}/responses`, for models served only there. Azure:
-    /// `{base_url}/openai/v1/responses`, with the deployment as the body's `model`.
+    /// `{base_url}/openai/v1/responses` (with a dated `api_version`, the earlier
+    /// `{base_url}/openai/responses?api-version=..`), the deployment as the body's `model`.
     Responses,
 }
 

@@ -3,7 +3,8 @@
 //! (vLLM, Ollama, llama.cpp, gateways), and Azure OpenAI deployments
 //! (`{base_url}/openai/deployments/{deployment}/chat/completions?api-version=..` with an
 //! `api-key` header). With `api = responses` the same provider calls OpenAI's Responses API
-//! instead (`{base_url}/responses`, Azure `{base_url}/openai/v1/responses`): see
+//! instead (`{base_url}/responses`; Azure `{base_url}/openai/v1/responses`, or with a dated
+//! `api_version` `{base_url}/openai/responses?api-version=..`): see
 //! [`responses`].
 
 mod request;
@@ -94,10 +95,18 @@ impl OpenAiProvider {
                         );
                         endpoint.query_pairs_mut().append_pair("api-version", &azure.api_version);
                     }
-                    // Azure's v1 API: no version needed, the deployment goes in `model`.
+                    // The deployment goes in `model`. Azure's v1 API needs no version (`preview`
+                    // opts into preview features); a dated version (`2025-04-01-preview`) is
+                    // the earlier `/openai/responses?api-version=..` endpoint.
                     OpenAiApi::Responses => {
-                        crate::append_path(&mut endpoint, &["openai", "v1", "responses"]);
                         let version = azure.api_version.trim();
+                        let dated = version.starts_with(|c: char| c.is_ascii_digit());
+                        let path: &[&str] = if dated {
+                            &["openai", "responses"]
+                        } else {
+                            &["openai", "v1", "responses"]
+                        };
+                        crate::append_path(&mut endpoint, path);
                         if !version.is_empty() {
                             endpoint.query_pairs_mut().append_pair("api-version", version);
                         }

@@ -529,6 +529,14 @@ fn responses_on_azure_posts_to_the_v1_endpoint_with_the_deployment_as_model() {
         provider.endpoint().as_str(),
         "https://my-resource.openai.azure.com/openai/v1/responses?api-version=preview"
     );
+    // A dated version is the earlier preview endpoint.
+    config.azure =
+        Some(AzureConfig { deployment: "d".into(), api_version: "2025-04-01-preview".into() });
+    let provider = OpenAiProvider::new(config.clone(), client()).unwrap();
+    assert_eq!(
+        provider.endpoint().as_str(),
+        "https://my-resource.openai.azure.com/openai/responses?api-version=2025-04-01-preview"
+    );
     // Chat Completions on Azure still needs its version.
     config.api = OpenAiApi::ChatCompletions;
     config.azure = Some(AzureConfig { deployment: "d".into(), api_version: String::new() });
