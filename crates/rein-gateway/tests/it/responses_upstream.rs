@@ -219,3 +219,17 @@ async fn stop_sequences_skip_the_responses_tier_which_cannot_carry_them() {
     assert!(text.contains("last unsendable"), "{text}");
     gw.stop().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_responses_caller_is_served_by_a_responses_tier() {
+    let gw = start_with(CONFIG, None).await;
+    let body = json!({"model": "resp", "instructions": "Be brief.", "input": "where is my order?"});
+    let response = gw.post("/v1/responses", Some(KEY), body).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-rein-tier"], "responses");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["status"], "completed", "{body}");
+    let text = body["output"][0]["content"][0]["text"].as_str().unwrap();
+    assert!(text.ends_with(rein_sim::SENTINEL), "the whole answer: {text}");
+    gw.stop().await.unwrap();
+}
