@@ -1,7 +1,8 @@
 //! OpenAI's Responses API as an upstream: a Chat Completions caller served by a tier whose
 //! provider has `api = "responses"` (the simulator answering `POST /v1/responses`), streaming
-//! and not, plain text and a tool call, and a Responses tier answering 500s falling back to a
-//! Chat Completions tier.
+//! and not, plain text and a tool call; `response.failed` and a cut stream retried on the
+//! tier; a Responses tier answering 500s falling back to a Chat Completions tier; and a
+//! Responses API caller served by a Responses tier.
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
@@ -55,6 +56,21 @@ backoff_cap_ms = 100
 name = "responses"
 provider = "responses-whole"
 model = "gpt-sim-responses"
+
+[routes.flaky]
+deadline_ms = 5000
+first_token_ms = 1000
+stream_idle_ms = 1000
+attempt_ms = 2000
+attempts = 3
+backoff_base_ms = 20
+backoff_floor_ms = 10
+backoff_cap_ms = 100
+
+[[routes.flaky.tiers]]
+name = "responses"
+provider = "responses"
+model = "sim:stream_error:after=2,cut:after=3,ok"
 
 [routes.fallback]
 deadline_ms = 5000
@@ -230,6 +246,20 @@ async fn a_responses_caller_is_served_by_a_responses_tier() {
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["status"], "completed", "{body}");
     let text = body["output"][0]["content"][0]["text"].as_str().unwrap();
+    assert!(text.ends_with(rein_sim::SENTINEL), "the whole answer: {text}");
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn response_failed_and_a_cut_stream_are_retried_on_the_responses_tier() {
+    let gw = start_with(CONFIG, None).await;
+    let response = gw.post("/v1/chat/completions", Some(KEY), chat("flaky", false)).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-rein-outcome"], "answered");
+    // `response.failed`, then a stream cut before `response.completed`, then the answer.
+    assert_eq!(response.headers()["x-rein-attempts"], "3");
+    let body: Value = response.json().await.unwrap();
+    let text = body["choices"][0]["message"]["content"].as_str().unwrap();
     assert!(text.ends_with(rein_sim::SENTINEL), "the whole answer: {text}");
     gw.stop().await.unwrap();
 }
