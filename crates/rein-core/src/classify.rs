@@ -342,6 +342,13 @@ fn kind_of_stream_error(
     match error_type.unwrap_or("") {
         _ if is_content_policy(code, &message) => FailureKind::ContentPolicy,
         _ if code == "rate_limit_exceeded" => FailureKind::RateLimited,
+        // The Responses API's `response.failed` / `error` codes, read as their HTTP
+        // equivalents: a 500, a timeout, a 400, an exhausted quota, an over-long prompt.
+        _ if code == "server_error" => FailureKind::ServerError,
+        _ if code == "vector_store_timeout" => FailureKind::RequestTimeout,
+        _ if !code.is_empty() && is_quota_exhausted("", code, "") => FailureKind::QuotaExhausted,
+        _ if code == "context_length_exceeded" => FailureKind::ContextLength,
+        _ if is_invalid_input(code) => FailureKind::InvalidRequest,
         "overloaded_error" | "serviceUnavailableException" => FailureKind::Overloaded,
         "rate_limit_error" | "rate_limit_exceeded" | "throttlingException" => {
             FailureKind::RateLimited
@@ -384,8 +391,32 @@ fn is_context_length(code: &str, message: &str) -> bool {
         || message.contains("exceeds the maximum number of tokens allowed")
 }
 
+/// The Responses API's codes for a request it cannot answer as sent (`ResponseError.code`):
+/// the prompt, or an image in it. (`image_content_policy_violation` is a content-policy
+/// refusal instead.)
+fn is_invalid_input(code: &str) -> bool {
+    matches!(
+        code,
+        "invalid_prompt"
+            | "invalid_image"
+            | "invalid_image_format"
+            | "invalid_base64_image"
+            | "invalid_image_url"
+            | "image_too_large"
+            | "image_too_small"
+            | "image_parse_error"
+            | "invalid_image_mode"
+            | "image_file_too_large"
+            | "unsupported_image_media_type"
+            | "empty_image_file"
+            | "failed_to_download_image"
+            | "image_file_not_found"
+    )
+}
+
 fn is_content_policy(code: &str, message: &str) -> bool {
     code == "content_policy_violation"
+        || code == "image_content_policy_violation"
         || code == "content_filter"
         || message.contains("content policy")
         || message.contains("content filtering policy")
@@ -395,6 +426,38 @@ fn is_content_policy(code: &str, message: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn responses_api_stream_codes_read_as_their_http_equivalents() {
+        let failed = |code: &str| Failure::StreamError {
+            format: WireFormat::OpenAi,
+            error_type: None,
+            code: Some(code.to_string()),
+            message: "The model failed to generate a response.".to_string(),
+        };
+        for (code, kind) in [
+            ("server_error", FailureKind::ServerError),
+            ("rate_limit_exceeded", FailureKind::RateLimited),
+            ("vector_store_timeout", FailureKind::RequestTimeout),
+            ("invalid_prompt", FailureKind::InvalidRequest),
+            ("invalid_image", FailureKind::InvalidRequest),
+            ("image_file_not_found", FailureKind::InvalidRequest),
+            ("image_content_policy_violation", FailureKind::ContentPolicy),
+            ("insufficient_quota", FailureKind::QuotaExhausted),
+            ("context_length_exceeded", FailureKind::ContextLength),
+            ("something_new", FailureKind::StreamInterrupted),
+        ] {
+            assert_eq!(classify(&failed(code)).kind, kind, "{code}");
+        }
+        // A Chat Completions error object mid-stream has its type and no code: unchanged.
+        let chat = Failure::StreamError {
+            format: WireFormat::OpenAi,
+            error_type: Some("server_error".to_string()),
+            code: None,
+            message: "The server had an error while processing your request.".to_string(),
+        };
+        assert_eq!(classify(&chat).kind, FailureKind::StreamInterrupted);
+    }
 
     fn http(format: WireFormat, status: u16, error_type: &str, code: &str, msg: &str) -> Failure {
         Failure::Http {

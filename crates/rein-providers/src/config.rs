@@ -124,12 +124,26 @@ pub enum OpenAiAuth {
     ApiKey,
 }
 
+/// Which OpenAI API a provider is called through.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpenAiApi {
+    /// `POST {base_url}/chat/completions`.
+    #[default]
+    ChatCompletions,
+    /// `POST {base_url}/responses`, for models served only there. Azure:
+    /// `{base_url}/openai/v1/responses` (with a dated `api_version`, the earlier
+    /// `{base_url}/openai/responses?api-version=..`), the deployment as the body's `model`.
+    Responses,
+}
+
 /// An Azure OpenAI deployment: the model is chosen by the URL, not the body.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AzureConfig {
     pub deployment: String,
-    /// The `api-version` query parameter, e.g. `2024-10-21`.
+    /// The `api-version` query parameter, e.g. `2024-10-21`. With the Responses API (the
+    /// `/openai/v1` endpoint, which needs none) it may be empty; when set it is sent.
     pub api_version: String,
 }
 
@@ -162,6 +176,9 @@ pub struct OpenAiConfig {
     pub auth: Option<OpenAiAuth>,
     #[serde(default)]
     pub azure: Option<AzureConfig>,
+    /// Chat Completions (the default) or the Responses API.
+    #[serde(default)]
+    pub api: OpenAiApi,
     #[serde(default)]
     pub limits: ResponseLimits,
 }
@@ -178,6 +195,7 @@ impl OpenAiConfig {
             max_tokens_field: None,
             auth: None,
             azure: None,
+            api: OpenAiApi::ChatCompletions,
             limits: ResponseLimits::default(),
         }
     }

@@ -1,9 +1,11 @@
 //! rein's provider adapters: each turns a canonical [`ChatRequest`] into one HTTP call in a
 //! provider's wire format and the reply into [`StreamEvent`]s, behind rein-core's
 //! [`Provider`] trait. Four formats: OpenAI Chat Completions ([`OpenAiProvider`]:
-//! api.openai.com, any OpenAI-compatible server, Azure deployments), Anthropic Messages
+//! api.openai.com, any OpenAI-compatible server, Azure deployments; or, with `api =
+//! "responses"`, OpenAI's Responses API through the same provider), Anthropic Messages
 //! ([`AnthropicProvider`]), Amazon Bedrock's Converse API, or InvokeModel for Claude
-//! ([`BedrockProvider`], SigV4 and event-stream frames) and Google's Gemini API ([`GeminiProvider`]).
+//! ([`BedrockProvider`], SigV4 and event-stream frames) and Google's Gemini API
+//! ([`GeminiProvider`]).
 //!
 //! Adapters record what they observed and decide nothing: they never retry, never sleep and
 //! set no timeout but the TCP/TLS connect bound of the shared [`HttpClient`]. Error responses
@@ -51,12 +53,15 @@ pub use config::{
     ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_MAX_TOKENS, ANTHROPIC_DEFAULT_VERSION,
     AnthropicConfig, AzureConfig, BedrockApi, BedrockConfig, ClientBuildError, ConfigError,
     DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_RESPONSE_BYTES, GEMINI_DEFAULT_BASE_URL, GeminiConfig,
-    HttpClientConfig, MaxTokensField, OPENAI_DEFAULT_BASE_URL, OpenAiAuth, OpenAiConfig,
+    HttpClientConfig, MaxTokensField, OPENAI_DEFAULT_BASE_URL, OpenAiApi, OpenAiAuth, OpenAiConfig,
     ProviderConfig, ResponseLimits,
 };
 pub use gemini::{GeminiProvider, replay_gemini_response, replay_gemini_stream};
 pub use http_error::{parse_http_error, retry_after, wait_in_message};
-pub use openai::{OpenAiProvider, replay_openai_response, replay_openai_stream};
+pub use openai::{
+    OpenAiProvider, replay_openai_response, replay_openai_stream, replay_responses_response,
+    replay_responses_stream,
+};
 pub use secret::Secret;
 
 #[doc(no_inline)]

@@ -1,7 +1,9 @@
 //! rein sim: a fault-injecting simulator of the OpenAI Chat Completions and Anthropic Messages
 //! APIs. It speaks both wire formats as the providers do (streaming and not, error bodies,
 //! request-id headers) and breaks requests on demand, so rein's end-to-end tests and users'
-//! drills can watch the gateway meet each failure for real.
+//! drills can watch the gateway meet each failure for real. OpenAI's Responses API is served
+//! too (`POST /v1/responses`: the `response` object, the typed event stream, `response.failed`
+//! as the in-stream error), with the same faults.
 //!
 //! A request's fault comes from, in order: the `x-sim-fault` header, a `model` of the form
 //! `sim:<spec>`, the active [`Scenario`] phase. See [`FaultSpec`] for the spec language.
@@ -37,6 +39,7 @@ pub mod record;
 pub mod replay;
 mod request;
 mod respond;
+mod responses;
 mod scenario;
 mod schema;
 pub mod scrub;

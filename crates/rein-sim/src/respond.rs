@@ -48,12 +48,15 @@ pub(crate) enum Reply {
 pub(crate) enum Endpoint {
     Chat(WireFormat),
     Models(WireFormat),
+    /// OpenAI's Responses API: OpenAI's errors and headers, its own bodies and stream.
+    Responses,
 }
 
 impl Endpoint {
     fn format(self) -> WireFormat {
         match self {
             Endpoint::Chat(f) | Endpoint::Models(f) => f,
+            Endpoint::Responses => WireFormat::OpenAi,
         }
     }
 }
@@ -69,11 +72,13 @@ pub(crate) async fn provider(shared: &Shared, endpoint: Endpoint, req: Incoming)
     let unique = shared.next_id();
     let (id_header, request_id) = wire::request_id(format, unique);
     let mut entry = new_entry(&req, Some(format), elapsed, unix_ms, &request_id);
-    let replier = Replier { shared, format, id_header, request_id, unix_s: unix_ms / 1000 };
+    let responses = matches!(endpoint, Endpoint::Responses);
+    let replier =
+        Replier { shared, format, responses, id_header, request_id, unix_s: unix_ms / 1000 };
 
     let body: Value = match endpoint {
         Endpoint::Models(_) => Value::Null,
-        Endpoint::Chat(_) => match serde_json::from_slice(&req.body) {
+        Endpoint::Chat(_) | Endpoint::Responses => match serde_json::from_slice(&req.body) {
             Ok(body) => body,
             Err(e) => {
                 let message = match format {
@@ -95,6 +100,10 @@ pub(crate) async fn provider(shared: &Shared, endpoint: Endpoint, req: Incoming)
     // conversation in Chat Completions terms.
     let body = match endpoint {
         Endpoint::Chat(WireFormat::Gemini) => crate::gemini::chat_body(&req.path, &body),
+        Endpoint::Responses => match crate::responses::chat_body(&body) {
+            Ok(body) => body,
+            Err(message) => return replier.error(entry, &bad_request(message), ""),
+        },
         _ => body,
     };
     let model = body.get("model").and_then(Value::as_str).unwrap_or("").to_owned();
@@ -194,6 +203,8 @@ pub(crate) async fn provider(shared: &Shared, endpoint: Endpoint, req: Incoming)
         format == WireFormat::Bedrock && crate::bedrock::route(&req.path).is_some_and(|c| c.invoke);
     let response_id = if invoke {
         crate::bedrock::invoke_response_id(shared.next_id())
+    } else if responses {
+        crate::responses::response_id(shared.next_id())
     } else {
         wire::response_id(format, shared.next_id())
     };
@@ -216,7 +227,11 @@ pub(crate) async fn provider(shared: &Shared, endpoint: Endpoint, req: Incoming)
         sleep(first_wait).await;
         return replier.error(entry, &ErrorFault::of(kind), &model);
     }
-    let body = wire::body(format, &ctx, &plan);
+    let body = if responses {
+        crate::responses::body(&ctx, &plan)
+    } else {
+        wire::body(format, &ctx, &plan)
+    };
     replier.whole(entry, &body, transport, generation).await
 }
 
@@ -261,6 +276,8 @@ pub(crate) fn extended_key(model: &str, messages: &Value, path: &str) -> Option<
 struct Replier<'a> {
     shared: &'a Shared,
     format: WireFormat,
+    /// The Responses API rather than the format's own chat endpoint.
+    responses: bool,
     id_header: &'static str,
     request_id: String,
     unix_s: u64,
@@ -318,13 +335,24 @@ impl Replier<'_> {
         slow_first_token: Option<Duration>,
         token_delay: Option<Duration>,
     ) -> Reply {
-        let driver = Driver {
-            frames: wire::frames(self.format, ctx, plan),
-            transport,
-            slow_first_token,
-            token_delay,
-            malformed: wire::malformed_frame(self.format, ctx),
-            error: wire::stream_error_frame(self.format),
+        let driver = if self.responses {
+            Driver {
+                frames: crate::responses::frames(ctx, plan),
+                transport,
+                slow_first_token,
+                token_delay,
+                malformed: crate::responses::malformed_frame(ctx),
+                error: crate::responses::stream_error_frame(ctx),
+            }
+        } else {
+            Driver {
+                frames: wire::frames(self.format, ctx, plan),
+                transport,
+                slow_first_token,
+                token_delay,
+                malformed: wire::malformed_frame(self.format, ctx),
+                error: wire::stream_error_frame(self.format),
+            }
         };
         let (tx, body) = SimBody::channel();
         tokio::spawn(driver.run(tx));
@@ -406,7 +434,8 @@ pub(crate) fn not_found(shared: &Shared, format: WireFormat, req: &Incoming) -> 
     let (elapsed, unix_ms) = shared.now();
     let (id_header, request_id) = wire::request_id(format, shared.next_id());
     let entry = new_entry(req, None, elapsed, unix_ms, &request_id);
-    let replier = Replier { shared, format, id_header, request_id, unix_s: unix_ms / 1000 };
+    let replier =
+        Replier { shared, format, responses: false, id_header, request_id, unix_s: unix_ms / 1000 };
     let body = match format {
         WireFormat::OpenAi => serde_json::json!({"error": {
             "message": format!("Invalid URL ({} {})", req.method, req.path),

@@ -153,6 +153,9 @@ async fn route(
         (&Method::POST, "/v1/chat/completions") => {
             respond::provider(shared, Endpoint::Chat(WireFormat::OpenAi), incoming).await
         }
+        (&Method::POST, "/v1/responses") => {
+            respond::provider(shared, Endpoint::Responses, incoming).await
+        }
         (&Method::POST, "/v1/messages") => {
             respond::provider(shared, Endpoint::Chat(WireFormat::Anthropic), incoming).await
         }

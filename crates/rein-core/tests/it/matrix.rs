@@ -110,6 +110,19 @@ fn gemini_rate_limit(quota_id: &str, wait: Option<Duration>) -> Act {
     })
 }
 
+/// The Responses API's `response.failed` after `n` tokens, with this code and OpenAI's
+/// message for it.
+fn failed_after(n: usize, code: &'static str) -> Act {
+    let message = match code {
+        "image_content_policy_violation" => {
+            "Your input image was rejected by our safety system as it may contain content that is not allowed."
+        }
+        "invalid_image_url" => "Error while downloading the image at the given URL.",
+        _ => "The model failed to generate a response.",
+    };
+    Act::ResponseFailedAfter(n, code, message)
+}
+
 fn slow_stream(gap_ms: u64) -> Act {
     Act::Ok { first_token: Duration::ZERO, token_delay: ms(gap_ms) }
 }
@@ -198,6 +211,24 @@ fn rows() -> Vec<Row> {
             .scripts(vec![Act::MalformedAfter(2), ok()], vec![ok()]),
         row("mid-stream error event is retried", Answered, (2, 0), 300)
             .scripts(vec![Act::StreamErrorAfter(2), ok()], vec![ok()]),
+        // The Responses API's `response.failed` codes classify like their HTTP equivalents.
+        row("response.failed server_error is retried like a 500", Answered, (2, 0), 300)
+            .scripts(vec![failed_after(2, "server_error"), ok()], vec![ok()]),
+        row("response.failed rate_limit_exceeded is retried like a 429", Answered, (2, 0), 300)
+            .scripts(vec![failed_after(0, "rate_limit_exceeded"), ok()], vec![ok()]),
+        row("response.failed vector_store_timeout is retried like a timeout", Answered, (2, 0), 300)
+            .scripts(vec![failed_after(0, "vector_store_timeout"), ok()], vec![ok()]),
+        row("response.failed invalid_prompt: no retry, next tier, alert", Fallback, (1, 1), 0)
+            .scripts(vec![failed_after(0, "invalid_prompt"), ok()], vec![ok()])
+            .alerts(1),
+        row("response.failed invalid_image_url: no retry, next tier, alert", Fallback, (1, 1), 0)
+            .scripts(vec![failed_after(0, "invalid_image_url"), ok()], vec![ok()])
+            .alerts(1),
+        row("response.failed image_content_policy_violation stops", ContentPolicy, (1, 0), 0)
+            .scripts(vec![failed_after(0, "image_content_policy_violation")], vec![ok()]),
+        row("error event insufficient_quota: no retry, next tier, alert", Fallback, (1, 1), 0)
+            .scripts(vec![failed_after(0, "insufficient_quota"), ok()], vec![ok()])
+            .alerts(1),
         row("missing terminator, stream ends: finalised at once", Answered, (1, 0), 0)
             .scripts(vec![Act::NoDone { stall: false }], vec![ok()]),
         row("missing terminator, connection open: finalised at the idle clock", Answered, (1, 0), 2000)

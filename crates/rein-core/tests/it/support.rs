@@ -40,6 +40,9 @@ pub(crate) enum Act {
     /// Send `n` tokens, then an error event of this type (a Bedrock exception frame's
     /// `:exception-type`, say) and message.
     StreamErrorTypedAfter(usize, &'static str, &'static str),
+    /// Send `n` tokens, then the Responses API's `response.failed` with this error code and
+    /// message.
+    ResponseFailedAfter(usize, &'static str, &'static str),
     /// A complete answer with its stop reason but no terminator; `stall` keeps it open.
     NoDone { stall: bool },
     /// An answer that stops with this reason.
@@ -270,6 +273,19 @@ impl Provider for Scripted {
                             error_type: Some("overloaded_error".into()),
                             code: None,
                             message: "Overloaded".into(),
+                        })),
+                    ));
+                    plan
+                }
+                Act::ResponseFailedAfter(k, code, message) => {
+                    let mut plan = tokens(k, Duration::ZERO, Duration::ZERO);
+                    plan.push((
+                        Duration::ZERO,
+                        Some(Err(Failure::StreamError {
+                            format,
+                            error_type: None,
+                            code: Some(code.into()),
+                            message: message.into(),
                         })),
                     ));
                     plan

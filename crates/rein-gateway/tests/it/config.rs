@@ -338,3 +338,58 @@ fn a_gemini_provider_needs_its_key_env_and_builds_with_the_google_default() {
     assert_eq!(adapter.base_url, None, "the adapter's default, Google's host");
     assert!(!format!("{parsed:?}").contains("AIza-test-key"), "the key is never printed");
 }
+
+#[test]
+fn api_chooses_the_responses_api_of_the_openai_kinds_only() {
+    let config = |provider: &str| {
+        format!(
+            "{provider}\n[routes.chat]\n[[routes.chat.tiers]]\nname = \"p\"\nprovider = \"p\"\nmodel = \"m\"\n"
+        )
+    };
+    let adapter_api = |provider: &str| {
+        let parsed = Config::from_toml(&config(provider), &env).unwrap();
+        let rein_providers::ProviderConfig::OpenAi(adapter) = &parsed.providers["p"].adapter else {
+            panic!("an OpenAI adapter: {:?}", parsed.providers["p"].adapter);
+        };
+        (adapter.api, adapter.azure.clone())
+    };
+    let openai = "[providers.p]\nkind = \"openai\"\napi_key_env = \"OPENAI_API_KEY\"\n";
+    assert_eq!(adapter_api(openai).0, rein_providers::OpenAiApi::ChatCompletions);
+    let responses = format!("{openai}api = \"responses\"\n");
+    assert_eq!(adapter_api(&responses).0, rein_providers::OpenAiApi::Responses);
+    let chat = format!("{openai}api = \"chat_completions\"\n");
+    assert_eq!(adapter_api(&chat).0, rein_providers::OpenAiApi::ChatCompletions);
+    let sim = "[providers.p]\nkind = \"sim\"\napi = \"responses\"\n";
+    assert_eq!(adapter_api(sim).0, rein_providers::OpenAiApi::Responses);
+    // Azure's v1 endpoint needs no api_version.
+    let azure = "[providers.p]\nkind = \"azure_openai\"\napi_key_env = \"OPENAI_API_KEY\"\nbase_url = \"https://r.openai.azure.com\"\ndeployment = \"d\"\napi = \"responses\"\n";
+    let (api, azure) = adapter_api(azure);
+    assert_eq!(api, rein_providers::OpenAiApi::Responses);
+    assert_eq!(azure.unwrap().api_version, "");
+
+    insta::assert_snapshot!(problems(&config(&format!("{openai}api = \"assistants\"\n"))), @r"
+    the config has 1 problem:
+      - `providers.p.api`: `assistants` is not an API of this kind: use `chat_completions` (the default) or `responses`
+    ");
+    let refused = |provider: &str, expected: &str| {
+        let message = problems(&config(provider));
+        assert!(message.contains(expected), "{provider}: {message}");
+    };
+    refused(
+        "[providers.p]\nkind = \"sim\"\nformat = \"anthropic\"\napi = \"responses\"\n",
+        "`providers.p.api`: only applies to kinds `openai`, `openai_compatible`, `azure_openai`, and `sim` with format `openai`",
+    );
+    refused(
+        "[providers.p]\nkind = \"anthropic\"\napi_key_env = \"ANTHROPIC_API_KEY\"\napi = \"chat_completions\"\n",
+        "`providers.p.api`: only applies to kinds",
+    );
+    refused(
+        "[providers.p]\nkind = \"replay\"\ncassette = \"missing.jsonl\"\napi = \"responses\"\n",
+        "`providers.p.api`: `responses` is served by kind `sim` only; replay has no Responses API cassettes",
+    );
+    // Chat Completions on Azure still needs its version.
+    refused(
+        "[providers.p]\nkind = \"azure_openai\"\napi_key_env = \"OPENAI_API_KEY\"\nbase_url = \"https://r.openai.azure.com\"\ndeployment = \"d\"\n",
+        "`providers.p.api_version`: is required for kind `azure_openai`",
+    );
+}

@@ -19,6 +19,7 @@ mod phoenix;
 mod probe;
 mod prometheus;
 mod responses;
+mod responses_upstream;
 mod runs;
 mod tools;
 mod traces;

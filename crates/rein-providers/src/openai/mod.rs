@@ -2,10 +2,14 @@
 //! `Authorization: Bearer KEY`, for api.openai.com, any OpenAI-compatible server by base URL
 //! (vLLM, Ollama, llama.cpp, gateways), and Azure OpenAI deployments
 //! (`{base_url}/openai/deployments/{deployment}/chat/completions?api-version=..` with an
-//! `api-key` header).
+//! `api-key` header). With `api = responses` the same provider calls OpenAI's Responses API
+//! instead (`{base_url}/responses`; Azure `{base_url}/openai/v1/responses`, or with a dated
+//! `api_version` `{base_url}/openai/responses?api-version=..`): see
+//! [`responses`].
 
 mod request;
 mod response;
+mod responses;
 mod stream;
 mod wire;
 
@@ -19,7 +23,7 @@ use rein_core::{ChatRequest, EventStream, Failure, Provider, StreamEvent, WireFo
 
 use crate::client::HttpClient;
 use crate::config::{
-    ConfigError, MaxTokensField, OPENAI_DEFAULT_BASE_URL, OpenAiAuth, OpenAiConfig,
+    ConfigError, MaxTokensField, OPENAI_DEFAULT_BASE_URL, OpenAiApi, OpenAiAuth, OpenAiConfig,
 };
 use crate::secret::Redactor;
 use crate::stream::{Reading, response_events};
@@ -27,6 +31,7 @@ use crate::stream::{Reading, response_events};
 pub(crate) use request::BodyOptions;
 #[cfg(test)]
 pub(crate) use response::parse_response as parse_openai_response;
+pub use responses::{replay_responses_response, replay_responses_stream};
 pub(crate) use stream::OpenAiDecoder;
 
 /// An adapter for one OpenAI-format provider. Cheap to clone; shares the pooled client.
@@ -36,6 +41,9 @@ pub struct OpenAiProvider {
     endpoint: crate::client::Endpoint,
     headers: HeaderMap,
     options: BodyOptions,
+    /// The API called and, for the Responses API on Azure, the deployment sent as `model`.
+    api: OpenAiApi,
+    deployment: Option<String>,
     limits: crate::config::ResponseLimits,
     client: HttpClient,
     redactor: Redactor,
@@ -47,8 +55,9 @@ impl OpenAiProvider {
         let shown = config.base_url.as_deref().unwrap_or(OPENAI_DEFAULT_BASE_URL);
         let endpoint = crate::live_endpoint(&client, &config.name, endpoint, shown)?;
         let redactor = Redactor::new(config.api_key.iter().chain(config.headers.values()));
-        let (name, limits) = (config.name, config.limits);
-        Ok(Self { name, endpoint, headers, options, limits, client, redactor })
+        let (name, limits, api) = (config.name, config.limits, config.api);
+        let deployment = config.azure.map(|azure| azure.deployment);
+        Ok(Self { name, endpoint, headers, options, api, deployment, limits, client, redactor })
     }
 
     /// Everything [`OpenAiProvider::new`] derives from `config` alone: the endpoint, the fixed
@@ -72,16 +81,44 @@ impl OpenAiProvider {
                 if azure.deployment.trim().is_empty() {
                     return Err(ConfigError::Empty { provider: name, key: "azure.deployment" });
                 }
-                if azure.api_version.trim().is_empty() {
-                    return Err(ConfigError::Empty { provider: name, key: "azure.api_version" });
+                match config.api {
+                    OpenAiApi::ChatCompletions => {
+                        if azure.api_version.trim().is_empty() {
+                            return Err(ConfigError::Empty {
+                                provider: name,
+                                key: "azure.api_version",
+                            });
+                        }
+                        crate::append_path(
+                            &mut endpoint,
+                            &["openai", "deployments", &azure.deployment, "chat", "completions"],
+                        );
+                        endpoint.query_pairs_mut().append_pair("api-version", &azure.api_version);
+                    }
+                    // The deployment goes in `model`. Azure's v1 API needs no version (`preview`
+                    // opts into preview features); a dated version (`2025-04-01-preview`) is
+                    // the earlier `/openai/responses?api-version=..` endpoint.
+                    OpenAiApi::Responses => {
+                        let version = azure.api_version.trim();
+                        let dated = version.starts_with(|c: char| c.is_ascii_digit());
+                        let path: &[&str] = if dated {
+                            &["openai", "responses"]
+                        } else {
+                            &["openai", "v1", "responses"]
+                        };
+                        crate::append_path(&mut endpoint, path);
+                        if !version.is_empty() {
+                            endpoint.query_pairs_mut().append_pair("api-version", version);
+                        }
+                    }
                 }
-                crate::append_path(
-                    &mut endpoint,
-                    &["openai", "deployments", &azure.deployment, "chat", "completions"],
-                );
-                endpoint.query_pairs_mut().append_pair("api-version", &azure.api_version);
             }
-            None => crate::append_path(&mut endpoint, &["chat", "completions"]),
+            None => match config.api {
+                OpenAiApi::ChatCompletions => {
+                    crate::append_path(&mut endpoint, &["chat", "completions"])
+                }
+                OpenAiApi::Responses => crate::append_path(&mut endpoint, &["responses"]),
+            },
         }
 
         let mut headers = HeaderMap::new();
@@ -120,9 +157,16 @@ impl OpenAiProvider {
         &self.endpoint.url
     }
 
-    /// The request body this provider would send for `request`.
+    /// The request body this provider would send for `request`: Chat Completions or Responses,
+    /// as configured. (A request the Responses API cannot carry, one with stop sequences, is
+    /// refused when sent.)
     pub fn request_body(&self, request: &ChatRequest) -> serde_json::Value {
-        request::build_body(request, self.options)
+        match self.api {
+            OpenAiApi::ChatCompletions => request::build_body(request, self.options),
+            OpenAiApi::Responses => {
+                responses::build_body(request, self.options.streaming, self.deployment.as_deref())
+            }
+        }
     }
 }
 
@@ -134,6 +178,7 @@ impl fmt::Debug for OpenAiProvider {
             .field("endpoint", &crate::redacted_url(&self.endpoint.url))
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("options", &self.options)
+            .field("api", &self.api)
             .field("limits", &self.limits)
             .finish()
     }
@@ -149,6 +194,9 @@ impl Provider for OpenAiProvider {
     }
 
     fn send(&self, request: &ChatRequest) -> BoxFuture<'static, Result<EventStream, Failure>> {
+        if self.api == OpenAiApi::Responses {
+            return self.send_responses(request);
+        }
         let body = request::body_bytes(request, self.options);
         let sending = self.client.post(&self.endpoint, &self.headers, body);
         let streaming = self.options.streaming;
@@ -164,6 +212,38 @@ impl Provider for OpenAiProvider {
                 streaming,
                 OpenAiDecoder::default(),
                 response::parse_response,
+                reading,
+            )
+            .await
+        })
+    }
+}
+
+impl OpenAiProvider {
+    /// [`Provider::send`] through the Responses API.
+    fn send_responses(
+        &self,
+        request: &ChatRequest,
+    ) -> BoxFuture<'static, Result<EventStream, Failure>> {
+        let streaming = self.options.streaming;
+        if let Some(failure) = responses::unsendable(request) {
+            return Box::pin(std::future::ready(Err(failure)));
+        }
+        let body = responses::build_body(request, streaming, self.deployment.as_deref());
+        let body = crate::to_bytes(&body);
+        let sending = self.client.post(&self.endpoint, &self.headers, body);
+        let redactor = self.redactor.clone();
+        let reading = Reading { limits: self.limits, prefill: None, redactor: redactor.clone() };
+        let name = self.name.clone();
+        Box::pin(async move {
+            let response = sending.await.map_err(|failure| redactor.failure(failure))?;
+            response_events(
+                &name,
+                response,
+                WireFormat::OpenAi,
+                streaming,
+                responses::ResponsesDecoder::default(),
+                responses::parse_response,
                 reading,
             )
             .await

@@ -18,6 +18,7 @@ mod fixtures;
 mod gemini;
 mod limits;
 mod requests;
+mod responses;
 mod secrets;
 mod server;
 mod streams;

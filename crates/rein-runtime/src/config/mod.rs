@@ -644,12 +644,14 @@ fn validate_provider(
             ok = false;
         }
         ProviderKind::AzureOpenai => {
+            // Azure's v1 endpoint, which the Responses API goes through, takes no version.
+            let responses = raw.api.as_deref() == Some("responses");
             for (field, value) in [
                 ("base_url", &raw.base_url),
                 ("deployment", &raw.deployment),
                 ("api_version", &raw.api_version),
             ] {
-                if value.is_none() {
+                if value.is_none() && !(responses && field == "api_version") {
                     problems.add(key(field), "is required for kind `azure_openai`");
                     ok = false;
                 }
@@ -690,25 +692,49 @@ fn validate_provider(
         ok = false;
     }
     let sim_anthropic = in_process && sim_format == WireFormat::Anthropic;
+    // `api`: which of a provider's APIs rein calls (Bedrock: Converse or InvokeModel; the
+    // OpenAI kinds: Chat Completions or the Responses API).
     let speaks_bedrock = raw.kind == ProviderKind::Bedrock || sim_bedrock;
-    let bedrock_api = match (raw.api.as_deref(), speaks_bedrock) {
-        (None, _) | (Some("converse"), true) => rein_providers::BedrockApi::Converse,
-        (Some("invoke"), true) => rein_providers::BedrockApi::Invoke,
-        (Some(other), true) => {
-            problems.add(
-                key("api"),
-                format!("`{other}` is not a Bedrock API here: use `converse` or `invoke`"),
-            );
-            ok = false;
-            rein_providers::BedrockApi::Converse
+    let speaks_openai = matches!(
+        raw.kind,
+        ProviderKind::Openai | ProviderKind::OpenaiCompatible | ProviderKind::AzureOpenai
+    ) || (in_process && sim_format == WireFormat::OpenAi);
+    let mut bedrock_api = rein_providers::BedrockApi::Converse;
+    let mut openai_api = rein_providers::OpenAiApi::ChatCompletions;
+    let api_problem = match (raw.api.as_deref(), speaks_bedrock, speaks_openai) {
+        (None, ..) | (Some("converse"), true, _) | (Some("chat_completions"), _, true) => None,
+        (Some("invoke"), true, _) => {
+            bedrock_api = rein_providers::BedrockApi::Invoke;
+            None
         }
-        (Some(_), false) => {
-            problems
-                .add(key("api"), "only applies to kind `bedrock` (or `sim` with format `bedrock`)");
-            ok = false;
-            rein_providers::BedrockApi::Converse
+        (Some("responses"), _, true) if raw.kind != ProviderKind::Replay => {
+            openai_api = rein_providers::OpenAiApi::Responses;
+            None
         }
+        (Some("responses"), _, true) => Some(
+            "`responses` is served by kind `sim` only; replay has no Responses API cassettes"
+                .to_owned(),
+        ),
+        (Some("converse" | "invoke"), false, _) => {
+            Some("only applies to kind `bedrock` (or `sim` with format `bedrock`)".to_owned())
+        }
+        (Some("chat_completions" | "responses"), _, false) => Some(
+            "only applies to kinds `openai`, `openai_compatible`, `azure_openai`, and `sim` with format `openai`".to_owned(),
+        ),
+        (Some(other), true, _) => {
+            Some(format!("`{other}` is not a Bedrock API here: use `converse` or `invoke`"))
+        }
+        (Some(other), _, true) => Some(format!(
+            "`{other}` is not an API of this kind: use `chat_completions` (the default) or `responses`"
+        )),
+        (Some(other), false, false) => Some(format!(
+            "`{other}`: `api` applies only to Bedrock (`converse`, `invoke`) and the OpenAI kinds (`chat_completions`, `responses`)"
+        )),
     };
+    if let Some(reason) = api_problem {
+        problems.add(key("api"), reason);
+        ok = false;
+    }
     if raw.scenario.is_some() && raw.kind != ProviderKind::Sim {
         problems.add(key("scenario"), "only applies to kind `sim`");
         ok = false;
@@ -812,6 +838,7 @@ fn validate_provider(
         adapter.headers = headers.clone();
         adapter.streaming = raw.stream.unwrap_or(true);
         adapter.limits = limits;
+        adapter.api = openai_api;
         adapter
     };
     let anthropic = |base_url: Option<String>| {

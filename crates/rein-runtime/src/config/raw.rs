@@ -352,7 +352,9 @@ pub struct RawProvider {
     #[serde(default)]
     pub format: Option<String>,
     /// Which API of the provider requests go to: for kind `bedrock` (and `sim` with format
-    /// `bedrock`), `converse` (default) or `invoke` (InvokeModel, Claude models only).
+    /// `bedrock`), `converse` (default) or `invoke` (InvokeModel, Claude models only); for the
+    /// OpenAI kinds (and `sim` with format `openai`), `chat_completions` (default) or
+    /// `responses`.
     #[serde(default)]
     pub api: Option<String>,
     /// Sim: a scenario file with a fault timeline.

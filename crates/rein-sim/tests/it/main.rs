@@ -8,6 +8,7 @@ mod gemini;
 mod log;
 mod openai;
 mod reply;
+mod responses;
 mod say;
 mod scenario;
 mod support;
