@@ -12,6 +12,7 @@ pub mod raw;
 pub mod snippet;
 mod tls;
 pub mod traces;
+mod vertex;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -192,6 +193,9 @@ impl ProviderConfig {
             (ProviderKind::AzureOpenai, _) => "azure.ai.openai",
             (ProviderKind::Openai | ProviderKind::OpenaiCompatible, _) => "openai",
             (ProviderKind::Gemini, _) => "gcp.gemini",
+            (ProviderKind::Vertex, _) | (_, rein_providers::ProviderConfig::Vertex(_)) => {
+                "gcp.vertex_ai"
+            }
             (
                 ProviderKind::Sim | ProviderKind::Replay,
                 rein_providers::ProviderConfig::Anthropic(_),
@@ -663,11 +667,13 @@ fn validate_provider(
         (true, Some("bedrock")) => WireFormat::Bedrock,
         // The simulator speaks Gemini; recorded cassettes do not (yet).
         (true, Some("gemini")) if raw.kind == ProviderKind::Sim => WireFormat::Gemini,
+        // Vertex AI's paths, in the publisher's format (Anthropic's or Gemini's), decided below.
+        (true, Some("vertex")) if raw.kind == ProviderKind::Sim => WireFormat::OpenAi,
         (true, Some(other)) => {
             problems.add(
                 key("format"),
                 format!(
-                    "`{other}` is not a wire format here: use `openai`, `anthropic` or `bedrock` (or `gemini` with kind `sim`)"
+                    "`{other}` is not a wire format here: use `openai`, `anthropic` or `bedrock` (or `gemini` or `vertex` with kind `sim`)"
                 ),
             );
             ok = false;
@@ -689,6 +695,8 @@ fn validate_provider(
         ok = false;
     }
     let sim_anthropic = in_process && sim_format == WireFormat::Anthropic;
+    let sim_vertex = raw.kind == ProviderKind::Sim && raw.format.as_deref() == Some("vertex");
+    let is_vertex = raw.kind == ProviderKind::Vertex || sim_vertex;
     if raw.scenario.is_some() && raw.kind != ProviderKind::Sim {
         problems.add(key("scenario"), "only applies to kind `sim`");
         ok = false;
@@ -713,11 +721,13 @@ fn validate_provider(
         }
         (None, _) => {}
     }
-    let speaks_anthropic = raw.kind == ProviderKind::Anthropic || sim_anthropic;
+    let speaks_anthropic = raw.kind == ProviderKind::Anthropic
+        || sim_anthropic
+        || (is_vertex && raw.publisher.as_deref() == Some("anthropic"));
     if raw.json_prefill.is_some() && !speaks_anthropic {
         problems.add(
             key("json_prefill"),
-            "only applies to the Anthropic format (kind `anthropic`, or `sim` or `replay` with format `anthropic`)",
+            "only applies to the Anthropic format (kind `anthropic`, `vertex` with publisher `anthropic`, or `sim` or `replay` with format `anthropic`)",
         );
         ok = false;
     }
@@ -756,8 +766,11 @@ fn validate_provider(
     let bedrock = match raw.kind {
         ProviderKind::Bedrock => aws_settings(raw, env, &key, problems),
         _ => {
+            if raw.region.is_some() && !is_vertex {
+                problems.add(key("region"), "only applies to kinds `bedrock` and `vertex`");
+                ok = false;
+            }
             for (field, set) in [
-                ("region", raw.region.is_some()),
                 ("access_key_id_env", raw.access_key_id_env.is_some()),
                 ("secret_access_key_env", raw.secret_access_key_env.is_some()),
                 ("session_token_env", raw.session_token_env.is_some()),
@@ -777,6 +790,36 @@ fn validate_provider(
                 "does not apply to kind `bedrock`, which signs with AWS credentials (`access_key_id_env`, `secret_access_key_env`)",
             );
         }
+        ok = false;
+    }
+    for (field, set) in [
+        ("project", raw.project.is_some()),
+        ("publisher", raw.publisher.is_some()),
+        ("token_refresh_margin_ms", raw.token_refresh_margin_ms.is_some()),
+    ] {
+        if set && !is_vertex {
+            problems
+                .add(key(field), "only applies to kind `vertex` (or `sim` with format `vertex`)");
+            ok = false;
+        }
+    }
+    if raw.credentials_file.is_some() && raw.kind != ProviderKind::Vertex {
+        problems.add(key("credentials_file"), "only applies to kind `vertex`");
+        ok = false;
+    }
+    if raw.kind == ProviderKind::Vertex && raw.api_key_env.is_some() {
+        problems.add(
+            key("api_key_env"),
+            "does not apply to kind `vertex`, which sends OAuth access tokens (`credentials_file`, or the metadata server)",
+        );
+        ok = false;
+    }
+    let vertex = match (raw.kind, sim_vertex) {
+        (ProviderKind::Vertex, _) => vertex::settings(name, raw, env, &key, problems),
+        (_, true) => vertex::sim_settings(name, raw, &key, problems),
+        _ => None,
+    };
+    if is_vertex && vertex.is_none() {
         ok = false;
     }
     if !ok {
@@ -818,48 +861,65 @@ fn validate_provider(
     };
     use rein_providers::ProviderConfig as Adapter;
     let base_url = raw.base_url.clone();
-    let adapter = match raw.kind {
-        ProviderKind::Openai | ProviderKind::OpenaiCompatible => Adapter::OpenAi(openai(base_url)),
-        ProviderKind::AzureOpenai => {
-            let mut adapter = openai(base_url);
-            adapter.auth = Some(rein_providers::OpenAiAuth::ApiKey);
-            adapter.azure = Some(rein_providers::AzureConfig {
-                deployment: raw.deployment.clone().unwrap_or_default(),
-                api_version: raw.api_version.clone().unwrap_or_default(),
-            });
-            Adapter::OpenAi(adapter)
-        }
-        ProviderKind::Anthropic => Adapter::Anthropic(anthropic(base_url)),
-        ProviderKind::Gemini => Adapter::Gemini(gemini(base_url)),
-        ProviderKind::Sim | ProviderKind::Replay if sim_anthropic => {
-            Adapter::Anthropic(anthropic(None))
-        }
-        ProviderKind::Bedrock | ProviderKind::Sim | ProviderKind::Replay
-            if bedrock.is_some() || sim_bedrock =>
-        {
-            // The simulator checks that a request is signed, not with which key.
-            let aws = bedrock.unwrap_or_else(|| AwsSettings {
-                region: "us-east-1".to_owned(),
-                access_key_id: Secret::new("AKIDSIMULATOR"),
-                secret_access_key: Secret::new("sim-secret-access-key"),
-                session_token: None,
-            });
-            let mut adapter = rein_providers::BedrockConfig::new(name, aws.region);
-            adapter.base_url = if in_process { None } else { base_url };
-            adapter.access_key_id = Some(aws.access_key_id);
-            adapter.secret_access_key = Some(aws.secret_access_key);
-            adapter.session_token = aws.session_token;
+    let adapter = match (raw.kind, vertex) {
+        (_, Some(mut adapter)) => {
             adapter.streaming = raw.stream.unwrap_or(true);
             adapter.limits = limits;
+            adapter.json_prefill = raw.json_prefill;
             if let Some(max_tokens) = raw.default_max_tokens {
                 adapter.default_max_tokens = max_tokens;
             }
-            Adapter::Bedrock(adapter)
+            if let Some(margin) = raw.token_refresh_margin_ms {
+                adapter.token_refresh_margin_ms = margin;
+            }
+            Adapter::Vertex(adapter)
         }
-        ProviderKind::Sim if sim_format == WireFormat::Gemini => Adapter::Gemini(gemini(None)),
-        ProviderKind::Sim | ProviderKind::Replay | ProviderKind::Bedrock => {
-            Adapter::OpenAi(openai(None))
-        }
+        (kind, None) => match kind {
+            ProviderKind::Openai | ProviderKind::OpenaiCompatible => {
+                Adapter::OpenAi(openai(base_url))
+            }
+            ProviderKind::AzureOpenai => {
+                let mut adapter = openai(base_url);
+                adapter.auth = Some(rein_providers::OpenAiAuth::ApiKey);
+                adapter.azure = Some(rein_providers::AzureConfig {
+                    deployment: raw.deployment.clone().unwrap_or_default(),
+                    api_version: raw.api_version.clone().unwrap_or_default(),
+                });
+                Adapter::OpenAi(adapter)
+            }
+            ProviderKind::Anthropic => Adapter::Anthropic(anthropic(base_url)),
+            ProviderKind::Gemini => Adapter::Gemini(gemini(base_url)),
+            ProviderKind::Sim | ProviderKind::Replay if sim_anthropic => {
+                Adapter::Anthropic(anthropic(None))
+            }
+            ProviderKind::Bedrock | ProviderKind::Sim | ProviderKind::Replay
+                if bedrock.is_some() || sim_bedrock =>
+            {
+                // The simulator checks that a request is signed, not with which key.
+                let aws = bedrock.unwrap_or_else(|| AwsSettings {
+                    region: "us-east-1".to_owned(),
+                    access_key_id: Secret::new("AKIDSIMULATOR"),
+                    secret_access_key: Secret::new("sim-secret-access-key"),
+                    session_token: None,
+                });
+                let mut adapter = rein_providers::BedrockConfig::new(name, aws.region);
+                adapter.base_url = if in_process { None } else { base_url };
+                adapter.access_key_id = Some(aws.access_key_id);
+                adapter.secret_access_key = Some(aws.secret_access_key);
+                adapter.session_token = aws.session_token;
+                adapter.streaming = raw.stream.unwrap_or(true);
+                adapter.limits = limits;
+                if let Some(max_tokens) = raw.default_max_tokens {
+                    adapter.default_max_tokens = max_tokens;
+                }
+                Adapter::Bedrock(adapter)
+            }
+            ProviderKind::Sim if sim_format == WireFormat::Gemini => Adapter::Gemini(gemini(None)),
+            ProviderKind::Sim
+            | ProviderKind::Replay
+            | ProviderKind::Bedrock
+            | ProviderKind::Vertex => Adapter::OpenAi(openai(None)),
+        },
     };
     // The adapter's own checks (a URL that parses, header names and values it can send), so a
     // config that validates also builds.
