@@ -22,4 +22,5 @@ mod responses;
 mod runs;
 mod tools;
 mod traces;
+mod vertex;
 mod wire_edges;
