@@ -375,3 +375,50 @@ async fn config_errors_name_the_key() {
     assert!(message.contains("private_key") || message.contains("token_uri"), "{message}");
     let _: Value = json!(null);
 }
+
+/// A token source that never answers fails the attempt after `token_timeout_ms` (a connection
+/// failure naming the source); one that answers more than 64 KiB is not read past it.
+#[tokio::test(start_paused = true)]
+async fn a_token_fetch_is_bounded_in_time_and_size() {
+    let sim = sim().await;
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = silent.local_addr().unwrap().to_string();
+    let held = tokio::spawn(async move {
+        let (socket, _) = silent.accept().await.unwrap();
+        std::future::pending::<()>().await;
+        drop(socket);
+    });
+    let mut config = config(&sim, VertexPublisher::Google, true);
+    config.credentials = VertexCredentials::Metadata { host: host.clone() };
+    config.token_timeout_ms = 2_000;
+    let started = tokio::time::Instant::now();
+    let failure = call(&vertex(config.clone()), "sim-small").await.expect_err("no token");
+    assert_eq!(started.elapsed(), Duration::from_secs(2));
+    assert_eq!(classify(&failure).kind, FailureKind::ConnectionFailed, "{failure:?}");
+    assert!(failure.to_string().contains("no access token from the metadata server"), "{failure}");
+    held.abort();
+
+    let huge = format!("{{\"access_token\": \"{}\", \"expires_in\": 3600}}", "a".repeat(70 * 1024));
+    let server = serve(Reply::Pieces(vec![response(
+        200,
+        &[("content-type", "application/json")],
+        huge.as_bytes(),
+    )]))
+    .await;
+    let host = server.base_url.trim_start_matches("http://").trim_end_matches("/v1").to_owned();
+    config.credentials = VertexCredentials::Metadata { host };
+    let failure = call(&vertex(config), "sim-small").await.expect_err("too large");
+    assert_eq!(classify(&failure).kind, FailureKind::MalformedResponse, "{failure:?}");
+    assert!(failure.to_string().contains("larger than 65536 bytes"), "{failure}");
+}
+
+/// The simulator's transport faults reach a Vertex stream as they reach any other: a Claude
+/// stream cut after two tokens ends without its stop reason.
+#[tokio::test]
+async fn a_cut_vertex_stream_ends_without_done() {
+    let sim = sim().await;
+    let provider = vertex(config(&sim, VertexPublisher::Anthropic, true));
+    let events = collect(provider.send(&hello("sim:cut:after=2")).await.expect("headers")).await;
+    assert!(!events.is_empty());
+    assert!(!events.iter().any(|event| matches!(event, Ok(StreamEvent::Done))), "{events:?}");
+}
