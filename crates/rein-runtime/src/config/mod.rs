@@ -861,65 +861,64 @@ fn validate_provider(
     };
     use rein_providers::ProviderConfig as Adapter;
     let base_url = raw.base_url.clone();
-    let adapter = match (raw.kind, vertex) {
-        (_, Some(mut adapter)) => {
+    let adapter = match raw.kind {
+        ProviderKind::Openai | ProviderKind::OpenaiCompatible => Adapter::OpenAi(openai(base_url)),
+        ProviderKind::AzureOpenai => {
+            let mut adapter = openai(base_url);
+            adapter.auth = Some(rein_providers::OpenAiAuth::ApiKey);
+            adapter.azure = Some(rein_providers::AzureConfig {
+                deployment: raw.deployment.clone().unwrap_or_default(),
+                api_version: raw.api_version.clone().unwrap_or_default(),
+            });
+            Adapter::OpenAi(adapter)
+        }
+        ProviderKind::Anthropic => Adapter::Anthropic(anthropic(base_url)),
+        ProviderKind::Gemini => Adapter::Gemini(gemini(base_url)),
+        ProviderKind::Sim | ProviderKind::Replay if sim_anthropic => {
+            Adapter::Anthropic(anthropic(None))
+        }
+        ProviderKind::Bedrock | ProviderKind::Sim | ProviderKind::Replay
+            if bedrock.is_some() || sim_bedrock =>
+        {
+            // The simulator checks that a request is signed, not with which key.
+            let aws = bedrock.unwrap_or_else(|| AwsSettings {
+                region: "us-east-1".to_owned(),
+                access_key_id: Secret::new("AKIDSIMULATOR"),
+                secret_access_key: Secret::new("sim-secret-access-key"),
+                session_token: None,
+            });
+            let mut adapter = rein_providers::BedrockConfig::new(name, aws.region);
+            adapter.base_url = if in_process { None } else { base_url };
+            adapter.access_key_id = Some(aws.access_key_id);
+            adapter.secret_access_key = Some(aws.secret_access_key);
+            adapter.session_token = aws.session_token;
             adapter.streaming = raw.stream.unwrap_or(true);
             adapter.limits = limits;
-            adapter.json_prefill = raw.json_prefill;
             if let Some(max_tokens) = raw.default_max_tokens {
                 adapter.default_max_tokens = max_tokens;
             }
-            if let Some(margin) = raw.token_refresh_margin_ms {
-                adapter.token_refresh_margin_ms = margin;
-            }
-            Adapter::Vertex(adapter)
+            Adapter::Bedrock(adapter)
         }
-        (kind, None) => match kind {
-            ProviderKind::Openai | ProviderKind::OpenaiCompatible => {
-                Adapter::OpenAi(openai(base_url))
+        ProviderKind::Sim if sim_format == WireFormat::Gemini => Adapter::Gemini(gemini(None)),
+        ProviderKind::Sim | ProviderKind::Replay | ProviderKind::Bedrock | ProviderKind::Vertex => {
+            Adapter::OpenAi(openai(None))
+        }
+    };
+    // Kind `vertex`, and the simulator's Vertex tier, build from their own settings.
+    let adapter = match vertex {
+        Some(mut vertex) => {
+            vertex.streaming = raw.stream.unwrap_or(true);
+            vertex.limits = limits;
+            vertex.json_prefill = raw.json_prefill;
+            if let Some(max_tokens) = raw.default_max_tokens {
+                vertex.default_max_tokens = max_tokens;
             }
-            ProviderKind::AzureOpenai => {
-                let mut adapter = openai(base_url);
-                adapter.auth = Some(rein_providers::OpenAiAuth::ApiKey);
-                adapter.azure = Some(rein_providers::AzureConfig {
-                    deployment: raw.deployment.clone().unwrap_or_default(),
-                    api_version: raw.api_version.clone().unwrap_or_default(),
-                });
-                Adapter::OpenAi(adapter)
+            if let Some(margin) = raw.token_refresh_margin_ms {
+                vertex.token_refresh_margin_ms = margin;
             }
-            ProviderKind::Anthropic => Adapter::Anthropic(anthropic(base_url)),
-            ProviderKind::Gemini => Adapter::Gemini(gemini(base_url)),
-            ProviderKind::Sim | ProviderKind::Replay if sim_anthropic => {
-                Adapter::Anthropic(anthropic(None))
-            }
-            ProviderKind::Bedrock | ProviderKind::Sim | ProviderKind::Replay
-                if bedrock.is_some() || sim_bedrock =>
-            {
-                // The simulator checks that a request is signed, not with which key.
-                let aws = bedrock.unwrap_or_else(|| AwsSettings {
-                    region: "us-east-1".to_owned(),
-                    access_key_id: Secret::new("AKIDSIMULATOR"),
-                    secret_access_key: Secret::new("sim-secret-access-key"),
-                    session_token: None,
-                });
-                let mut adapter = rein_providers::BedrockConfig::new(name, aws.region);
-                adapter.base_url = if in_process { None } else { base_url };
-                adapter.access_key_id = Some(aws.access_key_id);
-                adapter.secret_access_key = Some(aws.secret_access_key);
-                adapter.session_token = aws.session_token;
-                adapter.streaming = raw.stream.unwrap_or(true);
-                adapter.limits = limits;
-                if let Some(max_tokens) = raw.default_max_tokens {
-                    adapter.default_max_tokens = max_tokens;
-                }
-                Adapter::Bedrock(adapter)
-            }
-            ProviderKind::Sim if sim_format == WireFormat::Gemini => Adapter::Gemini(gemini(None)),
-            ProviderKind::Sim
-            | ProviderKind::Replay
-            | ProviderKind::Bedrock
-            | ProviderKind::Vertex => Adapter::OpenAi(openai(None)),
-        },
+            Adapter::Vertex(vertex)
+        }
+        None => adapter,
     };
     // The adapter's own checks (a URL that parses, header names and values it can send), so a
     // config that validates also builds.
