@@ -326,8 +326,12 @@ fn a_vertex_provider_names_what_it_is_missing() {
     );
 
     let message = problems(&config(
-        "[providers.v]\nkind = \"vertex\"\npublisher = \"meta\"\nproject = \"p\"\nregion = \"us-east5\"\ncredentials_file = \"/nonexistent/rein-key.json\"\napi_key_env = \"OPENAI_API_KEY\"\n",
+        "[providers.v]\nkind = \"vertex\"\npublisher = \"meta\"\nproject = \"p\"\nregion = \"us-east5\"\ncredentials_file = \"/nonexistent/rein-key.json\"\napi_key_env = \"OPENAI_API_KEY\"\nheaders = { x-goog-user-project = \"p\" }\n",
     ));
+    assert!(
+        message.contains("`providers.v.headers`: does not apply to kind `vertex`"),
+        "{message}"
+    );
     assert!(
         message.contains("`providers.v.publisher`: `meta` is not a Vertex publisher here"),
         "{message}"

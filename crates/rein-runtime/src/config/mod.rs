@@ -807,6 +807,10 @@ fn validate_provider(
         problems.add(key("credentials_file"), "only applies to kind `vertex`");
         ok = false;
     }
+    if is_vertex && !raw.headers.is_empty() {
+        problems.add(key("headers"), "does not apply to kind `vertex`: it sends no static headers");
+        ok = false;
+    }
     if raw.kind == ProviderKind::Vertex && raw.api_key_env.is_some() {
         problems.add(
             key("api_key_env"),
