@@ -229,6 +229,11 @@ fn kind_of_http(format: WireFormat, http: &HttpError) -> FailureKind {
     {
         return kind;
     }
+    // An OAuth token endpoint's refusal (RFC 6749 §5.2), as a Vertex provider reports a token
+    // fetch that failed: the key or its signed assertion was not accepted.
+    if matches!(error_type, "invalid_grant" | "invalid_client" | "unauthorized_client") {
+        return FailureKind::Unauthorized;
+    }
     // The body says more than the status: read it first.
     if is_quota_exhausted(error_type, code, &message) {
         return FailureKind::QuotaExhausted;

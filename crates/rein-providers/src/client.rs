@@ -193,17 +193,31 @@ impl HttpClient {
         headers: &HeaderMap,
         body: Bytes,
     ) -> impl Future<Output = Result<Upstream, Failure>> + Send + 'static + use<> {
+        self.send(Method::POST, endpoint, headers, body)
+    }
+
+    /// As [`HttpClient::post`], with `method` (a metadata server's token is a GET).
+    pub(crate) fn send(
+        &self,
+        method: Method,
+        endpoint: &Endpoint,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> impl Future<Output = Result<Upstream, Failure>> + Send + 'static + use<> {
         enum Sending {
             Direct(hyper_util::client::legacy::ResponseFuture),
             Proxied(Box<reqwest::RequestBuilder>),
         }
         let sending = if endpoint.via_proxy {
-            let builder =
-                self.proxied.post(endpoint.url.clone()).headers(headers.clone()).body(body);
+            let builder = self
+                .proxied
+                .request(method, endpoint.url.clone())
+                .headers(headers.clone())
+                .body(body);
             Sending::Proxied(Box::new(builder))
         } else {
             let mut request = Request::new(Full::new(body));
-            *request.method_mut() = Method::POST;
+            *request.method_mut() = method;
             *request.uri_mut() = endpoint.uri.clone();
             let mut sent = headers.clone();
             sent.entry(USER_AGENT).or_insert(HeaderValue::from_static(AGENT));

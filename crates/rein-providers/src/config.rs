@@ -76,6 +76,9 @@ pub enum ProviderConfig {
     Bedrock(BedrockConfig),
     #[serde(rename = "gemini")]
     Gemini(GeminiConfig),
+    /// Google Vertex AI: Claude (`rawPredict`) or Gemini (`generateContent`), OAuth-authorized.
+    #[serde(rename = "vertex")]
+    Vertex(VertexConfig),
 }
 
 impl ProviderConfig {
@@ -85,6 +88,7 @@ impl ProviderConfig {
             ProviderConfig::Anthropic(config) => &config.name,
             ProviderConfig::Bedrock(config) => &config.name,
             ProviderConfig::Gemini(config) => &config.name,
+            ProviderConfig::Vertex(config) => &config.name,
         }
     }
 
@@ -98,6 +102,7 @@ impl ProviderConfig {
             }
             ProviderConfig::Bedrock(config) => crate::BedrockProvider::prepare(config).map(drop),
             ProviderConfig::Gemini(config) => crate::GeminiProvider::prepare(config).map(drop),
+            ProviderConfig::Vertex(config) => crate::VertexProvider::prepare(config).map(drop),
         }
     }
 }
@@ -346,6 +351,192 @@ impl GeminiConfig {
     }
 }
 
+/// The `anthropic_version` body field Claude on Vertex AI takes (what Anthropic's Vertex SDK
+/// sends).
+pub const VERTEX_ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
+/// The OAuth scope of Vertex AI's access tokens.
+pub const VERTEX_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
+/// The metadata server's host when `GCE_METADATA_HOST` names none.
+pub const GCE_METADATA_DEFAULT_HOST: &str = "metadata.google.internal";
+/// How long before its expiry a cached access token is replaced: 5 minutes.
+pub const VERTEX_DEFAULT_REFRESH_MARGIN_MS: u64 = 300_000;
+/// The bound on one access-token fetch, connect to last byte: 10 s.
+pub const VERTEX_DEFAULT_TOKEN_TIMEOUT_MS: u64 = 10_000;
+
+/// Whose models a Vertex AI provider calls, which decides the method and the body's format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VertexPublisher {
+    /// Claude: `:rawPredict` / `:streamRawPredict` with an Anthropic Messages body.
+    Anthropic,
+    /// Gemini: `:generateContent` / `:streamGenerateContent?alt=sse`.
+    Google,
+}
+
+impl VertexPublisher {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VertexPublisher::Anthropic => "anthropic",
+            VertexPublisher::Google => "google",
+        }
+    }
+}
+
+/// The fields of a service-account JSON key that an access token is made from (the file has
+/// more, which are ignored). `Debug` shows no private key.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct ServiceAccountKey {
+    pub client_email: String,
+    /// PKCS#8 PEM (`-----BEGIN PRIVATE KEY-----`).
+    pub private_key: Secret,
+    #[serde(default)]
+    pub private_key_id: Option<String>,
+    /// Where the signed assertion is exchanged for a token (`https://oauth2.googleapis.com/token`).
+    pub token_uri: String,
+    #[serde(default)]
+    pub project_id: Option<String>,
+}
+
+impl ServiceAccountKey {
+    /// Reads a service-account key file's JSON. The error names the field that is missing or
+    /// wrong, never a value.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, String> {
+        #[derive(Deserialize)]
+        struct Typed {
+            #[serde(rename = "type")]
+            kind: Option<String>,
+        }
+        let typed: Typed = serde_json::from_slice(bytes)
+            .map_err(|e| format!("is not JSON (line {}, column {})", e.line(), e.column()))?;
+        if let Some(kind) = typed.kind.as_deref().filter(|kind| *kind != "service_account") {
+            return Err(format!(
+                "holds a `{kind}` credential; Vertex providers take a service-account key (`\"type\": \"service_account\"`)"
+            ));
+        }
+        let key: Self = serde_json::from_slice(bytes).map_err(|e| {
+            // serde's messages name the field, not its value.
+            let text = e.to_string();
+            let text = text.split(" at line").next().unwrap_or(&text).to_owned();
+            format!("is not a service-account key: {text}")
+        })?;
+        for (field, value) in [
+            ("client_email", key.client_email.as_str()),
+            ("private_key", key.private_key.expose()),
+            ("token_uri", key.token_uri.as_str()),
+        ] {
+            if value.trim().is_empty() {
+                return Err(format!("has an empty `{field}`"));
+            }
+        }
+        Ok(key)
+    }
+}
+
+/// Where a Vertex provider's access tokens come from.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(tag = "source", rename_all = "snake_case")]
+pub enum VertexCredentials {
+    /// A service-account key: an RS256-signed JWT assertion exchanged at its `token_uri`.
+    ServiceAccount {
+        /// The key file it was read from, for messages (`rein check`, errors).
+        #[serde(default)]
+        path: Option<String>,
+        key: ServiceAccountKey,
+    },
+    /// The metadata server of the machine (GCE, GKE, Cloud Run):
+    /// `http://{host}/computeMetadata/v1/instance/service-accounts/default/token`.
+    Metadata {
+        /// [`GCE_METADATA_DEFAULT_HOST`] unless `GCE_METADATA_HOST` names another.
+        host: String,
+    },
+}
+
+impl VertexCredentials {
+    /// Where tokens come from, in words, with no secret: for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            VertexCredentials::ServiceAccount { path, key } => match path {
+                Some(path) => format!(
+                    "service-account key `{path}` ({}, token endpoint {})",
+                    key.client_email, key.token_uri
+                ),
+                None => format!(
+                    "service-account key of {} (token endpoint {})",
+                    key.client_email, key.token_uri
+                ),
+            },
+            VertexCredentials::Metadata { host } => format!("the metadata server at {host}"),
+        }
+    }
+}
+
+/// A provider on Google Vertex AI: `POST {base}/v1/projects/{project}/locations/{region}/
+/// publishers/{publisher}/models/{model}:{method}` with `Authorization: Bearer <token>`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct VertexConfig {
+    pub name: String,
+    /// The Google Cloud project id.
+    pub project: String,
+    /// The Vertex location (`us-east5`, `europe-west1`, `global`).
+    pub region: String,
+    pub publisher: VertexPublisher,
+    /// Defaults to `https://{region}-aiplatform.googleapis.com`, or
+    /// `https://aiplatform.googleapis.com` for `global` (tests, private endpoints).
+    #[serde(default)]
+    pub base_url: Option<String>,
+    pub credentials: VertexCredentials,
+    /// A cached token is replaced this long before it expires.
+    #[serde(default = "default_refresh_margin_ms")]
+    pub token_refresh_margin_ms: u64,
+    /// The bound on one token fetch.
+    #[serde(default = "default_token_timeout_ms")]
+    pub token_timeout_ms: u64,
+    /// Claude: sent as `max_tokens` when the request has no ceiling of its own.
+    #[serde(default = "default_anthropic_max_tokens")]
+    pub default_max_tokens: u32,
+    /// Claude: as [`AnthropicConfig::json_prefill`].
+    #[serde(default)]
+    pub json_prefill: Option<bool>,
+    #[serde(default = "default_true")]
+    pub streaming: bool,
+    #[serde(default)]
+    pub limits: ResponseLimits,
+}
+
+impl VertexConfig {
+    pub fn new(
+        name: impl Into<String>,
+        project: impl Into<String>,
+        region: impl Into<String>,
+        publisher: VertexPublisher,
+        credentials: VertexCredentials,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            project: project.into(),
+            region: region.into(),
+            publisher,
+            base_url: None,
+            credentials,
+            token_refresh_margin_ms: VERTEX_DEFAULT_REFRESH_MARGIN_MS,
+            token_timeout_ms: VERTEX_DEFAULT_TOKEN_TIMEOUT_MS,
+            default_max_tokens: ANTHROPIC_DEFAULT_MAX_TOKENS,
+            json_prefill: None,
+            streaming: true,
+            limits: ResponseLimits::default(),
+        }
+    }
+}
+
+fn default_refresh_margin_ms() -> u64 {
+    VERTEX_DEFAULT_REFRESH_MARGIN_MS
+}
+
+fn default_token_timeout_ms() -> u64 {
+    VERTEX_DEFAULT_TOKEN_TIMEOUT_MS
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpClientConfig {
@@ -395,6 +586,8 @@ pub enum ConfigError {
     InvalidApiKey { provider: String },
     #[error("provider `{provider}`: `{key}` is missing: Bedrock signs every request with it")]
     MissingAwsCredential { provider: String, key: &'static str },
+    #[error("provider `{provider}`: `{key}` is not usable: {reason}")]
+    InvalidSetting { provider: String, key: &'static str, reason: String },
     #[error(
         "provider `{provider}`: `max_response_bytes` ({max_response_bytes}) and `max_event_bytes` ({max_event_bytes}) must be above 0, and an event cannot be larger than the response"
     )]
@@ -416,6 +609,7 @@ impl ConfigError {
             ConfigError::InvalidHeader { header, .. } => format!("headers.{header}"),
             ConfigError::InvalidApiKey { .. } => "api_key".into(),
             ConfigError::MissingAwsCredential { key, .. } => (*key).to_string(),
+            ConfigError::InvalidSetting { key, .. } => (*key).to_string(),
             ConfigError::InvalidLimits { .. } => "max_event_bytes".into(),
         }
     }
@@ -431,6 +625,7 @@ impl ConfigError {
             | ConfigError::InvalidHeader { provider, .. }
             | ConfigError::InvalidApiKey { provider }
             | ConfigError::MissingAwsCredential { provider, .. }
+            | ConfigError::InvalidSetting { provider, .. }
             | ConfigError::InvalidLimits { provider, .. } => format!("provider `{provider}`: "),
         };
         let reason = shown.strip_prefix(&prefix).unwrap_or(&shown);

@@ -27,6 +27,18 @@ use rein_core::{HttpError, WireFormat};
 /// Longest message kept from a body that is not JSON (an HTML error page, a proxy's text).
 const MAX_TEXT_MESSAGE_CHARS: usize = 512;
 
+/// Whether an error body is Google's: `{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED",
+/// ..}}` (or a one-element array of it), told apart from Anthropic's `{"type": "error",
+/// "error": {"type": ..}}` by the google.rpc `status` string.
+pub(crate) fn is_google_error(body: &[u8]) -> bool {
+    let Ok(json) = serde_json::from_slice::<Value>(body) else { return false };
+    let json = match &json {
+        Value::Array(items) => items.first().unwrap_or(&Value::Null),
+        other => other,
+    };
+    json.get("error").and_then(|error| error.get("status")).is_some_and(Value::is_string)
+}
+
 /// Parses an error response. `body` may be empty or cut short; nothing here fails.
 pub fn parse_http_error(
     format: WireFormat,

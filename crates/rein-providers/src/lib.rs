@@ -5,7 +5,8 @@
 //! "responses"`, OpenAI's Responses API through the same provider), Anthropic Messages
 //! ([`AnthropicProvider`]), Amazon Bedrock's Converse API, or InvokeModel for Claude
 //! ([`BedrockProvider`], SigV4 and event-stream frames) and Google's Gemini API
-//! ([`GeminiProvider`]).
+//! ([`GeminiProvider`]); Google Vertex AI ([`VertexProvider`]) serves Claude and Gemini in the
+//! last two formats, with OAuth tokens from a service-account key or the metadata server.
 //!
 //! Adapters record what they observed and decide nothing: they never retry, never sleep and
 //! set no timeout but the TCP/TLS connect bound of the shared [`HttpClient`]. Error responses
@@ -17,7 +18,8 @@
 //! transport-error mapping), `sse` (line parser), `stream` (body → events driver),
 //! `http_error` (error responses), `openai`, `anthropic`, `bedrock` and `gemini` (request
 //! bodies, stream decoders, non-streaming parsers; `bedrock` also signing and event-stream
-//! framing).
+//! framing), `vertex` (Vertex AI's paths and its access tokens, on the Anthropic and Gemini
+//! builders and decoders).
 
 // `Failure` is rein-core's type and the `Provider` trait returns it by value; the error path
 // is cold, so its size (an `HttpError` of several strings) costs nothing worth a `Box`.
@@ -33,6 +35,7 @@ mod openai;
 mod secret;
 mod sse;
 mod stream;
+mod vertex;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -52,9 +55,12 @@ pub use client::{HttpClient, error_chain};
 pub use config::{
     ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_MAX_TOKENS, ANTHROPIC_DEFAULT_VERSION,
     AnthropicConfig, AzureConfig, BedrockApi, BedrockConfig, ClientBuildError, ConfigError,
-    DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_RESPONSE_BYTES, GEMINI_DEFAULT_BASE_URL, GeminiConfig,
-    HttpClientConfig, MaxTokensField, OPENAI_DEFAULT_BASE_URL, OpenAiApi, OpenAiAuth, OpenAiConfig,
-    ProviderConfig, ResponseLimits,
+    DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_RESPONSE_BYTES, GCE_METADATA_DEFAULT_HOST,
+    GEMINI_DEFAULT_BASE_URL, GeminiConfig, HttpClientConfig, MaxTokensField,
+    OPENAI_DEFAULT_BASE_URL, OpenAiApi, OpenAiAuth, OpenAiConfig, ProviderConfig, ResponseLimits,
+    ServiceAccountKey, VERTEX_ANTHROPIC_VERSION, VERTEX_DEFAULT_REFRESH_MARGIN_MS,
+    VERTEX_DEFAULT_TOKEN_TIMEOUT_MS, VERTEX_SCOPE, VertexConfig, VertexCredentials,
+    VertexPublisher,
 };
 pub use gemini::{GeminiProvider, replay_gemini_response, replay_gemini_stream};
 pub use http_error::{parse_http_error, retry_after, wait_in_message};
@@ -63,6 +69,10 @@ pub use openai::{
     replay_responses_stream,
 };
 pub use secret::Secret;
+pub use vertex::{
+    JWT_BEARER_GRANT, METADATA_TOKEN_PATH, VertexProvider,
+    default_base_url as vertex_default_base_url,
+};
 
 #[doc(no_inline)]
 pub use rein_core::{ChatRequest, StreamEvent};
@@ -88,6 +98,7 @@ pub fn build_provider(
         }
         ProviderConfig::Bedrock(config) => Arc::new(BedrockProvider::new(config, client.clone())?),
         ProviderConfig::Gemini(config) => Arc::new(GeminiProvider::new(config, client.clone())?),
+        ProviderConfig::Vertex(config) => Arc::new(VertexProvider::new(config, client.clone())?),
     })
 }
 

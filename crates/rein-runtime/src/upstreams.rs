@@ -254,6 +254,16 @@ impl Upstreams {
                     bedrock.base_url = base.map(|b| b.trim_end_matches("/v1").to_owned());
                 }
                 AdapterConfig::Gemini(gemini) => gemini.base_url = base,
+                // Vertex paths start at the host; tokens come from the simulator's `/token`,
+                // signed with its test key.
+                AdapterConfig::Vertex(vertex) => {
+                    let host = base.map(|b| b.trim_end_matches("/v1").to_owned());
+                    if let Some(key) = host.as_deref().and_then(sim_vertex_key) {
+                        vertex.credentials =
+                            rein_providers::VertexCredentials::ServiceAccount { path: None, key };
+                    }
+                    vertex.base_url = host;
+                }
             }
         }
         build_provider(adapter, &self.client).map_err(|e| BuildError::Provider {
@@ -375,4 +385,17 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         Ok(guard) => guard,
         Err(poisoned) => poisoned.into_inner(),
     }
+}
+
+/// The simulator's test service-account key, its `token_uri` the simulator's at `base`.
+#[cfg(feature = "sim")]
+fn sim_vertex_key(base: &str) -> Option<rein_providers::ServiceAccountKey> {
+    let json = rein_sim::vertex::test_service_account(&format!("{base}/token"));
+    rein_providers::ServiceAccountKey::from_json(json.as_bytes()).ok()
+}
+
+/// Without the simulator there is no test key (and no simulator base URL to reach).
+#[cfg(not(feature = "sim"))]
+fn sim_vertex_key(_base: &str) -> Option<rein_providers::ServiceAccountKey> {
+    None
 }

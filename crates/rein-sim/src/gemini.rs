@@ -228,9 +228,18 @@ pub(crate) fn error(fault: &ErrorFault, model: &str) -> WireError {
 }
 
 /// The model and whether to stream, from a `generateContent` path:
-/// `/v1beta/models/{model}:generateContent` or `:streamGenerateContent` (`/v1/...` too). The
+/// `/v1beta/models/{model}:generateContent` or `:streamGenerateContent` (`/v1/...` too, and
+/// Vertex AI's `/v1/projects/{p}/locations/{l}/publishers/google/models/...`). The
 /// model is percent-decoded, so `sim:` fault specs travel in it as they do in a body.
 pub(crate) fn method_of(path: &str) -> Option<(String, bool)> {
+    if let Some(("google", model, method)) = crate::vertex::route(path) {
+        let stream = match method {
+            "generateContent" => false,
+            "streamGenerateContent" => true,
+            _ => return None,
+        };
+        return Some((model, stream));
+    }
     let rest = path.strip_prefix("/v1beta/models/").or_else(|| path.strip_prefix("/v1/models/"))?;
     let (model, method) = rest.rsplit_once(':')?;
     let stream = match method {
@@ -241,7 +250,7 @@ pub(crate) fn method_of(path: &str) -> Option<(String, bool)> {
     Some((percent_decoded(model), stream))
 }
 
-fn percent_decoded(text: &str) -> String {
+pub(crate) fn percent_decoded(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut at = 0;

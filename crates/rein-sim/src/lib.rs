@@ -46,6 +46,7 @@ pub mod scrub;
 mod server;
 mod state;
 mod stream;
+pub mod vertex;
 mod wire;
 
 use std::net::SocketAddr;
@@ -128,6 +129,27 @@ impl SimHandle {
     /// Every request received since the start or the last reset, in order.
     pub fn log(&self) -> Vec<LogEntry> {
         self.shared.log.entries()
+    }
+
+    /// A Vertex AI service-account key file (JSON) whose `token_uri` is this simulator's
+    /// `/token`: a provider given it fetches its tokens here. The key is a throwaway test key.
+    pub fn vertex_service_account(&self) -> String {
+        vertex::test_service_account(&format!("{}/token", self.base_url()))
+    }
+
+    /// How long the Vertex access tokens issued from now on live (default an hour).
+    pub fn set_token_lifetime(&self, lifetime: std::time::Duration) {
+        self.shared.tokens.set_lifetime(lifetime);
+    }
+
+    /// Expires every Vertex access token issued so far: requests with one get a 401.
+    pub fn expire_tokens(&self) {
+        self.shared.tokens.expire_all();
+    }
+
+    /// Every Vertex access token handed out, in order, with the grant that made it.
+    pub fn token_grants(&self) -> Vec<vertex::TokenGrant> {
+        self.shared.tokens.grants()
     }
 
     /// Restarts the scenario timeline and forgets script positions and the in-memory log,

@@ -67,14 +67,31 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
 
 /// Answers a provider endpoint.
 pub(crate) async fn provider(shared: &Shared, endpoint: Endpoint, req: Incoming) -> Reply {
+    answer(shared, endpoint, req, false).await
+}
+
+/// Answers a Vertex AI model path: answers in `endpoint`'s format, errors as Vertex sends
+/// them (Google's bodies, but Anthropic's 529 for an overloaded Claude).
+pub(crate) async fn vertex(shared: &Shared, endpoint: Endpoint, req: Incoming) -> Reply {
+    answer(shared, endpoint, req, true).await
+}
+
+async fn answer(shared: &Shared, endpoint: Endpoint, req: Incoming, vertex: bool) -> Reply {
     let format = endpoint.format();
     let (elapsed, unix_ms) = shared.now();
     let unique = shared.next_id();
     let (id_header, request_id) = wire::request_id(format, unique);
     let mut entry = new_entry(&req, Some(format), elapsed, unix_ms, &request_id);
     let responses = matches!(endpoint, Endpoint::Responses);
-    let replier =
-        Replier { shared, format, responses, id_header, request_id, unix_s: unix_ms / 1000 };
+    let replier = Replier {
+        shared,
+        format,
+        responses,
+        vertex,
+        id_header,
+        request_id,
+        unix_s: unix_ms / 1000,
+    };
 
     let body: Value = match endpoint {
         Endpoint::Models(_) => Value::Null,
@@ -278,6 +295,8 @@ struct Replier<'a> {
     format: WireFormat,
     /// The Responses API rather than the format's own chat endpoint.
     responses: bool,
+    /// Errors as Vertex AI sends them.
+    vertex: bool,
     id_header: &'static str,
     request_id: String,
     unix_s: u64,
@@ -321,7 +340,12 @@ impl Replier<'_> {
     }
 
     fn error(&self, entry: LogEntry, fault: &ErrorFault, model: &str) -> Reply {
-        let error = wire::error(self.format, fault, model, &self.request_id, self.unix_s);
+        let anthropic_overload =
+            self.format == WireFormat::Anthropic && fault.kind == ErrorKind::Overloaded;
+        let error = match self.vertex && !anthropic_overload {
+            true => crate::vertex::error(fault, model),
+            false => wire::error(self.format, fault, model, &self.request_id, self.unix_s),
+        };
         let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::BAD_REQUEST);
         self.send(entry, status, &error.body, error.headers)
     }
@@ -434,8 +458,15 @@ pub(crate) fn not_found(shared: &Shared, format: WireFormat, req: &Incoming) -> 
     let (elapsed, unix_ms) = shared.now();
     let (id_header, request_id) = wire::request_id(format, shared.next_id());
     let entry = new_entry(req, None, elapsed, unix_ms, &request_id);
-    let replier =
-        Replier { shared, format, responses: false, id_header, request_id, unix_s: unix_ms / 1000 };
+    let replier = Replier {
+        shared,
+        format,
+        responses: false,
+        vertex: false,
+        id_header,
+        request_id,
+        unix_s: unix_ms / 1000,
+    };
     let body = match format {
         WireFormat::OpenAi => serde_json::json!({"error": {
             "message": format!("Invalid URL ({} {})", req.method, req.path),

@@ -140,6 +140,9 @@ async fn route(
         let reply = respond::provider(shared, Endpoint::Chat(WireFormat::Bedrock), incoming).await;
         return finish(reply, reset).await;
     }
+    if let Some(reply) = vertex(shared, &mut incoming).await {
+        return finish(reply, reset).await;
+    }
     let reply = match (&incoming.method, incoming.path.as_str()) {
         (&Method::GET, "/_sim/health") => return plain(StatusCode::OK, json!({"status": "ok"})),
         (&Method::GET, "/_sim/log") => {
@@ -178,6 +181,68 @@ async fn route(
         }
     };
     finish(reply, reset).await
+}
+
+/// Vertex AI's routes: the token endpoint, the metadata server's token, and the model paths
+/// (which need a live token). `None` for any other path.
+async fn vertex(shared: &Shared, incoming: &mut Incoming) -> Option<Reply> {
+    let json = |(status, body)| Reply::Send(plain(status, body));
+    match (&incoming.method, incoming.path.as_str()) {
+        (&Method::POST, "/token") => {
+            return Some(json(crate::vertex::token(
+                &shared.tokens,
+                &incoming.headers,
+                &incoming.body,
+            )));
+        }
+        (&Method::GET, crate::vertex::METADATA_TOKEN_PATH) => {
+            return Some(json(crate::vertex::metadata_token(&shared.tokens, &incoming.headers)));
+        }
+        _ => {}
+    }
+    if incoming.method != Method::POST {
+        return None;
+    }
+    let (publisher, model, method) = crate::vertex::route(&incoming.path)
+        .map(|(publisher, model, method)| (publisher.to_owned(), model, method.to_owned()))?;
+    let authorization = incoming.headers.get("authorization").and_then(|v| v.to_str().ok());
+    if !shared.tokens.valid(authorization) {
+        let expired = authorization.is_some_and(|value| value.starts_with("Bearer ya29.sim-"));
+        return Some(Reply::Send(wire_error(crate::vertex::unauthenticated(expired))));
+    }
+    let incoming = std::mem::replace(
+        incoming,
+        Incoming {
+            method: Method::POST,
+            path: String::new(),
+            headers: http::HeaderMap::new(),
+            body: Bytes::new(),
+        },
+    );
+    let reply = match (publisher.as_str(), method.as_str()) {
+        ("anthropic", "rawPredict" | "streamRawPredict") => {
+            let stream = method == "streamRawPredict";
+            match crate::vertex::anthropic_body(&incoming.body, &model, stream) {
+                Ok(body) => {
+                    let incoming = Incoming { body: Bytes::from(body.to_string()), ..incoming };
+                    respond::vertex(shared, Endpoint::Chat(WireFormat::Anthropic), incoming).await
+                }
+                Err(body) => Reply::Send(plain(StatusCode::BAD_REQUEST, body)),
+            }
+        }
+        ("google", "generateContent" | "streamGenerateContent") => {
+            respond::vertex(shared, Endpoint::Chat(WireFormat::Gemini), incoming).await
+        }
+        _ => Reply::Send(plain(
+            StatusCode::NOT_FOUND,
+            json!({"error": {
+                "code": 404,
+                "message": format!("Publisher Model `{model}` of `{publisher}` has no method `{method}`."),
+                "status": "NOT_FOUND"
+            }}),
+        )),
+    };
+    Some(reply)
 }
 
 /// Sends a reply, or resets or hangs the connection as it says.

@@ -19,6 +19,8 @@ use crate::scenario::Scenario;
 pub(crate) struct Shared {
     pub scenario: Option<Scenario>,
     pub log: AttemptLog,
+    /// Vertex AI's issued access tokens.
+    pub tokens: crate::vertex::Tokens,
     clock: Mutex<Timeline>,
     ids: AtomicU64,
     /// Mixed into ids so that two simulator runs hand out different ones.
@@ -59,6 +61,7 @@ impl Shared {
         Shared {
             scenario,
             log,
+            tokens: crate::vertex::Tokens::default(),
             clock: Mutex::new(Timeline {
                 start: Instant::now(),
                 unix_ms_at_start: unix_ms,

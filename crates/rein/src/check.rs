@@ -1,7 +1,8 @@
 //! `rein check`: validates a config file and names every problem by key. An environment
 //! variable the config names for a secret that is unset here is a warning, not a failure (the
 //! file is checked, often on a machine that does not hold the secrets), unless `--strict`; every
-//! other problem fails the check. On success it prints the effective config, secrets masked.
+//! other problem fails the check. On success it prints the effective config, secrets masked, and
+//! for each Vertex AI provider its project, region and where its tokens come from.
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -18,6 +19,16 @@ use crate::CheckArgs;
 /// environment variables only for secrets, and checks of their values ask at most for a
 /// `postgres://` URL (`store.postgres_url_env`) or a valid header value; this satisfies both.
 const PLACEHOLDER: &str = "postgres://rein-check.invalid/unset";
+
+/// Variables the config reads that are settings, not secrets: unset, they choose a default (the
+/// metadata server, no project), so they are never filled with the placeholder.
+const NOT_SECRETS: &[&str] = &[
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GCE_METADATA_HOST",
+    "GOOGLE_CLOUD_PROJECT",
+    "GOOGLE_CLOUD_LOCATION",
+    "CLOUD_ML_REGION",
+];
 
 pub(crate) fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCode> {
     let text = std::fs::read_to_string(&args.config)
@@ -49,6 +60,11 @@ pub(crate) fn run(args: CheckArgs) -> anyhow::Result<std::process::ExitCode> {
             )?;
             writeln!(stdout, "{}", serde_json::to_string_pretty(&config)?)?;
             for (provider, config) in &config.providers {
+                if let (ProviderKind::Vertex, rein_providers::ProviderConfig::Vertex(vertex)) =
+                    (config.kind, &config.adapter)
+                {
+                    writeln!(stdout, "{}", vertex_note(provider, vertex))?;
+                }
                 if config.kind == ProviderKind::Replay {
                     let cassette = config.cassette.as_deref().unwrap_or_default();
                     writeln!(
@@ -84,6 +100,28 @@ fn print_credentials(text: &str, out: &mut dyn Write) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What a Vertex provider will run with: project, region, and where its access tokens come
+/// from (the key file and its account, or the metadata server). Never a secret.
+fn vertex_note(provider: &str, vertex: &rein_providers::VertexConfig) -> String {
+    let source = match &vertex.credentials {
+        rein_providers::VertexCredentials::ServiceAccount { .. } => {
+            format!("access tokens from the {}", vertex.credentials.describe())
+        }
+        rein_providers::VertexCredentials::Metadata { .. } => format!(
+            "access tokens from {} (no `credentials_file`, and `GOOGLE_APPLICATION_CREDENTIALS` is \
+             unset): this works only on Google Cloud (Compute Engine, GKE, Cloud Run)",
+            vertex.credentials.describe()
+        ),
+    };
+    format!(
+        "note: `providers.{provider}` calls Vertex AI (publisher `{}`) in project `{}`, region \
+         `{}`; {source}",
+        vertex.publisher.as_str(),
+        vertex.project,
+        vertex.region
+    )
+}
+
 /// How many interactions a replay provider's cassette holds, as " (N recorded interactions)".
 #[cfg(feature = "sim")]
 fn recorded(cassette: &str) -> String {
@@ -103,7 +141,7 @@ fn validate(text: &str, strict: bool) -> (Result<Config, ConfigError>, Vec<Confi
     let unset = RefCell::new(BTreeSet::new());
     let recording = |name: &str| {
         let value = process_env(name).filter(|value| !value.is_empty());
-        if value.is_none() {
+        if value.is_none() && !NOT_SECRETS.contains(&name) {
             unset.borrow_mut().insert(name.to_string());
         }
         value

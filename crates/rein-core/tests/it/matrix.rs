@@ -77,6 +77,11 @@ impl Row {
         self.deadline_ms = Some(ms);
         self
     }
+    /// The primary tier's errors are Anthropic's (Claude on Vertex AI can answer with them).
+    fn anthropic(mut self) -> Self {
+        self.format = WireFormat::Anthropic;
+        self
+    }
     /// The primary tier speaks Gemini, so its errors are read as Google's.
     fn gemini(mut self) -> Self {
         self.format = WireFormat::Gemini;
@@ -343,6 +348,39 @@ fn rows() -> Vec<Row> {
         row("Bedrock modelStreamErrorException frame mid-stream is retried", Answered, (2, 0), 300)
             .scripts(vec![Act::StreamErrorTypedAfter(2, "modelStreamErrorException", "The model stream failed."), ok()], vec![ok()])
             .bedrock(),
+        // Vertex AI answers Google's bodies for Claude and Gemini alike (the adapter reports them
+        // in the Gemini format), and Claude's own 529; a failed token fetch is OAuth's error.
+        row("Vertex RESOURCE_EXHAUSTED with RetryInfo 3 s waits exactly 3 s", Answered, (2, 0), 3000)
+            .scripts(vec![Act::Http(HttpError { status: 429, error_type: Some("RESOURCE_EXHAUSTED".into()), message: "Resource exhausted. Please try again later. Please refer to https://cloud.google.com/vertex-ai/generative-ai/docs/error-code-429 for more details.".into(), retry_after: Some(ms(3000)), ..HttpError::default() }), ok()], vec![ok()])
+            .gemini(),
+        row("Vertex per-minute base-model quota (Claude) once then ok", Answered, (2, 0), 300)
+            .scripts(vec![http(429, "RESOURCE_EXHAUSTED", None, "Quota exceeded for aiplatform.googleapis.com/online_prediction_input_tokens_per_minute_per_base_model with base model: anthropic-claude-3-7-sonnet. Please submit a quota increase request. https://cloud.google.com/vertex-ai/docs/generative-ai/quotas-genai."), ok()], vec![ok()])
+            .gemini(),
+        row("Claude on Vertex 529 overloaded_error once then ok", Answered, (2, 0), 300)
+            .scripts(vec![http(529, "overloaded_error", None, "Overloaded"), ok()], vec![ok()])
+            .anthropic(),
+        row("Vertex UNAVAILABLE 503 persistent: the next tier", Fallback, (2, 1), 300)
+            .scripts(vec![http(503, "UNAVAILABLE", None, "The service is currently unavailable.")], vec![ok()])
+            .gemini(),
+        row("Vertex UNAUTHENTICATED 401 skips the tier and alerts", Fallback, (1, 1), 0)
+            .scripts(vec![http(401, "UNAUTHENTICATED", Some("ACCESS_TOKEN_EXPIRED"), "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential. See https://developers.google.com/identity/sign-in/web/devconsole-project.")], vec![ok()])
+            .gemini()
+            .alerts(1),
+        row("Vertex PERMISSION_DENIED skips the tier and alerts", Fallback, (1, 1), 0)
+            .scripts(vec![http(403, "PERMISSION_DENIED", None, "Permission 'aiplatform.endpoints.predict' denied on resource '//aiplatform.googleapis.com/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4' (or it may not exist).")], vec![ok()])
+            .gemini()
+            .alerts(1),
+        row("Vertex INVALID_ARGUMENT skips the tier and alerts", Fallback, (1, 1), 0)
+            .scripts(vec![http(400, "INVALID_ARGUMENT", None, "Request contains an invalid argument.")], vec![ok()])
+            .gemini()
+            .alerts(1),
+        row("Vertex token fetch refused (invalid_grant) skips the tier and alerts", Fallback, (1, 1), 0)
+            .scripts(vec![http(400, "invalid_grant", None, "the token endpoint https://oauth2.googleapis.com/token (service account sa@p.iam.gserviceaccount.com) refused the token request (HTTP 400): invalid_grant: Invalid JWT Signature.")], vec![ok()])
+            .anthropic()
+            .alerts(1),
+        // An unreachable token endpoint fails the attempt as a connection failure (a reset here).
+        row("Vertex token endpoint unreachable once then ok", Answered, (2, 0), 300)
+            .scripts(vec![Act::Reset, ok()], vec![ok()]),
         row("every tier down: the degraded reply", Degraded, (2, 2), 600)
             .scripts(vec![status(503)], vec![status(503)]),
         row("x-should-retry false: next tier", Fallback, (1, 1), 0).scripts(

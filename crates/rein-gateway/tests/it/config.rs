@@ -268,7 +268,10 @@ model = "anthropic.claude-3-haiku-20240307-v1:0"
     let _ = std::fs::remove_file(&file);
     // A key that only applies to Bedrock is refused elsewhere.
     let openai = "[providers.o]\nkind = \"openai\"\napi_key_env = \"OPENAI_API_KEY\"\nregion = \"us-east-1\"\n[routes.chat]\n[[routes.chat.tiers]]\nname = \"p\"\nprovider = \"o\"\nmodel = \"m\"\n";
-    assert!(problems(openai).contains("`providers.o.region`: only applies to kind `bedrock`"));
+    assert!(
+        problems(openai)
+            .contains("`providers.o.region`: only applies to kinds `bedrock` and `vertex`")
+    );
 }
 
 #[test]
@@ -392,4 +395,106 @@ fn api_chooses_the_responses_api_of_the_openai_kinds_only() {
         "[providers.p]\nkind = \"azure_openai\"\napi_key_env = \"OPENAI_API_KEY\"\nbase_url = \"https://r.openai.azure.com\"\ndeployment = \"d\"\n",
         "`providers.p.api_version`: is required for kind `azure_openai`",
     );
+}
+
+#[test]
+fn a_vertex_provider_names_what_it_is_missing() {
+    let config = |provider: &str| {
+        format!(
+            "{provider}\n[routes.chat]\n[[routes.chat.tiers]]\nname = \"p\"\nprovider = \"v\"\nmodel = \"claude-sonnet-4@20250514\"\n"
+        )
+    };
+    let message = problems(&config("[providers.v]\nkind = \"vertex\"\n"));
+    assert!(message.contains("the config has 3 problems"), "{message}");
+    assert!(message.contains("`providers.v.publisher`: is required for kind `vertex`: `anthropic` (Claude) or `google` (Gemini)"), "{message}");
+    assert!(
+        message.contains(
+            "`providers.v.project`: is required for kind `vertex` (or set `GOOGLE_CLOUD_PROJECT`"
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains(
+            "`providers.v.region`: is required for kind `vertex` (or set `GOOGLE_CLOUD_LOCATION`)"
+        ),
+        "{message}"
+    );
+
+    let message = problems(&config(
+        "[providers.v]\nkind = \"vertex\"\npublisher = \"meta\"\nproject = \"p\"\nregion = \"us-east5\"\ncredentials_file = \"/nonexistent/rein-key.json\"\napi_key_env = \"OPENAI_API_KEY\"\nheaders = { x-goog-user-project = \"p\" }\n",
+    ));
+    assert!(
+        message.contains("`providers.v.headers`: does not apply to kind `vertex`"),
+        "{message}"
+    );
+    assert!(
+        message.contains("`providers.v.publisher`: `meta` is not a Vertex publisher here"),
+        "{message}"
+    );
+    assert!(
+        message.contains(
+            "`providers.v.credentials_file`: `/nonexistent/rein-key.json` cannot be read"
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains("`providers.v.api_key_env`: does not apply to kind `vertex`"),
+        "{message}"
+    );
+
+    let message = problems(&config(
+        "[providers.v]\nkind = \"openai\"\napi_key_env = \"OPENAI_API_KEY\"\nproject = \"p\"\npublisher = \"google\"\n",
+    ));
+    assert!(message.contains("`providers.v.project`: only applies to kind `vertex`"), "{message}");
+    assert!(
+        message.contains("`providers.v.publisher`: only applies to kind `vertex`"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_vertex_provider_reads_its_key_file_and_the_google_variables() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_path = dir.path().join("key.json");
+    let key = rein_sim::vertex::test_service_account("https://oauth2.googleapis.com/token");
+    std::fs::write(&key_path, &key).unwrap();
+    let path = key_path.to_str().unwrap().to_owned();
+    let text = "[providers.v]\nkind = \"vertex\"\npublisher = \"anthropic\"\n[routes.chat]\n[[routes.chat.tiers]]\nname = \"p\"\nprovider = \"v\"\nmodel = \"claude-sonnet-4@20250514\"\n";
+    let google_env = |name: &str| match name {
+        "GOOGLE_APPLICATION_CREDENTIALS" => Some(path.clone()),
+        "GOOGLE_CLOUD_LOCATION" => Some("global".to_owned()),
+        _ => None,
+    };
+    let parsed = Config::from_toml(text, &google_env).unwrap();
+    let provider = &parsed.providers["v"];
+    assert_eq!(provider.kind, ProviderKind::Vertex);
+    assert_eq!(provider.genai_name(), "gcp.vertex_ai");
+    let rein_providers::ProviderConfig::Vertex(adapter) = &provider.adapter else {
+        panic!("a Vertex adapter: {:?}", provider.adapter);
+    };
+    // The project from the key file's `project_id`, the region from the variable.
+    assert_eq!((adapter.project.as_str(), adapter.region.as_str()), ("rein-sim-test", "global"));
+    assert_eq!(
+        adapter.credentials.describe(),
+        format!(
+            "service-account key `{path}` ({}, token endpoint https://oauth2.googleapis.com/token)",
+            rein_sim::vertex::TEST_CLIENT_EMAIL
+        )
+    );
+    let shown = format!("{parsed:?} {}", serde_json::to_string(&parsed).unwrap());
+    assert!(!shown.contains("BEGIN PRIVATE KEY"), "the private key is never printed");
+
+    // Without a key file: the metadata server, `GCE_METADATA_HOST` overriding its host.
+    let metadata_env = |name: &str| match name {
+        "GOOGLE_CLOUD_PROJECT" => Some("my-project".to_owned()),
+        "CLOUD_ML_REGION" => Some("us-east5".to_owned()),
+        "GCE_METADATA_HOST" => Some("169.254.169.254".to_owned()),
+        _ => None,
+    };
+    let parsed = Config::from_toml(text, &metadata_env).unwrap();
+    let rein_providers::ProviderConfig::Vertex(adapter) = &parsed.providers["v"].adapter else {
+        panic!("a Vertex adapter");
+    };
+    assert_eq!((adapter.project.as_str(), adapter.region.as_str()), ("my-project", "us-east5"));
+    assert_eq!(adapter.credentials.describe(), "the metadata server at 169.254.169.254");
 }

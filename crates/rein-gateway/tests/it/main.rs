@@ -23,4 +23,5 @@ mod responses_upstream;
 mod runs;
 mod tools;
 mod traces;
+mod vertex;
 mod wire_edges;

@@ -3,8 +3,8 @@
 //! OpenAI adapter's convention, and this crate's default) gets only `/messages`, so both
 //! `https://api.anthropic.com` and `https://api.anthropic.com/v1` reach the same endpoint.
 
-mod request;
-mod response;
+pub(crate) mod request;
+pub(crate) mod response;
 mod stream;
 mod wire;
 

@@ -6,8 +6,8 @@
 //! gets only `models/...`. Errors are Google's `{"error": {"code", "message", "status",
 //! "details"}}`, read by `http_error`.
 
-mod request;
-mod response;
+pub(crate) mod request;
+pub(crate) mod response;
 mod stream;
 mod wire;
 

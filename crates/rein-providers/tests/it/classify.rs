@@ -11,6 +11,8 @@ use crate::fixture;
 
 const OPENAI: WireFormat = WireFormat::OpenAi;
 const ANTHROPIC: WireFormat = WireFormat::Anthropic;
+/// Google's error bodies, as the Gemini and Vertex adapters read them.
+const GOOGLE: WireFormat = WireFormat::Gemini;
 
 /// Where a body comes from.
 #[derive(Debug, Clone, Copy)]
@@ -87,6 +89,17 @@ const ERROR_BODIES: &[Case] = &[
     case(ANTHROPIC, 500, Fixture("anthropic/errors/500_api_error.json"), K::ServerError, RetryTier),
     case(ANTHROPIC, 400, Quoted(ANTHROPIC_USAGE_LIMITS_400), K::QuotaExhausted, SkipTierAndAlert),
     case(ANTHROPIC, 400, Quoted(ANTHROPIC_CONTEXT_LIMIT_400), K::ContextLength, NextLargerContextTier),
+    // Vertex AI: Google's bodies for both publishers (the adapter reads them as Google's), and
+    // Claude's own 529. A per-minute base-model quota clears by waiting; a publisher model the
+    // project may not use does not.
+    case(GOOGLE, 429, Fixture("vertex/errors/429_quota_per_base_model.json"), K::RateLimited, RetryTier),
+    case(GOOGLE, 429, Fixture("vertex/errors/429_input_tokens_per_minute.json"), K::RateLimited, RetryTier),
+    case(GOOGLE, 429, Fixture("vertex/errors/429_resource_exhausted_retry_info.json"), K::RateLimited, RetryTier),
+    case(GOOGLE, 400, Fixture("vertex/errors/400_failed_precondition_publisher_model.json"), K::QuotaExhausted, SkipTierAndAlert),
+    case(GOOGLE, 401, Fixture("vertex/errors/401_unauthenticated.json"), K::Unauthorized, SkipTierAndAlert),
+    case(GOOGLE, 403, Fixture("vertex/errors/403_permission_denied.json"), K::Forbidden, SkipTierAndAlert),
+    case(GOOGLE, 503, Fixture("vertex/errors/503_unavailable.json"), K::Overloaded, RetryTier),
+    case(ANTHROPIC, 529, Fixture("vertex/errors/529_overloaded_error.json"), K::Overloaded, RetryTier),
 ];
 
 /// Mid-stream error events: (format, recorded stream, kind, move).
@@ -149,7 +162,7 @@ fn mid_stream_error_events_classify_as_a_user_expects() {
 
 #[test]
 fn every_error_fixture_has_a_row() {
-    for format in ["openai", "anthropic"] {
+    for format in ["openai", "anthropic", "vertex"] {
         let dir = format!("{}/tests/fixtures/{format}/errors", env!("CARGO_MANIFEST_DIR"));
         for entry in std::fs::read_dir(&dir).expect("fixtures") {
             let name = entry.expect("entry").file_name().to_string_lossy().into_owned();

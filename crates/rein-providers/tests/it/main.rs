@@ -23,6 +23,7 @@ mod secrets;
 mod server;
 mod streams;
 mod transport;
+mod vertex;
 
 use futures_util::StreamExt;
 use rein_core::{ChatResponse, EventStream, Failure, ResponseBuilder, StreamEvent};

@@ -42,6 +42,9 @@ pub enum CredentialState {
     Missing,
     /// Optional and absent (a session token with long-term keys, a local server's key).
     Absent,
+    /// Only the place it will be asked can be named: Google's metadata server answers on Google
+    /// Cloud alone, and only when a call asks.
+    Unchecked,
 }
 
 /// The credentials of every provider of a config file, in the order of their names.
@@ -77,6 +80,7 @@ fn items(raw: &RawProvider, env: EnvLookup<'_>) -> Vec<CredentialItem> {
     match raw.kind {
         ProviderKind::Sim | ProviderKind::Replay => Vec::new(),
         ProviderKind::Bedrock => aws_items(raw, env),
+        ProviderKind::Vertex => vertex_items(raw, env),
         ProviderKind::Openai
         | ProviderKind::Anthropic
         | ProviderKind::AzureOpenai
@@ -189,6 +193,77 @@ fn aws_items(raw: &RawProvider, env: EnvLookup<'_>) -> Vec<CredentialItem> {
     items
 }
 
+/// Vertex: the project, the region and where access tokens come from, as
+/// [`super::vertex::settings`] reads them.
+fn vertex_items(raw: &RawProvider, env: EnvLookup<'_>) -> Vec<CredentialItem> {
+    let value = |var: &str| env(var).filter(|value| !value.trim().is_empty());
+    let (key_file, named_by) = match &raw.credentials_file {
+        Some(path) => (Some(path.clone()), "`credentials_file`"),
+        None => (value("GOOGLE_APPLICATION_CREDENTIALS"), "`GOOGLE_APPLICATION_CREDENTIALS`"),
+    };
+    let key = key_file.as_deref().map(super::vertex::read_key);
+    let mut items = Vec::new();
+    let project = if raw.project.is_some() {
+        Some("`project` in the config".to_string())
+    } else if value("GOOGLE_CLOUD_PROJECT").is_some() {
+        Some("environment variable `GOOGLE_CLOUD_PROJECT`".to_string())
+    } else if matches!(&key, Some(Ok(key)) if key.project_id.is_some()) {
+        Some(format!("the `project_id` of the key file {named_by} names"))
+    } else {
+        None
+    };
+    items.push(match project {
+        Some(source) => CredentialItem { what: "project", source, state: CredentialState::Found },
+        None => CredentialItem {
+            what: "project",
+            source: "`project` in the config, `GOOGLE_CLOUD_PROJECT`, or a key file's `project_id`"
+                .into(),
+            state: CredentialState::Missing,
+        },
+    });
+    let region = if raw.region.is_some() {
+        Some("`region` in the config".to_string())
+    } else {
+        ["GOOGLE_CLOUD_LOCATION", "CLOUD_ML_REGION"]
+            .into_iter()
+            .find(|var| value(var).is_some())
+            .map(|var| format!("environment variable `{var}`"))
+    };
+    items.push(match region {
+        Some(source) => CredentialItem { what: "region", source, state: CredentialState::Found },
+        None => CredentialItem {
+            what: "region",
+            source: "`region` in the config, or `GOOGLE_CLOUD_LOCATION` / `CLOUD_ML_REGION`".into(),
+            state: CredentialState::Missing,
+        },
+    });
+    items.push(match (&key_file, &key) {
+        (Some(path), Some(Ok(key))) => CredentialItem {
+            what: "access tokens",
+            source: format!(
+                "the service-account key `{path}` ({named_by}; account {}, token endpoint {})",
+                key.client_email, key.token_uri
+            ),
+            state: CredentialState::Found,
+        },
+        (Some(path), Some(Err(reason))) => CredentialItem {
+            what: "access tokens",
+            source: format!("the service-account key `{path}` ({named_by}), which {reason}"),
+            state: CredentialState::Missing,
+        },
+        _ => CredentialItem {
+            what: "access tokens",
+            source: format!(
+                "the metadata server at {} (no `credentials_file`, `GOOGLE_APPLICATION_CREDENTIALS` unset): it answers only on Google Cloud",
+                value("GCE_METADATA_HOST")
+                    .unwrap_or_else(|| rein_providers::GCE_METADATA_DEFAULT_HOST.to_owned())
+            ),
+            state: CredentialState::Unchecked,
+        },
+    });
+    items
+}
+
 impl fmt::Display for ProviderCredentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = serde_json::to_value(self.kind)
@@ -208,6 +283,7 @@ impl fmt::Display for ProviderCredentials {
                 CredentialState::Found => "found",
                 CredentialState::Missing => "MISSING",
                 CredentialState::Absent => "not set (optional)",
+                CredentialState::Unchecked => "not checked here",
             };
             write!(f, "\n  {}: {state}, from {}", item.what, item.source)?;
         }
@@ -292,5 +368,50 @@ mod tests {
         let report = explain(&config, &|_: &str| None).remove(0);
         assert_eq!(report.items[0].what, "region");
         assert_eq!(report.items[0].state, CredentialState::Missing);
+    }
+
+    #[test]
+    fn vertex_names_its_project_region_and_token_source() {
+        let config = raw("[providers.v]\nkind = \"vertex\"\npublisher = \"google\"\n");
+        // Nothing set: project and region missing, tokens from the metadata server, unchecked.
+        let report = explain(&config, &|_: &str| None).remove(0);
+        let states: Vec<_> = report.items.iter().map(|item| (item.what, item.state)).collect();
+        assert_eq!(
+            states,
+            [
+                ("project", CredentialState::Missing),
+                ("region", CredentialState::Missing),
+                ("access tokens", CredentialState::Unchecked),
+            ]
+        );
+        assert!(report.to_string().contains("the metadata server at metadata.google.internal"));
+        // A key file that is not a key: missing, with the loader's reason; the variables found.
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let file = dir.path().join("key.json");
+        std::fs::write(
+            &file,
+            "{\"type\": \"service_account\", \"private_key\": \"not-a-key-secret\"}",
+        )
+        .expect("write");
+        let path = file.display().to_string();
+        let env = |name: &str| match name {
+            "GOOGLE_APPLICATION_CREDENTIALS" => Some(path.clone()),
+            "GOOGLE_CLOUD_PROJECT" => Some("p".into()),
+            "CLOUD_ML_REGION" => Some("us-east5".into()),
+            _ => None,
+        };
+        let report = explain(&config, &env).remove(0);
+        let text = report.to_string();
+        assert!(
+            text.contains("project: found, from environment variable `GOOGLE_CLOUD_PROJECT`"),
+            "{text}"
+        );
+        assert!(
+            text.contains("region: found, from environment variable `CLOUD_ML_REGION`"),
+            "{text}"
+        );
+        assert!(text.contains("access tokens: MISSING, from the service-account key"), "{text}");
+        assert!(text.contains("(`GOOGLE_APPLICATION_CREDENTIALS`), which "), "{text}");
+        assert!(!text.contains("not-a-key-secret"), "{text}");
     }
 }

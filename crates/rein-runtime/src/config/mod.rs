@@ -13,6 +13,7 @@ pub mod raw;
 pub mod snippet;
 mod tls;
 pub mod traces;
+mod vertex;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -193,6 +194,9 @@ impl ProviderConfig {
             (ProviderKind::AzureOpenai, _) => "azure.ai.openai",
             (ProviderKind::Openai | ProviderKind::OpenaiCompatible, _) => "openai",
             (ProviderKind::Gemini, _) => "gcp.gemini",
+            (ProviderKind::Vertex, _) | (_, rein_providers::ProviderConfig::Vertex(_)) => {
+                "gcp.vertex_ai"
+            }
             (
                 ProviderKind::Sim | ProviderKind::Replay,
                 rein_providers::ProviderConfig::Anthropic(_),
@@ -666,11 +670,13 @@ fn validate_provider(
         (true, Some("bedrock")) => WireFormat::Bedrock,
         // The simulator speaks Gemini; recorded cassettes do not (yet).
         (true, Some("gemini")) if raw.kind == ProviderKind::Sim => WireFormat::Gemini,
+        // Vertex AI's paths, in the publisher's format (Anthropic's or Gemini's), decided below.
+        (true, Some("vertex")) if raw.kind == ProviderKind::Sim => WireFormat::OpenAi,
         (true, Some(other)) => {
             problems.add(
                 key("format"),
                 format!(
-                    "`{other}` is not a wire format here: use `openai`, `anthropic` or `bedrock` (or `gemini` with kind `sim`)"
+                    "`{other}` is not a wire format here: use `openai`, `anthropic` or `bedrock` (or `gemini` or `vertex` with kind `sim`)"
                 ),
             );
             ok = false;
@@ -692,13 +698,15 @@ fn validate_provider(
         ok = false;
     }
     let sim_anthropic = in_process && sim_format == WireFormat::Anthropic;
+    let sim_vertex = raw.kind == ProviderKind::Sim && raw.format.as_deref() == Some("vertex");
+    let is_vertex = raw.kind == ProviderKind::Vertex || sim_vertex;
     // `api`: which of a provider's APIs rein calls (Bedrock: Converse or InvokeModel; the
     // OpenAI kinds: Chat Completions or the Responses API).
     let speaks_bedrock = raw.kind == ProviderKind::Bedrock || sim_bedrock;
     let speaks_openai = matches!(
         raw.kind,
         ProviderKind::Openai | ProviderKind::OpenaiCompatible | ProviderKind::AzureOpenai
-    ) || (in_process && sim_format == WireFormat::OpenAi);
+    ) || (in_process && sim_format == WireFormat::OpenAi && !sim_vertex);
     let mut bedrock_api = rein_providers::BedrockApi::Converse;
     let mut openai_api = rein_providers::OpenAiApi::ChatCompletions;
     let api_problem = match (raw.api.as_deref(), speaks_bedrock, speaks_openai) {
@@ -759,11 +767,13 @@ fn validate_provider(
         }
         (None, _) => {}
     }
-    let speaks_anthropic = raw.kind == ProviderKind::Anthropic || sim_anthropic;
+    let speaks_anthropic = raw.kind == ProviderKind::Anthropic
+        || sim_anthropic
+        || (is_vertex && raw.publisher.as_deref() == Some("anthropic"));
     if raw.json_prefill.is_some() && !speaks_anthropic {
         problems.add(
             key("json_prefill"),
-            "only applies to the Anthropic format (kind `anthropic`, or `sim` or `replay` with format `anthropic`)",
+            "only applies to the Anthropic format (kind `anthropic`, `vertex` with publisher `anthropic`, or `sim` or `replay` with format `anthropic`)",
         );
         ok = false;
     }
@@ -802,8 +812,11 @@ fn validate_provider(
     let bedrock = match raw.kind {
         ProviderKind::Bedrock => aws_settings(raw, env, &key, problems),
         _ => {
+            if raw.region.is_some() && !is_vertex {
+                problems.add(key("region"), "only applies to kinds `bedrock` and `vertex`");
+                ok = false;
+            }
             for (field, set) in [
-                ("region", raw.region.is_some()),
                 ("access_key_id_env", raw.access_key_id_env.is_some()),
                 ("secret_access_key_env", raw.secret_access_key_env.is_some()),
                 ("session_token_env", raw.session_token_env.is_some()),
@@ -823,6 +836,40 @@ fn validate_provider(
                 "does not apply to kind `bedrock`, which signs with AWS credentials (`access_key_id_env`, `secret_access_key_env`)",
             );
         }
+        ok = false;
+    }
+    for (field, set) in [
+        ("project", raw.project.is_some()),
+        ("publisher", raw.publisher.is_some()),
+        ("token_refresh_margin_ms", raw.token_refresh_margin_ms.is_some()),
+    ] {
+        if set && !is_vertex {
+            problems
+                .add(key(field), "only applies to kind `vertex` (or `sim` with format `vertex`)");
+            ok = false;
+        }
+    }
+    if raw.credentials_file.is_some() && raw.kind != ProviderKind::Vertex {
+        problems.add(key("credentials_file"), "only applies to kind `vertex`");
+        ok = false;
+    }
+    if is_vertex && !raw.headers.is_empty() {
+        problems.add(key("headers"), "does not apply to kind `vertex`: it sends no static headers");
+        ok = false;
+    }
+    if raw.kind == ProviderKind::Vertex && raw.api_key_env.is_some() {
+        problems.add(
+            key("api_key_env"),
+            "does not apply to kind `vertex`, which sends OAuth access tokens (`credentials_file`, or the metadata server)",
+        );
+        ok = false;
+    }
+    let vertex = match (raw.kind, sim_vertex) {
+        (ProviderKind::Vertex, _) => vertex::settings(name, raw, env, &key, problems),
+        (_, true) => vertex::sim_settings(name, raw, &key, problems),
+        _ => None,
+    };
+    if is_vertex && vertex.is_none() {
         ok = false;
     }
     if !ok {
@@ -905,9 +952,25 @@ fn validate_provider(
             Adapter::Bedrock(adapter)
         }
         ProviderKind::Sim if sim_format == WireFormat::Gemini => Adapter::Gemini(gemini(None)),
-        ProviderKind::Sim | ProviderKind::Replay | ProviderKind::Bedrock => {
+        ProviderKind::Sim | ProviderKind::Replay | ProviderKind::Bedrock | ProviderKind::Vertex => {
             Adapter::OpenAi(openai(None))
         }
+    };
+    // Kind `vertex`, and the simulator's Vertex tier, build from their own settings.
+    let adapter = match vertex {
+        Some(mut vertex) => {
+            vertex.streaming = raw.stream.unwrap_or(true);
+            vertex.limits = limits;
+            vertex.json_prefill = raw.json_prefill;
+            if let Some(max_tokens) = raw.default_max_tokens {
+                vertex.default_max_tokens = max_tokens;
+            }
+            if let Some(margin) = raw.token_refresh_margin_ms {
+                vertex.token_refresh_margin_ms = margin;
+            }
+            Adapter::Vertex(vertex)
+        }
+        None => adapter,
     };
     // The adapter's own checks (a URL that parses, header names and values it can send), so a
     // config that validates also builds.

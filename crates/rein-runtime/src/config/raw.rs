@@ -302,6 +302,9 @@ pub enum ProviderKind {
     Bedrock,
     /// Google's Gemini API (generativelanguage.googleapis.com), with an API key.
     Gemini,
+    /// Google Vertex AI: Claude or Gemini (`publisher`), with OAuth tokens from a
+    /// service-account key (`credentials_file`) or the metadata server.
+    Vertex,
     /// rein's own simulator, started in-process (no network, no key).
     Sim,
     /// Recorded answers (`rein record`) served in-process from a cassette file; a request the
@@ -331,8 +334,23 @@ pub struct RawProvider {
     #[serde(default)]
     pub default_max_tokens: Option<u32>,
     /// Bedrock: the AWS region (default: the `AWS_REGION` or `AWS_DEFAULT_REGION` variable).
+    /// Vertex: the location (default: `GOOGLE_CLOUD_LOCATION`, else `CLOUD_ML_REGION`).
     #[serde(default)]
     pub region: Option<String>,
+    /// Vertex: the Google Cloud project (default: `GOOGLE_CLOUD_PROJECT`, else the key file's
+    /// `project_id`).
+    #[serde(default)]
+    pub project: Option<String>,
+    /// Vertex: whose models, `anthropic` (Claude) or `google` (Gemini). Required.
+    #[serde(default)]
+    pub publisher: Option<String>,
+    /// Vertex: the service-account JSON key (default: the file `GOOGLE_APPLICATION_CREDENTIALS`
+    /// names; without either, the metadata server).
+    #[serde(default)]
+    pub credentials_file: Option<String>,
+    /// Vertex: how long before its expiry an access token is replaced (default 300000).
+    #[serde(default)]
+    pub token_refresh_margin_ms: Option<u64>,
     /// Bedrock: the variable holding the access key id (default `AWS_ACCESS_KEY_ID`).
     #[serde(default)]
     pub access_key_id_env: Option<String>,

@@ -14,3 +14,4 @@ mod scenario;
 mod support;
 mod tool_choice;
 mod transport;
+mod vertex;

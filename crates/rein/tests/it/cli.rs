@@ -787,3 +787,93 @@ async fn traces_and_sli_print_what_the_gateway_recorded() {
     assert_eq!(code, Some(1));
     assert!(stdout.contains("window"), "{stdout}");
 }
+
+/// `rein check` on a Vertex AI provider: where its tokens come from (the key file and its
+/// account, or the metadata server), its project and region, never the private key; and what is
+/// missing, by key, without mistaking an unset Google variable for a secret.
+#[test]
+fn check_explains_a_vertex_providers_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("sa.json");
+    let pem = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC=\n-----END PRIVATE KEY-----\n";
+    let key_json = serde_json::json!({
+        "type": "service_account",
+        "project_id": "key-project",
+        "private_key_id": "k1",
+        "private_key": pem,
+        "client_email": "rein@key-project.iam.gserviceaccount.com",
+        "token_uri": "https://oauth2.googleapis.com/token"
+    });
+    std::fs::write(&key, key_json.to_string()).unwrap();
+    let routes = "[routes.chat]\n[[routes.chat.tiers]]\nname = \"p\"\nprovider = \"v\"\nmodel = \"claude-sonnet-4@20250514\"\n";
+    let run = |provider: String| {
+        let config = dir.path().join("rein.toml");
+        std::fs::write(&config, format!("{provider}{routes}")).unwrap();
+        let output = Command::new(BIN)
+            .arg("check")
+            .arg(&config)
+            .env_remove("GOOGLE_APPLICATION_CREDENTIALS")
+            .env_remove("GOOGLE_CLOUD_PROJECT")
+            .env_remove("GOOGLE_CLOUD_LOCATION")
+            .env_remove("CLOUD_ML_REGION")
+            .env_remove("GCE_METADATA_HOST")
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+
+    // The key file is not a usable RSA key: named by key, the key itself never shown.
+    let with_key = format!(
+        "[providers.v]\nkind = \"vertex\"\npublisher = \"anthropic\"\nregion = \"us-east5\"\ncredentials_file = \"{}\"\n",
+        key.display()
+    );
+    let (code, stdout, stderr) = run(with_key.clone());
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("`providers.v.credentials_file`"), "{stderr}");
+    assert!(!stderr.contains("MIIEvQ"), "{stderr}");
+
+    // A real (test) key: the note names the file, the account and the token endpoint.
+    let sim_key = rein_sim_key();
+    std::fs::write(&key, sim_key).unwrap();
+    let (code, stdout, stderr) = run(with_key);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let note = stdout.lines().find(|line| line.starts_with("note: `providers.v`")).unwrap_or("");
+    assert!(note.contains("publisher `anthropic`"), "{stdout}");
+    assert!(note.contains("project `rein-sim-test`, region `us-east5`"), "{stdout}");
+    assert!(note.contains(&format!("service-account key `{}`", key.display())), "{stdout}");
+    assert!(note.contains("rein-sim@rein-sim-test.iam.gserviceaccount.com"), "{stdout}");
+    assert!(!stdout.contains("PRIVATE KEY"), "{stdout}");
+
+    // No key file: the metadata server, said so.
+    let metadata = "[providers.v]\nkind = \"vertex\"\npublisher = \"google\"\nproject = \"p\"\nregion = \"global\"\n".to_owned();
+    let (code, stdout, stderr) = run(metadata);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("access tokens from the metadata server at metadata.google.internal (no `credentials_file`, and `GOOGLE_APPLICATION_CREDENTIALS` is unset)"), "{stdout}");
+
+    // Nothing set: each missing setting by key, as an error, and no made-up key file problem.
+    let (code, stdout, stderr) = run("[providers.v]\nkind = \"vertex\"\n".to_owned());
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    for key in ["providers.v.publisher", "providers.v.project", "providers.v.region"] {
+        assert!(stderr.contains(&format!("`{key}`")), "`{key}` not named:\n{stderr}");
+    }
+    assert!(!stderr.contains("credentials_file"), "{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+}
+
+/// The simulator's throwaway test service-account key, as a key file's text.
+fn rein_sim_key() -> String {
+    let pem = include_str!("../../../rein-sim/src/vertex-TEST-ONLY-key.pem");
+    serde_json::json!({
+        "type": "service_account",
+        "project_id": "rein-sim-test",
+        "private_key_id": "rein-sim-test-key",
+        "private_key": pem,
+        "client_email": "rein-sim@rein-sim-test.iam.gserviceaccount.com",
+        "token_uri": "https://oauth2.googleapis.com/token"
+    })
+    .to_string()
+}
