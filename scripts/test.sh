@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The test command: every Rust test, then the official-SDK suite against a real `rein serve`.
+# The test command: every Rust test, then the official-SDK suites (Python: scripts/test-python.sh;
+# Node: scripts/test-node.sh, which installs Debian's nodejs and npm when they are missing)
+# against a real `rein serve`.
 # The Postgres tool store's tests start their own PostgreSQL server (rein_store::testing), which
 # needs its server binaries (initdb, pg_ctl, postgres): when they are in none of the places those
 # tests look, this installs Debian's `postgresql` package first (through sudo when not root).

@@ -22,6 +22,8 @@ use crate::secret::Secret;
 
 /// The OpenAI base URL used when a config gives none.
 pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+/// The Gemini API host used when a config gives none.
+pub const GEMINI_DEFAULT_BASE_URL: &str = "https://generativelanguage.googleapis.com";
 /// The Anthropic base URL used when a config gives none.
 pub const ANTHROPIC_DEFAULT_BASE_URL: &str = "https://api.anthropic.com/v1";
 /// The `anthropic-version` header sent unless the config overrides it.
@@ -33,7 +35,6 @@ pub const ANTHROPIC_DEFAULT_MAX_TOKENS: u32 = 4096;
 /// of framing per token (id, model, fingerprint, choice), so 128k tokens stream as ~26 MB; the
 /// same answer as one JSON body is about 1 MB. Per-token logprobs multiply the stream's size,
 /// so a route that asks for them on very long answers may need more.
-pub const GEMINI_DEFAULT_BASE_URL: &str = "https://generativelanguage.googleapis.com";
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
 /// The default cap on one server-sent event (or line) of a stream: 4 MiB. Providers send a
 /// few hundred bytes per event and stream tool arguments in fragments; even a server that
@@ -318,8 +319,6 @@ impl BedrockConfig {
     }
 }
 
-/// Settings of the one pooled HTTP client every provider shares. No request or read timeout
-/// exists here on purpose: the engine owns every clock but the TCP/TLS connect bound.
 /// A Gemini API provider (`generativelanguage.googleapis.com`): `base_url` is the host, with
 /// or without `/v1beta`; the key goes in `x-goog-api-key`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -537,6 +536,8 @@ fn default_token_timeout_ms() -> u64 {
     VERTEX_DEFAULT_TOKEN_TIMEOUT_MS
 }
 
+/// Settings of the one pooled HTTP client every provider shares. No request or read timeout
+/// exists here on purpose: the engine owns every clock but the TCP/TLS connect bound.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpClientConfig {

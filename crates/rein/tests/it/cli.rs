@@ -572,6 +572,10 @@ impl TestScript {
             root.join("repo/scripts/test-python.sh"),
             &format!("echo python >> '{}'", log.display()),
         );
+        stand_in(
+            root.join("repo/scripts/test-node.sh"),
+            &format!("echo node >> '{}'", log.display()),
+        );
         stand_in(root.join("bin/cargo"), &record);
         stand_in(root.join("bin/id"), "echo \"$FAKE_UID\"");
         stand_in(root.join("bin/sudo"), &format!("{record}\nexec \"$@\""));
@@ -638,7 +642,7 @@ fn test_script_installs_postgres_when_its_server_binaries_are_missing() {
     let lines: Vec<&str> = log.lines().collect();
     assert_eq!(
         lines,
-        ["apt-get update (DEBIAN_FRONTEND=)", install, "cargo test --workspace", "python"],
+        ["apt-get update (DEBIAN_FRONTEND=)", install, "cargo test --workspace", "python", "node"],
         "{stderr}"
     );
     assert!(stderr.contains("installing Debian's postgresql package"), "{stderr}");
@@ -655,7 +659,8 @@ fn test_script_installs_postgres_when_its_server_binaries_are_missing() {
             "sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql",
             install,
             "cargo test --workspace",
-            "python"
+            "python",
+            "node"
         ],
         "{stderr}"
     );
@@ -665,7 +670,7 @@ fn test_script_installs_postgres_when_its_server_binaries_are_missing() {
 fn test_script_installs_nothing_when_postgres_is_there_and_stops_when_it_cannot_install() {
     let (code, log, stderr) = TestScript::new(true, true).with_postgres().run(1000);
     assert_eq!(code, Some(0), "{log}{stderr}");
-    assert_eq!(log.lines().collect::<Vec<_>>(), ["cargo test --workspace", "python"]);
+    assert_eq!(log.lines().collect::<Vec<_>>(), ["cargo test --workspace", "python", "node"]);
 
     // An install that brings no server binaries stops before the tests, saying what to do.
     let (code, log, stderr) = TestScript::new(true, false).run(0);
@@ -860,8 +865,10 @@ fn check_explains_a_vertex_providers_credentials() {
     for key in ["providers.v.publisher", "providers.v.project", "providers.v.region"] {
         assert!(stderr.contains(&format!("`{key}`")), "`{key}` not named:\n{stderr}");
     }
-    assert!(!stderr.contains("credentials_file"), "{stderr}");
+    assert!(!stderr.contains("`providers.v.credentials_file`"), "{stderr}");
     assert!(!stderr.contains("warning"), "{stderr}");
+    // The credentials list beside the problems says where each would come from.
+    assert!(stderr.contains("project: MISSING") && stderr.contains("region: MISSING"), "{stderr}");
 }
 
 /// The simulator's throwaway test service-account key, as a key file's text.
