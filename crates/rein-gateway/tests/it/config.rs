@@ -7,6 +7,8 @@ fn env(name: &str) -> Option<String> {
     match name {
         "OPENAI_API_KEY" => Some("sk-test-openai".into()),
         "ANTHROPIC_API_KEY" => Some("sk-ant-test".into()),
+        "AWS_ACCESS_KEY_ID" => Some("AKIDTESTEXAMPLE".into()),
+        "AWS_SECRET_ACCESS_KEY" => Some("aws-secret-test".into()),
         "REIN_CLIENT_KEY" => Some("client-key".into()),
         "REIN_ADMIN_KEY" => Some("admin-key".into()),
         _ => None,
@@ -31,10 +33,23 @@ fn every_shipped_example_parses() {
     }
     let support = Config::from_toml(&example("support-agent.toml"), &env).unwrap();
     let route = &support.routes["support"];
-    assert_eq!(route.tiers.len(), 2);
+    // The spec's chain: OpenAI, the same Claude on Anthropic and on Bedrock, Gemini on Vertex.
+    let chain: Vec<(&str, &str)> =
+        route.tiers.iter().map(|tier| (tier.provider.as_str(), tier.name.as_str())).collect();
+    assert_eq!(
+        chain,
+        [
+            ("openai", "primary"),
+            ("anthropic", "fallback"),
+            ("bedrock", "claude-bedrock"),
+            ("vertex", "gemini-vertex")
+        ]
+    );
     assert_eq!(route.failover, Some((1, 0.05)));
     assert_eq!(route.clocks.deadline.as_millis(), 20_000);
     assert_eq!(support.providers["anthropic"].kind, ProviderKind::Anthropic);
+    assert_eq!(support.providers["bedrock"].kind, ProviderKind::Bedrock);
+    assert_eq!(support.providers["vertex"].kind, ProviderKind::Vertex);
     assert_eq!(support.server.client_keys.len(), 1);
 }
 
@@ -43,7 +58,7 @@ fn secrets_never_print() {
     let config = Config::from_toml(&example("support-agent.toml"), &env).unwrap();
     let debug = format!("{config:?}");
     let json = serde_json::to_string(&config).unwrap();
-    for secret in ["sk-test-openai", "sk-ant-test", "client-key", "admin-key"] {
+    for secret in ["sk-test-openai", "sk-ant-test", "aws-secret-test", "client-key", "admin-key"] {
         assert!(!debug.contains(secret), "{secret} in Debug output");
         assert!(!json.contains(secret), "{secret} in serialized config");
     }
@@ -222,7 +237,8 @@ name = "primary"
 provider = "bedrock"
 model = "anthropic.claude-3-haiku-20240307-v1:0"
 "#;
-    let found = problems(text);
+    // An environment with no AWS variable at all.
+    let found = Config::from_toml(text, &|_: &str| None).expect_err("refused").to_string();
     assert!(
         found.contains("`providers.bedrock.region`: is required for kind `bedrock`"),
         "{found}"

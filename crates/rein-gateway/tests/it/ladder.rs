@@ -563,6 +563,8 @@ fn env(name: &str) -> Option<String> {
     match name {
         "OPENAI_API_KEY" => Some("sk-test-openai".into()),
         "ANTHROPIC_API_KEY" => Some("sk-ant-test".into()),
+        "AWS_ACCESS_KEY_ID" => Some("AKIDTESTEXAMPLE".into()),
+        "AWS_SECRET_ACCESS_KEY" => Some("aws-secret-test".into()),
         "REIN_CLIENT_KEY" => Some("client-key".into()),
         "REIN_ADMIN_KEY" => Some("admin-key".into()),
         _ => None,

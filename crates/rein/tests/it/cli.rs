@@ -21,15 +21,36 @@ fn check_prints_the_effective_config_with_secrets_masked() {
         .args(["check", &example("support-agent.toml")])
         .env("OPENAI_API_KEY", "sk-cli-secret")
         .env("ANTHROPIC_API_KEY", "sk-ant-cli-secret")
+        .env("AWS_ACCESS_KEY_ID", "AKIDCLIEXAMPLE")
+        .env("AWS_SECRET_ACCESS_KEY", "aws-cli-secret")
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("GOOGLE_APPLICATION_CREDENTIALS")
+        .env_remove("GCE_METADATA_HOST")
         .env("REIN_CLIENT_KEY", "client-cli-secret")
         .env("REIN_ADMIN_KEY", "admin-cli-secret")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
-    assert!(stdout.contains("is valid: 3 route(s), 2 provider(s)"), "{stdout}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+    assert!(stdout.contains("is valid: 3 route(s), 4 provider(s)"), "{stdout}");
+    // The chain's credentials, each by where it comes from.
+    for line in [
+        "providers.bedrock (bedrock):\n  region: found, from `region` in the config\n  access key id: found, from environment variable `AWS_ACCESS_KEY_ID`",
+        "providers.vertex (vertex):\n  project: found, from `project` in the config",
+        "  access tokens: not checked here, from the metadata server at metadata.google.internal",
+    ] {
+        assert!(stdout.contains(line), "`{line}` not in:\n{stdout}");
+    }
     assert!(stdout.contains("\"deadline_ms\": 20000"), "durations print in the keys' units");
-    for secret in ["sk-cli-secret", "sk-ant-cli-secret", "client-cli-secret", "admin-cli-secret"] {
+    for secret in [
+        "sk-cli-secret",
+        "sk-ant-cli-secret",
+        "aws-cli-secret",
+        "client-cli-secret",
+        "admin-cli-secret",
+    ] {
         assert!(!stdout.contains(secret), "{secret} printed");
     }
     assert!(stdout.contains("***"));
