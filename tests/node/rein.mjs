@@ -1,10 +1,11 @@
 // Starts one `rein serve` for a test file: the binary named by REIN_BIN (default
 // ${CARGO_TARGET_DIR:-target}/debug/rein), a config written to a temp dir (simulated providers
 // in-process, no network; client key from an env var), and an `openai` client pointed at it with
-// retries off. `stop()` sends SIGTERM and fails unless the gateway exits 0.
+// retries off. `stop()` sends SIGTERM, fails unless the gateway exits 0, and removes the temp dir
+// (kept, with the gateway's stderr, when it fails).
 
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync, existsSync, openSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync, openSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -132,6 +133,7 @@ export async function startRein() {
     if (code !== 0) {
       throw new Error(`rein serve did not exit cleanly after SIGTERM (code ${code}, signal ${signal}); stderr:\n${stderr()}`);
     }
+    rmSync(workdir, { recursive: true, force: true });
   }
 
   return { addr, client, stop };
