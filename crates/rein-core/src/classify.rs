@@ -354,6 +354,13 @@ fn kind_of_stream_error(
         _ if !code.is_empty() && is_quota_exhausted("", code, "") => FailureKind::QuotaExhausted,
         _ if code == "context_length_exceeded" => FailureKind::ContextLength,
         _ if is_invalid_input(code) => FailureKind::InvalidRequest,
+        // Bedrock's exception frames (ConverseStream, InvokeModelWithResponseStream), read like
+        // the HTTP exceptions of the same name: a request it refuses goes to the next tier, not
+        // back to the same one.
+        "validationException" if is_context_length("", &message) => FailureKind::ContextLength,
+        "validationException" => FailureKind::InvalidRequest,
+        "modelTimeoutException" => FailureKind::RequestTimeout,
+        "internalServerException" => FailureKind::ServerError,
         "overloaded_error" | "serviceUnavailableException" => FailureKind::Overloaded,
         "rate_limit_error" | "rate_limit_exceeded" | "throttlingException" => {
             FailureKind::RateLimited

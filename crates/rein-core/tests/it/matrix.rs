@@ -348,6 +348,18 @@ fn rows() -> Vec<Row> {
         row("Bedrock modelStreamErrorException frame mid-stream is retried", Answered, (2, 0), 300)
             .scripts(vec![Act::StreamErrorTypedAfter(2, "modelStreamErrorException", "The model stream failed."), ok()], vec![ok()])
             .bedrock(),
+        row("Bedrock internalServerException frame mid-stream is retried like a 500", Answered, (2, 0), 300)
+            .scripts(vec![Act::StreamErrorTypedAfter(2, "internalServerException", "The system encountered an unexpected error during processing. Try your request again."), ok()], vec![ok()])
+            .bedrock(),
+        // A request Bedrock refuses mid-stream is refused again on the same tier: the next one.
+        row("Bedrock validationException frame mid-stream: no retry, next tier, alert", Fallback, (1, 1), 0)
+            .scripts(vec![Act::StreamErrorTypedAfter(2, "validationException", "messages: roles must alternate between \"user\" and \"assistant\"")], vec![ok()])
+            .bedrock()
+            .alerts(1),
+        row("Bedrock validationException frame mid-stream, input too long: the larger tier", Fallback, (1, 1), 0)
+            .scripts(vec![Act::StreamErrorTypedAfter(2, "validationException", "Input is too long for requested model.")], vec![ok()])
+            .bedrock()
+            .windows(200_000, 1_000_000),
         // Vertex AI answers Google's bodies for Claude and Gemini alike (the adapter reports them
         // in the Gemini format), and Claude's own 529; a failed token fetch is OAuth's error.
         row("Vertex RESOURCE_EXHAUSTED with RetryInfo 3 s waits exactly 3 s", Answered, (2, 0), 3000)

@@ -262,7 +262,8 @@ fn stream_exceptions_are_typed_and_classified() {
         ("throttlingException", FailureKind::RateLimited),
         ("serviceUnavailableException", FailureKind::Overloaded),
         ("modelStreamErrorException", FailureKind::StreamInterrupted),
-        ("internalServerException", FailureKind::StreamInterrupted),
+        ("internalServerException", FailureKind::ServerError),
+        ("validationException", FailureKind::InvalidRequest),
     ];
     for (kind, expected) in cases {
         let mut bytes = text_stream()[..2].concat();

@@ -180,8 +180,9 @@ fn invoke_stream_exceptions_are_typed_and_classified() {
         ("throttlingException", FailureKind::RateLimited),
         ("serviceUnavailableException", FailureKind::Overloaded),
         ("modelStreamErrorException", FailureKind::StreamInterrupted),
-        ("internalServerException", FailureKind::StreamInterrupted),
-        ("modelTimeoutException", FailureKind::StreamInterrupted),
+        ("internalServerException", FailureKind::ServerError),
+        ("modelTimeoutException", FailureKind::RequestTimeout),
+        ("validationException", FailureKind::InvalidRequest),
     ];
     let bytes = recorded_stream();
     let starts = frame_starts(&bytes);
