@@ -104,44 +104,39 @@ fn items(raw: &RawProvider, env: EnvLookup<'_>) -> Vec<CredentialItem> {
 }
 
 /// Bedrock: the region and the keys, from the variables first and else from the shared
-/// credentials file's profile, as [`super::aws_settings`] reads them.
+/// credentials file's profile, where [`super::AwsPlaces`] says the loader reads them.
 fn aws_items(raw: &RawProvider, env: EnvLookup<'_>) -> Vec<CredentialItem> {
+    let places = super::AwsPlaces::of(raw, env);
     let value = |var: &str| env(var).filter(|value| !value.is_empty());
     let mut items = Vec::new();
-    let region = match &raw.region {
-        Some(_) => Some("`region` in the config".to_string()),
-        None => ["AWS_REGION", "AWS_DEFAULT_REGION"]
-            .into_iter()
-            .find(|var| value(var).is_some_and(|v| !v.trim().is_empty()))
-            .map(|var| format!("environment variable `{var}`")),
-    };
-    items.push(match region {
-        Some(source) => CredentialItem { what: "region", source, state: CredentialState::Found },
+    items.push(match &places.region {
+        Some((_, named_by)) => CredentialItem {
+            what: "region",
+            source: match named_by {
+                None => "`region` in the config".to_string(),
+                Some(var) => format!("environment variable `{var}`"),
+            },
+            state: CredentialState::Found,
+        },
         None => CredentialItem {
             what: "region",
             source: "`region` in the config, or `AWS_REGION` / `AWS_DEFAULT_REGION`".into(),
             state: CredentialState::Missing,
         },
     });
-    let id_var = raw.access_key_id_env.clone().unwrap_or_else(|| "AWS_ACCESS_KEY_ID".into());
-    let secret_var =
-        raw.secret_access_key_env.clone().unwrap_or_else(|| "AWS_SECRET_ACCESS_KEY".into());
-    let token_var = raw.session_token_env.clone().unwrap_or_else(|| "AWS_SESSION_TOKEN".into());
-    let profile =
-        raw.profile.clone().or_else(|| value("AWS_PROFILE")).unwrap_or_else(|| "default".into());
-    let file = value("AWS_SHARED_CREDENTIALS_FILE")
-        .or_else(|| value("HOME").map(|home| format!("{home}/.aws/credentials")));
+    let (id_var, secret_var, token_var) =
+        (&places.access_key_id_var, &places.secret_access_key_var, &places.session_token_var);
     let state = |found: bool, needed: bool| match (found, needed) {
         (true, _) => CredentialState::Found,
         (false, true) => CredentialState::Missing,
         (false, false) => CredentialState::Absent,
     };
     // The loader reads the profile only when neither key variable is set.
-    if value(&id_var).is_some() || value(&secret_var).is_some() {
+    if value(id_var).is_some() || value(secret_var).is_some() {
         for (what, var, needed) in [
-            ("access key id", &id_var, true),
-            ("secret access key", &secret_var, true),
-            ("session token", &token_var, false),
+            ("access key id", id_var, true),
+            ("secret access key", secret_var, true),
+            ("session token", token_var, false),
         ] {
             items.push(CredentialItem {
                 what,
@@ -151,21 +146,15 @@ fn aws_items(raw: &RawProvider, env: EnvLookup<'_>) -> Vec<CredentialItem> {
         }
         return items;
     }
-    let found = file.as_deref().and_then(|path| super::profile_credentials(path, &profile));
-    let shown_file = if value("AWS_SHARED_CREDENTIALS_FILE").is_some() {
-        "the file `AWS_SHARED_CREDENTIALS_FILE` names".to_string()
+    let profile = &places.profile;
+    let found = places
+        .credentials_file
+        .as_deref()
+        .and_then(|path| super::profile_credentials(path, profile));
+    let shown_file = if places.credentials_file_from_env {
+        "the file `AWS_SHARED_CREDENTIALS_FILE` names"
     } else {
-        "~/.aws/credentials".to_string()
-    };
-    let source = |key: &str| {
-        format!(
-            "environment variable `{}` (unset), else `{key}` of profile `{profile}` in {shown_file}",
-            match key {
-                "aws_access_key_id" => &id_var,
-                "aws_secret_access_key" => &secret_var,
-                _ => &token_var,
-            }
-        )
+        "~/.aws/credentials"
     };
     let (id, secret, token) = match &found {
         Some(found) => (
@@ -175,21 +164,19 @@ fn aws_items(raw: &RawProvider, env: EnvLookup<'_>) -> Vec<CredentialItem> {
         ),
         None => (false, false, false),
     };
-    items.push(CredentialItem {
-        what: "access key id",
-        source: source("aws_access_key_id"),
-        state: state(id, true),
-    });
-    items.push(CredentialItem {
-        what: "secret access key",
-        source: source("aws_secret_access_key"),
-        state: state(secret, true),
-    });
-    items.push(CredentialItem {
-        what: "session token",
-        source: source("aws_session_token"),
-        state: state(token, false),
-    });
+    for (what, var, key, found, needed) in [
+        ("access key id", id_var, "aws_access_key_id", id, true),
+        ("secret access key", secret_var, "aws_secret_access_key", secret, true),
+        ("session token", token_var, "aws_session_token", token, false),
+    ] {
+        items.push(CredentialItem {
+            what,
+            source: format!(
+                "environment variable `{var}` (unset), else `{key}` of profile `{profile}` in {shown_file}"
+            ),
+            state: state(found, needed),
+        });
+    }
     items
 }
 

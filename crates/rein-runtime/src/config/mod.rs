@@ -1005,50 +1005,34 @@ fn aws_settings(
     key: &dyn Fn(&str) -> String,
     problems: &mut Problems,
 ) -> Option<AwsSettings> {
-    let region = raw
-        .region
-        .clone()
-        .or_else(|| env("AWS_REGION"))
-        .or_else(|| env("AWS_DEFAULT_REGION"))
-        .filter(|region| !region.trim().is_empty());
+    let places = AwsPlaces::of(raw, env);
+    let region = places.region.map(|(region, _)| region);
     if region.is_none() {
         problems.add(
             key("region"),
             "is required for kind `bedrock` (or set `AWS_REGION`): the region is part of the endpoint and of every signature",
         );
     }
-    let var = |field: &str, default: &'static str| {
-        match field {
-            "access_key_id_env" => raw.access_key_id_env.clone(),
-            "secret_access_key_env" => raw.secret_access_key_env.clone(),
-            _ => raw.session_token_env.clone(),
-        }
-        .unwrap_or_else(|| default.to_owned())
-    };
-    let read = |field: &str, default: &'static str| {
-        env(&var(field, default)).filter(|value| !value.is_empty()).map(Secret::new)
-    };
-    let mut access_key_id = read("access_key_id_env", "AWS_ACCESS_KEY_ID");
-    let mut secret_access_key = read("secret_access_key_env", "AWS_SECRET_ACCESS_KEY");
-    let mut session_token = read("session_token_env", "AWS_SESSION_TOKEN");
-    let profile =
-        raw.profile.clone().or_else(|| env("AWS_PROFILE")).unwrap_or_else(|| "default".to_owned());
+    let read = |var: &str| env(var).filter(|value| !value.is_empty()).map(Secret::new);
+    let mut access_key_id = read(&places.access_key_id_var);
+    let mut secret_access_key = read(&places.secret_access_key_var);
+    let mut session_token = read(&places.session_token_var);
+    let profile = places.profile;
     // Without the variables, the shared credentials file's profile, as the AWS SDKs do.
-    if access_key_id.is_none() && secret_access_key.is_none() {
-        let file = env("AWS_SHARED_CREDENTIALS_FILE")
-            .or_else(|| env("HOME").map(|home| format!("{home}/.aws/credentials")));
-        if let Some(found) = file.and_then(|path| profile_credentials(&path, &profile)) {
-            access_key_id = found.access_key_id;
-            secret_access_key = found.secret_access_key;
-            session_token = found.session_token;
-        }
+    if access_key_id.is_none()
+        && secret_access_key.is_none()
+        && let Some(found) =
+            places.credentials_file.and_then(|path| profile_credentials(&path, &profile))
+    {
+        access_key_id = found.access_key_id;
+        secret_access_key = found.secret_access_key;
+        session_token = found.session_token;
     }
-    for (field, default, value) in [
-        ("access_key_id_env", "AWS_ACCESS_KEY_ID", &access_key_id),
-        ("secret_access_key_env", "AWS_SECRET_ACCESS_KEY", &secret_access_key),
+    for (field, var, value) in [
+        ("access_key_id_env", &places.access_key_id_var, &access_key_id),
+        ("secret_access_key_env", &places.secret_access_key_var, &secret_access_key),
     ] {
         if value.is_none() {
-            let var = var(field, default);
             problems.add(
                 key(field),
                 format!(
@@ -1063,6 +1047,52 @@ fn aws_settings(
         secret_access_key: secret_access_key?,
         session_token,
     })
+}
+
+/// Where a Bedrock provider's region and keys are read from, in the order the AWS SDKs use: the
+/// loader ([`aws_settings`]) reads them, `rein check` ([`credentials`]) names them.
+pub(super) struct AwsPlaces {
+    /// The region and what named it: `None` for `region` in the config, else the variable.
+    pub(super) region: Option<(String, Option<&'static str>)>,
+    pub(super) access_key_id_var: String,
+    pub(super) secret_access_key_var: String,
+    pub(super) session_token_var: String,
+    /// `profile`, else `AWS_PROFILE`, else `default`.
+    pub(super) profile: String,
+    /// `AWS_SHARED_CREDENTIALS_FILE`, else `~/.aws/credentials` when `HOME` is known.
+    pub(super) credentials_file: Option<String>,
+    /// Whether `AWS_SHARED_CREDENTIALS_FILE` named the file.
+    pub(super) credentials_file_from_env: bool,
+}
+
+impl AwsPlaces {
+    pub(super) fn of(raw: &RawProvider, env: EnvLookup<'_>) -> Self {
+        let region = match &raw.region {
+            Some(region) => Some((region.clone(), None)),
+            None => env("AWS_REGION")
+                .map(|region| (region, Some("AWS_REGION")))
+                .or_else(|| env("AWS_DEFAULT_REGION").map(|r| (r, Some("AWS_DEFAULT_REGION")))),
+        }
+        .filter(|(region, _)| !region.trim().is_empty());
+        let var = |configured: &Option<String>, default: &str| {
+            configured.clone().unwrap_or_else(|| default.to_owned())
+        };
+        let named_file = env("AWS_SHARED_CREDENTIALS_FILE");
+        AwsPlaces {
+            region,
+            access_key_id_var: var(&raw.access_key_id_env, "AWS_ACCESS_KEY_ID"),
+            secret_access_key_var: var(&raw.secret_access_key_env, "AWS_SECRET_ACCESS_KEY"),
+            session_token_var: var(&raw.session_token_env, "AWS_SESSION_TOKEN"),
+            profile: raw
+                .profile
+                .clone()
+                .or_else(|| env("AWS_PROFILE"))
+                .unwrap_or_else(|| "default".to_owned()),
+            credentials_file_from_env: named_file.is_some(),
+            credentials_file: named_file
+                .or_else(|| env("HOME").map(|home| format!("{home}/.aws/credentials"))),
+        }
+    }
 }
 
 /// Credentials of one profile of an AWS shared credentials file (INI: `[profile]`,
