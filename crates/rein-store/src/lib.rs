@@ -268,6 +268,9 @@ const MIGRATIONS: &[&str] = &[
         at_unix_ms INTEGER NOT NULL
     );
     ALTER TABLE route_active ADD COLUMN lever TEXT;",
+    // 12: recognising a caller's re-issue of a write (`key_recent`): its keys by tool and
+    // arguments.
+    "CREATE INDEX tool_keys_by_call ON tool_keys (tool, args_hash, created_unix_ms);",
 ];
 
 /// How long a writer waits for another connection's write transaction (another process on the

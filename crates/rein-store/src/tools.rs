@@ -316,6 +316,18 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
     /// state is left alone.
     async fn key_abandon(&self, key: &str) -> Result<(), StoreError>;
 
+    /// The newest key starting with `prefix` recorded for `tool` with these arguments since
+    /// `since_unix_ms`, in any state: how a caller's re-issue of a call (its stream broke, it
+    /// sent the call again without a key) finds the first call's key. `prefix` is rein's own
+    /// (letters, digits and `-`), so it needs no escaping in a pattern.
+    async fn key_recent(
+        &self,
+        tool: &str,
+        args_hash: &str,
+        prefix: &str,
+        since_unix_ms: i64,
+    ) -> Result<Option<String>, StoreError>;
+
     // ---- outbox ----
 
     /// In one transaction: add a pending item (due now; in review when `item.review`) and set

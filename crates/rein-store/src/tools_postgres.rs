@@ -385,6 +385,27 @@ impl ToolStore for PostgresToolStore {
         .await
     }
 
+    async fn key_recent(
+        &self,
+        tool: &str,
+        args_hash: &str,
+        prefix: &str,
+        since_unix_ms: i64,
+    ) -> Result<Option<String>, StoreError> {
+        let pattern = format!("{prefix}%");
+        self.guard(async {
+            let client = self.pool.get().await?;
+            let row = query_opt(
+                &client,
+                "SELECT key FROM tool_keys WHERE tool = $1 AND args_hash = $2 AND key LIKE $3 AND created_unix_ms >= $4 ORDER BY created_unix_ms DESC, key LIMIT 1",
+                &[&tool, &args_hash, &pattern, &since_unix_ms],
+            )
+            .await?;
+            Ok(row.map(|row| row.get::<_, String>(0)))
+        })
+        .await
+    }
+
     async fn outbox_enqueue(
         &self,
         item: &NewOutboxItem,

@@ -294,6 +294,27 @@ impl ToolStore for SqliteToolStore {
         .await
     }
 
+    async fn key_recent(
+        &self,
+        tool: &str,
+        args_hash: &str,
+        prefix: &str,
+        since_unix_ms: i64,
+    ) -> Result<Option<String>, StoreError> {
+        let (tool, args_hash, pattern) =
+            (tool.to_owned(), args_hash.to_owned(), format!("{prefix}%"));
+        self.run(move |conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT key FROM tool_keys WHERE tool = ?1 AND args_hash = ?2 AND key LIKE ?3 AND created_unix_ms >= ?4 ORDER BY created_unix_ms DESC, key LIMIT 1",
+                    params![tool, args_hash, pattern, since_unix_ms],
+                    |row| row.get(0),
+                )
+                .optional()?)
+        })
+        .await
+    }
+
     async fn outbox_enqueue(
         &self,
         item: &NewOutboxItem,

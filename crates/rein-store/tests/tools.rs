@@ -57,6 +57,7 @@ on_both_backends!(
     key_begin_returns_the_stored_result,
     key_begin_refuses_another_tool_or_other_arguments,
     key_abandon_forgets_only_in_flight_keys,
+    key_recent_finds_a_callers_newest_key_for_the_same_call,
     enqueue_is_idempotent_per_key_and_marks_the_key_queued,
     claim_takes_due_items_oldest_first_up_to_the_limit,
     claim_never_hands_out_an_item_under_a_live_lease,
@@ -280,6 +281,27 @@ async fn key_begin_refuses_another_tool_or_other_arguments(backend: Backend) {
     );
     store.key_finish("k", &json!("ok"), T0 + 3).await.unwrap();
     assert_eq!(store.key_begin("k", "cancel", HASH, late, LEASE).await.unwrap(), mismatch);
+}
+
+async fn key_recent_finds_a_callers_newest_key_for_the_same_call(backend: Backend) {
+    let store = &*backend.store;
+    let recent = |prefix: &'static str, hash: &'static str, since: i64| async move {
+        store.key_recent(TOOL, hash, prefix, since).await.unwrap()
+    };
+    assert_eq!(recent("r-aa-", HASH, T0).await, None);
+    store.key_begin("r-aa-1", TOOL, HASH, T0, LEASE).await.unwrap();
+    store.key_begin("r-aa-2", TOOL, HASH, T0 + 10, LEASE).await.unwrap();
+    store.key_begin("r-bb-1", TOOL, HASH, T0 + 20, LEASE).await.unwrap();
+    store.key_begin("r-aa-3", TOOL, "args-b", T0 + 30, LEASE).await.unwrap();
+    store.key_begin("r-aa-4", "cancel", HASH, T0 + 40, LEASE).await.unwrap();
+    // The caller's newest key for this tool and these arguments, in any state.
+    store.key_finish("r-aa-2", &json!("done"), T0 + 15).await.unwrap();
+    assert_eq!(recent("r-aa-", HASH, T0).await.as_deref(), Some("r-aa-2"));
+    assert_eq!(recent("r-bb-", HASH, T0).await.as_deref(), Some("r-bb-1"));
+    assert_eq!(recent("r-aa-", "args-b", T0).await.as_deref(), Some("r-aa-3"));
+    // Outside the window, or another caller's prefix: none.
+    assert_eq!(recent("r-aa-", HASH, T0 + 11).await, None);
+    assert_eq!(recent("r-cc-", HASH, T0).await, None);
 }
 
 async fn key_abandon_forgets_only_in_flight_keys(backend: Backend) {

@@ -198,6 +198,9 @@ const MIGRATIONS: &[&str] = &[
         reason TEXT NOT NULL,
         at_unix_ms BIGINT NOT NULL
     );",
+    // 11: recognising a caller's re-issue of a write (`key_recent`): its keys by tool and
+    // arguments.
+    "CREATE INDEX tool_keys_by_call ON tool_keys (tool, args_hash, created_unix_ms);",
 ];
 
 /// The advisory lock key that serializes migrations ("reinschm" in ASCII).

@@ -67,6 +67,16 @@ impl ToolStore for TestStore {
         self.inner.key_finish(key, result, now_unix_ms).await
     }
 
+    async fn key_recent(
+        &self,
+        tool: &str,
+        args_hash: &str,
+        prefix: &str,
+        since_unix_ms: i64,
+    ) -> Result<Option<String>, StoreError> {
+        self.inner.key_recent(tool, args_hash, prefix, since_unix_ms).await
+    }
+
     async fn key_abandon(&self, key: &str) -> Result<(), StoreError> {
         self.inner.key_abandon(key).await
     }
