@@ -21,7 +21,7 @@ use crate::clock::{SystemClock, WallClock};
 use crate::config::{ConfigError, ToolKind, ToolsConfig, ToolsPlan};
 use crate::envelope::{self, Envelope, ToolStatus};
 use crate::error::ToolError;
-use crate::ladder::{HttpRung, Rung, RungAction, Tool};
+use crate::ladder::{Bulkhead, Rung, Target, Tool};
 use crate::observer::{LADDER_EXHAUSTED, NoopObserver, ToolObserver};
 use crate::replay::{self, ReplayReport};
 use crate::trace::RungLog;
@@ -122,9 +122,45 @@ impl Dispatcher {
         self
     }
 
-    /// Whether a tool of this name is configured.
+    /// Whether a tool of this name is configured, or is an MCP server's listed tool rein has
+    /// made a ladder for.
     pub fn has_tool(&self, name: &str) -> bool {
-        self.plan.tools.contains_key(name)
+        self.tool_now(name).is_some()
+    }
+
+    /// The ladder of `name`: configured, or made for an MCP server's listed tool (asking the
+    /// server for its list within `deadline` the first time).
+    pub(crate) async fn resolve(&self, name: &str, deadline: &Deadline) -> Option<Arc<Tool>> {
+        self.resolve_with(name, |budget| deadline.cut(budget)).await
+    }
+
+    /// [`Dispatcher::resolve`], a server's list fetched within `cut` of its connect budget.
+    pub(crate) async fn resolve_with(
+        &self,
+        name: &str,
+        cut: impl Fn(Duration) -> Duration,
+    ) -> Option<Arc<Tool>> {
+        if let Some(tool) = self.plan.tools.get(name) {
+            return Some(tool.clone());
+        }
+        self.plan.mcp.resolve(name, cut).await
+    }
+
+    /// The ladder of `name` if it is configured or already made, without asking any server.
+    pub(crate) fn tool_now(&self, name: &str) -> Option<Arc<Tool>> {
+        self.plan.tools.get(name).cloned().or_else(|| self.plan.mcp.made(name))
+    }
+
+    /// Every tool rein serves over MCP, within `deadline`: the upstream servers' (asked at
+    /// once) and the configured ones.
+    pub async fn mcp_tools(&self, deadline: &Deadline) -> crate::mcp::ToolList {
+        self.plan.mcp.list(&self.plan.tools, deadline).await
+    }
+
+    /// How long a caller's repeat of a write without a key is taken for the re-issue of the
+    /// same call (`[mcp] reissue_window_ms`).
+    pub fn reissue_window(&self) -> Duration {
+        self.plan.mcp.reissue_window
     }
 
     /// The configured tools and their kinds.
@@ -168,10 +204,26 @@ impl Dispatcher {
         tool: &str,
         args: Value,
     ) -> Result<ToolOutcome, ToolError> {
+        self.call_as(ctx, tool, args, None).await
+    }
+
+    /// [`Dispatcher::call`] for `caller` (an opaque identity of who calls: their client key's
+    /// and session's). A write `caller` sends again with the same arguments and no key of its
+    /// own, within `[mcp] reissue_window_ms`, is taken for the re-issue of the first call (its
+    /// stream broke) and gets that call's key: it is answered from the stored result, or as
+    /// still in flight, and never executes twice.
+    pub async fn call_as(
+        &self,
+        ctx: &CallContext,
+        tool: &str,
+        args: Value,
+        caller: Option<&str>,
+    ) -> Result<ToolOutcome, ToolError> {
         let deadline = ctx.deadline();
-        let Some(tool) = self.plan.tools.get(tool) else {
+        let Some(tool) = self.resolve(tool, deadline).await else {
             return Err(ToolError::UnknownTool(tool.to_string()));
         };
+        let tool = tool.as_ref();
         if !args.is_object() {
             return Err(ToolError::BadArgs(format!(
                 "the arguments of `{}` must be a JSON object, not {}",
@@ -179,13 +231,15 @@ impl Dispatcher {
                 json_kind(&args)
             )));
         }
-        let urls = fill_urls(tool, &args)?;
+        let targets = targets(tool, &args)?;
         let log = RungLog::new(deadline);
         let mut outcome = match tool.kind {
             ToolKind::Read => {
-                crate::read::call_read(self, tool, &args, &urls, deadline, &log).await
+                crate::read::call_read(self, tool, &args, &targets, deadline, &log).await
             }
-            ToolKind::Write => write::call_write(self, ctx, tool, args, &urls, &log).await?,
+            ToolKind::Write => {
+                write::call_write(self, ctx, tool, &args, &targets, &log, caller).await?
+            }
         };
         outcome.trace = log.take();
         Ok(outcome)
@@ -297,12 +351,11 @@ impl Dispatcher {
         &self,
         tool: &Tool,
         rung: &Rung,
-        http: &HttpRung,
+        bulkhead: &Bulkhead,
         key: Option<&str>,
         args: &Value,
         deadline: &Deadline,
     ) -> ToolOutcome {
-        let bulkhead = &http.bulkhead;
         self.observer.busy(&tool.name, &bulkhead.name);
         let elapsed = deadline.elapsed_ms();
         let envelope = envelope::busy(tool, rung, bulkhead.retry_after_ms, key, args, elapsed);
@@ -372,16 +425,18 @@ pub(crate) fn resolve(permit: Option<Permit>, resolution: Resolution) {
     }
 }
 
-/// Each rung's URL for these arguments (`None` for rungs that are not http), or the first
-/// argument the URLs cannot take: the caller's mistake (400), found before anything runs.
-fn fill_urls(tool: &Tool, args: &Value) -> Result<Vec<Option<String>>, ToolError> {
+/// Each rung's call for these arguments (`None` for rungs that do not call out), or the first
+/// argument an http rung's URL cannot take: the caller's mistake (400), found before anything
+/// runs.
+fn targets<'t>(tool: &'t Tool, args: &Value) -> Result<Vec<Option<Target<'t>>>, ToolError> {
     tool.rungs
         .iter()
-        .map(|rung| match &rung.action {
-            RungAction::Http(http) => http.url.fill(args).map(Some).map_err(|problem| {
-                ToolError::BadArgument { argument: problem.argument, message: problem.message }
-            }),
-            _ => Ok(None),
+        .map(|rung| match rung.action.target(args) {
+            None => Ok(None),
+            Some(Ok(target)) => Ok(Some(target)),
+            Some(Err(problem)) => {
+                Err(ToolError::BadArgument { argument: problem.argument, message: problem.message })
+            }
         })
         .collect()
 }

@@ -19,8 +19,8 @@ pub(crate) fn evidence_of(
     tool: &str,
     envelope: &Value,
 ) -> Vec<EvidenceItem> {
-    let Some(config) = dispatcher.plan.tools.get(tool).and_then(|tool| tool.evidence.as_ref())
-    else {
+    let ladder = dispatcher.tool_now(tool);
+    let Some(config) = ladder.as_ref().and_then(|tool| tool.evidence.as_ref()) else {
         return Vec::new();
     };
     if envelope.get("status").and_then(Value::as_str) != Some("ok") {

@@ -14,8 +14,10 @@ use serde_json::Value;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::config::{Fidelity, Idempotency, KeyFrom, ToolKind};
+use crate::dispatcher::Dispatcher;
 use crate::gate::Gate;
-use crate::http::UrlTemplate;
+use crate::http::{ArgProblem, HttpOutcome, UrlTemplate};
+use crate::mcp::McpServer;
 use crate::wording::Wording;
 
 /// A compiled tool.
@@ -36,15 +38,16 @@ pub(crate) struct Tool {
     pub key_lease: Duration,
     /// Where evidence items are in this tool's results, if they are evidence.
     pub evidence: Option<crate::config::EvidenceConfig>,
+    /// What MCP clients are told it does, and its arguments' schema (the config's).
+    pub description: Option<String>,
+    pub input_schema: Option<Value>,
 }
 
 impl Tool {
-    /// The first http rung: where the replay worker sends queued writes.
-    pub(crate) fn primary_http(&self) -> Option<(&Rung, &HttpRung)> {
-        self.rungs.iter().find_map(|rung| match &rung.action {
-            RungAction::Http(http) => Some((rung, http)),
-            _ => None,
-        })
+    /// The first rung that calls out (http or mcp): where the replay worker sends queued
+    /// writes.
+    pub(crate) fn primary_remote(&self) -> Option<&Rung> {
+        self.rungs.iter().find(|rung| rung.action.is_remote())
     }
 
     /// The queue rung's source, if the tool has one.
@@ -80,9 +83,75 @@ pub(crate) struct Rung {
 #[derive(Debug)]
 pub(crate) enum RungAction {
     Http(HttpRung),
+    Mcp(McpRung),
     Cache { max_age_ms: i64 },
     Static { result: Value },
     Queue,
+}
+
+impl RungAction {
+    /// Whether the rung calls out (to an http backend or an MCP server).
+    pub(crate) fn is_remote(&self) -> bool {
+        matches!(self, RungAction::Http(_) | RungAction::Mcp(_))
+    }
+
+    /// The rung's call for `args`: `None` for rungs that do not call out, `Err` when the
+    /// arguments cannot fill an http rung's URL (the caller's mistake).
+    pub(crate) fn target(&self, args: &Value) -> Option<Result<Target<'_>, ArgProblem>> {
+        match self {
+            RungAction::Http(http) => {
+                Some(http.url.fill(args).map(|url| Target::Http { http, url }))
+            }
+            RungAction::Mcp(mcp) => Some(Ok(Target::Mcp(mcp))),
+            _ => None,
+        }
+    }
+}
+
+/// One call of a rung that calls out: an http request at its URL, or an MCP server's tool.
+#[derive(Debug)]
+pub(crate) enum Target<'a> {
+    Http { http: &'a HttpRung, url: String },
+    Mcp(&'a McpRung),
+}
+
+impl Target<'_> {
+    /// The concurrency partition the call enters.
+    pub(crate) fn bulkhead(&self) -> &Bulkhead {
+        match self {
+            Target::Http { http, .. } => &http.bulkhead,
+            Target::Mcp(mcp) => &mcp.bulkhead,
+        }
+    }
+
+    /// Send the call within `budget`, with a write's idempotency `key`.
+    pub(crate) async fn send(
+        &self,
+        dispatcher: &Dispatcher,
+        args: &Value,
+        key: Option<&str>,
+        budget: Duration,
+    ) -> HttpOutcome {
+        match self {
+            Target::Http { http, url } => {
+                let redactor = &dispatcher.plan.redactor;
+                crate::http::send(&dispatcher.http, http, url, args, key, budget, redactor).await
+            }
+            Target::Mcp(mcp) => {
+                let outcome = mcp.server.call(&mcp.tool, args, key, budget).await;
+                dispatcher.plan.redactor.outcome(outcome)
+            }
+        }
+    }
+}
+
+/// An mcp rung: a tool of an upstream MCP server.
+#[derive(Debug)]
+pub(crate) struct McpRung {
+    pub server: Arc<McpServer>,
+    /// The tool's name on that server.
+    pub tool: String,
+    pub bulkhead: Arc<Bulkhead>,
 }
 
 /// An http rung's request.
@@ -130,4 +199,4 @@ pub(crate) struct OutboxSettings {
     pub cache_retain: Duration,
 }
 
-pub(crate) type Tools = BTreeMap<String, Tool>;
+pub(crate) type Tools = BTreeMap<String, Arc<Tool>>;

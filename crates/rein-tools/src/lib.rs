@@ -20,6 +20,7 @@ mod guard;
 mod http;
 pub mod keys;
 mod ladder;
+pub mod mcp;
 mod observer;
 mod operator;
 mod read;

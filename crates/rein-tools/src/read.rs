@@ -12,9 +12,9 @@ use serde_json::Value;
 
 use crate::dispatcher::{Dispatcher, Resolution, ToolOutcome, admit, resolve};
 use crate::envelope;
-use crate::http::{self, HttpOutcome};
+use crate::http::HttpOutcome;
 use crate::keys::args_hash;
-use crate::ladder::{HttpRung, Rung, RungAction, Tool};
+use crate::ladder::{Rung, RungAction, Target, Tool};
 use crate::trace::{RungLog, Turn};
 use crate::wording::Situation;
 
@@ -31,12 +31,12 @@ pub(crate) async fn call_read(
     dispatcher: &Dispatcher,
     tool: &Tool,
     args: &Value,
-    urls: &[Option<String>],
+    targets: &[Option<Target<'_>>],
     deadline: &Deadline,
     log: &RungLog,
 ) -> ToolOutcome {
     let hash = args_hash(args);
-    for (rung, url) in tool.rungs.iter().zip(urls) {
+    for (rung, target) in tool.rungs.iter().zip(targets) {
         let budget = deadline.cut(rung.timeout);
         let needs_time = !matches!(rung.action, RungAction::Static { .. });
         if needs_time && budget.is_zero() {
@@ -52,8 +52,8 @@ pub(crate) async fn call_read(
         let start_ms = log.now_ms();
         let rung_read = RungRead { dispatcher, tool, rung, args, deadline, budget, log, start_ms };
         let step = match &rung.action {
-            RungAction::Http(http) => match url {
-                Some(url) => rung_read.http(http, url, &hash, permit).await,
+            RungAction::Http(_) | RungAction::Mcp(_) => match target {
+                Some(target) => rung_read.remote(target, &hash, permit).await,
                 None => {
                     resolve(permit, Resolution::Unused);
                     Step::Down
@@ -95,23 +95,15 @@ struct RungRead<'a> {
 }
 
 impl RungRead<'_> {
-    async fn http(&self, http: &HttpRung, url: &str, hash: &str, permit: Option<Permit>) -> Step {
+    async fn remote(&self, target: &Target<'_>, hash: &str, permit: Option<Permit>) -> Step {
         let (tool, rung, dispatcher, args) = (self.tool, self.rung, self.dispatcher, self.args);
-        let Some(_slot) = http.bulkhead.try_enter() else {
+        let bulkhead = target.bulkhead();
+        let Some(_slot) = bulkhead.try_enter() else {
             resolve(permit, Resolution::Unused);
             self.turn(Turn::Busy, Some("bulkhead_full"), None);
-            return Step::Served(dispatcher.busy(tool, rung, http, None, args, self.deadline));
+            return Step::Served(dispatcher.busy(tool, rung, bulkhead, None, args, self.deadline));
         };
-        let sent = http::send(
-            &dispatcher.http,
-            http,
-            url,
-            args,
-            None,
-            self.budget,
-            &dispatcher.plan.redactor,
-        );
-        match sent.await {
+        match target.send(dispatcher, args, None, self.budget).await {
             HttpOutcome::Answered(result) => {
                 resolve(permit, Resolution::Succeeded);
                 remember(dispatcher, tool, hash, &result).await;

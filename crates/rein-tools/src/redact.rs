@@ -8,6 +8,7 @@
 //! Each secret is redacted whole and, for a value with an auth scheme (`Bearer x`, `Basic x`),
 //! as its credential alone, also in its JSON-escaped spelling.
 
+use crate::http::HttpOutcome;
 use serde_json::{Map, Value};
 
 /// What a redacted secret becomes.
@@ -79,6 +80,26 @@ impl Redactor {
                     .collect::<Map<String, Value>>(),
             ),
             scalar => scalar,
+        }
+    }
+
+    /// A backend's answer with every secret replaced in what it says.
+    pub(crate) fn outcome(&self, outcome: HttpOutcome) -> HttpOutcome {
+        match outcome {
+            HttpOutcome::Answered(value) => HttpOutcome::Answered(self.value(value)),
+            HttpOutcome::Unparseable { body } => {
+                HttpOutcome::Unparseable { body: self.text(&body) }
+            }
+            HttpOutcome::Rejected { status, message } => {
+                HttpOutcome::Rejected { status, message: self.text(&message) }
+            }
+            HttpOutcome::Unauthorized { status, message } => {
+                HttpOutcome::Unauthorized { status, message: self.text(&message) }
+            }
+            HttpOutcome::Failed { reason, may_have_executed } => {
+                HttpOutcome::Failed { reason: self.text(&reason), may_have_executed }
+            }
+            HttpOutcome::TimedOut => HttpOutcome::TimedOut,
         }
     }
 }

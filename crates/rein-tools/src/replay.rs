@@ -22,7 +22,7 @@ use crate::config::Idempotency;
 use crate::dispatcher::{Dispatcher, Resolution, admit, resolve};
 use crate::envelope;
 use crate::guard::{Guard, Write, duplicate_guard};
-use crate::http::{self, HttpOutcome};
+use crate::http::HttpOutcome;
 use crate::ladder::{Rung, Tool};
 use crate::observer::ReplayResult;
 
@@ -99,13 +99,13 @@ async fn replay_one(
     dispatcher: &Dispatcher,
     item: OutboxItem,
 ) -> Result<Option<ReplayResult>, StoreError> {
-    let Some((tool, rung, http)) = dispatcher
-        .plan
-        .tools
-        .get(&item.tool)
-        .and_then(|tool| tool.primary_http().map(|(rung, http)| (tool, rung, http)))
+    // A queued write of a listed MCP tool rein has not seen listed since it started: the
+    // server's list is fetched within its connect budget.
+    let resolved = dispatcher.resolve_with(&item.tool, |budget| budget).await;
+    let Some((tool, rung)) =
+        resolved.as_ref().and_then(|tool| tool.primary_remote().map(|rung| (tool.as_ref(), rung)))
     else {
-        let error = format!("tool `{}` has no http rung in the config", item.tool);
+        let error = format!("tool `{}` has no http or mcp rung in the config", item.tool);
         return retry_later(dispatcher, &item, &error, None, false).await;
     };
     let Some(permit) = admit(rung) else {
@@ -116,9 +116,9 @@ async fn replay_one(
         let wait = rung.breaker.as_ref().map_or(backoff, |b| b.policy().cooldown.min(backoff));
         return retry_later(dispatcher, &item, &error, Some(wait), false).await;
     };
-    let url = match http.url.fill(&item.args) {
-        Ok(url) => url,
-        Err(problem) => {
+    let target = match rung.action.target(&item.args) {
+        Some(Ok(target)) => target,
+        Some(Err(problem)) => {
             resolve(permit, Resolution::Unused);
             let problem = problem.message;
             if item.outcome_unknown {
@@ -135,6 +135,7 @@ async fn replay_one(
             );
             return fail(dispatcher, &item, &problem, &envelope.to_json()).await;
         }
+        None => unreachable!("primary_remote returns a rung that calls out"),
     };
     if item.outcome_unknown {
         let write = Write {
@@ -160,24 +161,16 @@ async fn replay_one(
             }
         }
     }
-    let Some(_slot) = http.bulkhead.try_enter() else {
+    let bulkhead = target.bulkhead();
+    let Some(_slot) = bulkhead.try_enter() else {
         resolve(permit, Resolution::Unused);
-        let error = format!("bulkhead `{}` is full", http.bulkhead.name);
-        let wait = Duration::from_millis(http.bulkhead.retry_after_ms);
+        let error = format!("bulkhead `{}` is full", bulkhead.name);
+        let wait = Duration::from_millis(bulkhead.retry_after_ms);
         return retry_later(dispatcher, &item, &error, Some(wait), false).await;
     };
     let started = Instant::now();
     let key = item.idempotency_key.as_str();
-    let sent = http::send(
-        &dispatcher.http,
-        http,
-        &url,
-        &item.args,
-        Some(key),
-        rung.timeout,
-        &dispatcher.plan.redactor,
-    )
-    .await;
+    let sent = target.send(dispatcher, &item.args, Some(key), rung.timeout).await;
     let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     match sent {
         HttpOutcome::Answered(result) => {

@@ -75,6 +75,7 @@ impl RungLog {
         let end_ms = self.now_ms();
         let (kind, span_kind) = match &rung.action {
             RungAction::Http(_) => ("http", SpanKind::Client),
+            RungAction::Mcp(_) => ("mcp", SpanKind::Client),
             RungAction::Cache { .. } => ("cache", SpanKind::Internal),
             RungAction::Static { .. } => ("static", SpanKind::Internal),
             RungAction::Queue => ("queue", SpanKind::Internal),

@@ -78,7 +78,7 @@ impl Situation {
                 "{tool} is unavailable; the request is durably queued and will replay with the same idempotency key ({key}). It has NOT executed yet. Tell the user it is pending, not completed."
             }
             Situation::Refused => {
-                "{tool} is unavailable and no fallback could answer. Nothing was returned: do not claim any result from it; answer without it or ask the user."
+                "{tool} is unavailable and no fallback could answer. Nothing was returned: do not claim any result from it, and do not retry this call now; answer without it or ask the user."
             }
             Situation::RefusedWrite => {
                 "{tool} is unavailable and the request could not be queued. It has NOT executed. Do not tell the user it is done; tell them it cannot be done right now."

@@ -31,9 +31,9 @@ use crate::envelope::{self, Envelope, ToolStatus};
 use crate::error::ToolError;
 use crate::gate::{Gate, first_hold};
 use crate::guard::{Guard, Write, duplicate_guard, lookup_url};
-use crate::http::{self, HttpOutcome};
+use crate::http::HttpOutcome;
 use crate::keys::{args_hash, conversation_key, mint_key};
-use crate::ladder::{Rung, RungAction, Tool};
+use crate::ladder::{Rung, RungAction, Target, Tool};
 use crate::trace::{RungLog, Turn};
 use crate::wording::{Situation, Wording};
 use rein_core::trace::SpanEvent;
@@ -43,14 +43,20 @@ pub(crate) async fn call_write(
     dispatcher: &Dispatcher,
     ctx: &CallContext,
     tool: &Tool,
-    args: Value,
-    urls: &[Option<String>],
+    args: &Value,
+    targets: &[Option<Target<'_>>],
     log: &RungLog,
+    caller: Option<&str>,
 ) -> Result<ToolOutcome, ToolError> {
     let deadline = ctx.deadline();
-    let key = settle_key(ctx, tool)?;
+    let (key, reissue) = settle_key(dispatcher, ctx, tool, args, caller).await?;
+    if reissue {
+        let event = SpanEvent::new("reissue_recognised", log.now_ms());
+        log.event(event.with("rein.idempotency_key", key.as_str()));
+        tracing::info!(tool = %tool.name, key = %key, "a re-issue of an earlier call: answered under its key");
+    }
     let conversation = ctx.conversation_id.as_deref();
-    let write = Write { key: &key, args: &args, conversation_id: conversation };
+    let write = Write { key: &key, args, conversation_id: conversation };
     if let Some(lookup) = &tool.lookup {
         // The lookup must be possible before anything is sent that it may have to find.
         if let Err(message) = lookup_url(lookup, write) {
@@ -60,7 +66,7 @@ pub(crate) async fn call_write(
             return Err(ToolError::BadArgs(format!("the lookup of `{}`: {message}", tool.name)));
         }
     }
-    let maybe_executed = match claim_key(dispatcher, tool, &key, &args).await? {
+    let maybe_executed = match claim_key(dispatcher, tool, &key, args).await? {
         Claim::Go { maybe_executed } => {
             if maybe_executed {
                 log.event(SpanEvent::new("key_taken_over", log.now_ms()));
@@ -72,19 +78,19 @@ pub(crate) async fn call_write(
             return Ok(outcome);
         }
     };
-    if let Some(gate) = first_hold(&tool.gates, &args) {
+    if let Some(gate) = first_hold(&tool.gates, args) {
         log.event(
             SpanEvent::new("gate_held", log.now_ms()).with("rein.gate", gate.reason.as_str()),
         );
-        return hold(dispatcher, tool, &key, args, ctx.conversation_id.clone(), gate, deadline)
-            .await;
+        let (args, conversation) = (args.clone(), ctx.conversation_id.clone());
+        return hold(dispatcher, tool, &key, args, conversation, gate, deadline).await;
     }
     let queue = tool.rungs.iter().find(|rung| matches!(rung.action, RungAction::Queue));
     // Keep the queue rung's budget out of the http rungs' share of the deadline, so a
     // deadline that cuts the primary short still leaves time to queue the write durably.
     let reserve = queue.map_or(Duration::from_millis(DEFAULT_QUEUE_TIMEOUT_MS), |r| r.timeout);
     let sends = Sends { dispatcher, tool, key: &key, write, deadline, reserve, log };
-    let (mut maybe_executed, review) = match sends.walk(urls, maybe_executed).await {
+    let (mut maybe_executed, review) = match sends.walk(targets, maybe_executed).await {
         Sent::Done(outcome) => return Ok(outcome),
         Sent::Unsent { maybe_executed, review } => (maybe_executed, review),
     };
@@ -105,24 +111,62 @@ pub(crate) async fn call_write(
         Situation::RefusedWrite
     };
     let elapsed = deadline.elapsed_ms();
-    let envelope = envelope::refused(tool, situation, None, None, Some(&key), &args, elapsed);
+    let envelope = envelope::refused(tool, situation, None, None, Some(&key), args, elapsed);
     Ok(dispatcher.finish(tool, envelope, None))
 }
 
 /// The write's idempotency key: the caller's, derived from the conversation, or minted.
-fn settle_key(ctx: &CallContext, tool: &Tool) -> Result<String, ToolError> {
-    let key = match (ctx.idempotency_key.as_deref(), tool.key_from) {
-        (Some(key), _) => key.to_string(),
+async fn settle_key(
+    dispatcher: &Dispatcher,
+    ctx: &CallContext,
+    tool: &Tool,
+    args: &Value,
+    caller: Option<&str>,
+) -> Result<(String, bool), ToolError> {
+    let (key, reissue) = match (ctx.idempotency_key.as_deref(), tool.key_from) {
+        (Some(key), _) => (key.to_string(), false),
         (None, Some(KeyFrom::Conversation)) => match ctx.conversation_id.as_deref() {
             Some(conversation) if !conversation.is_empty() => {
-                conversation_key(&tool.name, conversation)
+                (conversation_key(&tool.name, conversation), false)
             }
             _ => return Err(ToolError::MissingConversation { tool: tool.name.clone() }),
         },
-        (None, None) => mint_key(),
+        (None, None) => match caller {
+            Some(caller) if !dispatcher.reissue_window().is_zero() => {
+                reissued_key(dispatcher, tool, args, caller).await?
+            }
+            _ => (mint_key(), false),
+        },
     };
     check_key(&key)?;
-    Ok(key)
+    Ok((key, reissue))
+}
+
+/// The key of `caller`'s call of `tool` with these arguments inside the re-issue window, if
+/// there is one (the call is its re-issue), else a new key marked as `caller`'s.
+async fn reissued_key(
+    dispatcher: &Dispatcher,
+    tool: &Tool,
+    args: &Value,
+    caller: &str,
+) -> Result<(String, bool), ToolError> {
+    let prefix = caller_prefix(caller);
+    let window = i64::try_from(dispatcher.reissue_window().as_millis()).unwrap_or(i64::MAX);
+    let since = dispatcher.clock.now_unix_ms().saturating_sub(window);
+    let hash = args_hash(args);
+    match dispatcher.store.key_recent(&tool.name, &hash, &prefix, since).await? {
+        Some(key) => Ok((key, true)),
+        None => Ok((format!("{prefix}{}", mint_key()), false)),
+    }
+}
+
+/// The prefix of the keys rein mints for `caller` (an opaque identity: a digest of it, so the
+/// key says nothing about who called).
+fn caller_prefix(caller: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(caller.as_bytes());
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("r-{hex}-")
 }
 
 /// What claiming the key in the store says.
@@ -180,11 +224,11 @@ struct Sends<'a> {
 
 impl Sends<'_> {
     /// Send to each http rung in turn until one settles the call.
-    async fn walk(&self, urls: &[Option<String>], mut maybe_executed: bool) -> Sent {
+    async fn walk(&self, targets: &[Option<Target<'_>>], mut maybe_executed: bool) -> Sent {
         let (dispatcher, tool, key, deadline, log) =
             (self.dispatcher, self.tool, self.key, self.deadline, self.log);
-        for (rung, url) in tool.rungs.iter().zip(urls) {
-            let (RungAction::Http(http), Some(url)) = (&rung.action, url) else { continue };
+        for (rung, target) in tool.rungs.iter().zip(targets) {
+            let Some(target) = target else { continue };
             let budget = deadline.cut_leaving(rung.timeout, self.reserve);
             if budget.is_zero() {
                 tracing::debug!(tool = %tool.name, rung = %rung.source, "skipped: no time left before the deadline");
@@ -228,7 +272,8 @@ impl Sends<'_> {
             let turn = |turn: Turn, reason: Option<&str>, status: Option<u16>| {
                 log.rung(rung, start_ms, turn, reason, status);
             };
-            let Some(_slot) = http.bulkhead.try_enter() else {
+            let bulkhead = target.bulkhead();
+            let Some(_slot) = bulkhead.try_enter() else {
                 resolve(permit, Resolution::Unused);
                 turn(Turn::Busy, Some("bulkhead_full"), None);
                 if maybe_executed {
@@ -237,19 +282,17 @@ impl Sends<'_> {
                 }
                 release_key(dispatcher, key, false).await;
                 let args = self.write.args;
-                return Sent::Done(dispatcher.busy(tool, rung, http, Some(key), args, deadline));
+                return Sent::Done(dispatcher.busy(
+                    tool,
+                    rung,
+                    bulkhead,
+                    Some(key),
+                    args,
+                    deadline,
+                ));
             };
             let args = self.write.args;
-            let sent = http::send(
-                &dispatcher.http,
-                http,
-                url,
-                args,
-                Some(key),
-                budget,
-                &dispatcher.plan.redactor,
-            );
-            match sent.await {
+            match target.send(dispatcher, args, Some(key), budget).await {
                 HttpOutcome::Answered(result) => {
                     resolve(permit, Resolution::Succeeded);
                     turn(Turn::Served, None, None);
@@ -442,7 +485,8 @@ pub(crate) async fn decide(
     if hold.state != HoldState::Pending {
         return Ok(None);
     }
-    let tool = dispatcher.plan.tools.get(&hold.tool);
+    let tool = dispatcher.tool_now(&hold.tool);
+    let tool = tool.as_deref();
     let default_wording = Wording::default();
     let wording = tool.map_or(&default_wording, |tool| &tool.wording);
     let reason = match (approve, note.trim()) {

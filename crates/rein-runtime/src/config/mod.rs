@@ -373,6 +373,7 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
         bulkheads: raw.bulkheads.clone(),
         tools: raw.tools.clone(),
         outbox: raw.outbox,
+        mcp: raw.mcp.clone(),
     };
     let tools_plan = tools.compile(env);
     if let Err(error) = &tools_plan {
@@ -451,7 +452,8 @@ pub fn validate(raw: RawConfig, env: EnvLookup<'_>) -> Result<Config, ConfigErro
     if raw.server.kill_sync_ms == 0 {
         problems.add("server.kill_sync_ms", "must be at least 1 (milliseconds between syncs)");
     }
-    if raw.routes.is_empty() {
+    // A gateway for agents' tools alone (MCP servers, tools) needs no model route.
+    if raw.routes.is_empty() && raw.tools.is_empty() && raw.mcp.servers.is_empty() {
         problems.add("routes", "no routes: add at least one `[routes.<name>]` with a tier");
     }
     for (name, route) in &raw.routes {

@@ -31,6 +31,9 @@ pub struct RawConfig {
     pub tools: BTreeMap<String, rein_tools::config::ToolConfig>,
     #[serde(default)]
     pub outbox: rein_tools::config::OutboxConfig,
+    /// Upstream MCP servers whose tools the gateway serves at `/mcp`, each call through a ladder.
+    #[serde(default)]
+    pub mcp: rein_tools::config::McpConfig,
     /// Agent runs (`x-rein-run-id`): their stop conditions and how long an idle run is kept.
     #[serde(default)]
     pub runs: RawRuns,

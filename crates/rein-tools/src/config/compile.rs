@@ -20,20 +20,21 @@ use super::{
 use crate::gate::Gate;
 use crate::http::{IDEMPOTENCY_KEY_HEADER, UrlTemplate};
 use crate::ladder::{Bulkhead, HttpRung, Lookup, OutboxSettings, Rung, RungAction, Tool, Tools};
+use crate::mcp::{McpHub, McpServer};
 use crate::redact::Redactor;
 use crate::wording::Wording;
 
 /// Looks up an environment variable (injected, so tests need no process environment).
 pub(crate) type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
-const DEFAULT_BREAKER: CooldownPolicy =
+pub(crate) const DEFAULT_BREAKER: CooldownPolicy =
     CooldownPolicy { allowed_fails: 5, cooldown: Duration::from_secs(30) };
-const DEFAULT_CACHE_TIMEOUT_MS: u64 = 100;
+pub(crate) const DEFAULT_CACHE_TIMEOUT_MS: u64 = 100;
 pub(crate) const DEFAULT_QUEUE_TIMEOUT_MS: u64 = 1_000;
 /// The default `max_response_bytes`: 1 MiB, far above a tool result a model can use.
 pub(crate) const DEFAULT_MAX_RESPONSE_BYTES: u64 = 1024 * 1024;
 /// Added to a write ladder's budgets for its key's lease, so a live request is never taken over.
-const KEY_LEASE_MARGIN: Duration = Duration::from_secs(5);
+pub(crate) const KEY_LEASE_MARGIN: Duration = Duration::from_secs(5);
 
 /// The validated tools section, compiled: what a [`Dispatcher`](crate::Dispatcher) runs. Made
 /// once, by [`ToolsConfig::compile`], when the config is validated; its breakers and bulkheads
@@ -42,6 +43,8 @@ const KEY_LEASE_MARGIN: Duration = Duration::from_secs(5);
 pub struct ToolsPlan {
     pub(crate) tools: Tools,
     pub(crate) outbox: OutboxSettings,
+    /// The upstream MCP servers and the ladders made for their tools.
+    pub(crate) mcp: McpHub,
     /// Every secret header value the tools send, to redact from what backends say.
     pub(crate) redactor: Redactor,
 }
@@ -102,22 +105,30 @@ pub(crate) fn compile(
 
     let mut tools = Tools::new();
     let mut redactor = Redactor::default();
+    let mut ctx = ToolCtx {
+        problems: &mut problems,
+        bulkheads: &mut bulkheads,
+        declared: &declared,
+        env,
+        secrets: &mut redactor,
+        servers: BTreeMap::new(),
+    };
+    let servers = super::mcp::compile_servers(&config.mcp, &mut ctx);
+    ctx.servers =
+        servers.iter().map(|(name, entry)| (name.clone(), entry.server.clone())).collect();
     for (name, tool) in &config.tools {
-        let mut ctx = ToolCtx {
-            problems: &mut problems,
-            bulkheads: &mut bulkheads,
-            declared: &declared,
-            env,
-            secrets: &mut redactor,
-        };
         if let Some(compiled) = compile_tool(name, tool, &mut ctx) {
-            tools.insert(name.clone(), compiled);
+            tools.insert(name.clone(), Arc::new(compiled));
         }
     }
+    let taken = super::mcp::taken(&config.tools, &servers, ctx.problems);
+    let reissue_window = Duration::from_millis(config.mcp.reissue_window_ms);
+    let mcp = McpHub::new(servers, taken, reissue_window);
 
     problems.into_result()?;
     Ok(ToolsPlan {
         tools,
+        mcp,
         redactor,
         outbox: OutboxSettings {
             lease: Duration::from_millis(outbox.lease_ms),
@@ -133,14 +144,16 @@ pub(crate) fn compile(
 /// The shortest retention accepted for keys and cache entries.
 const MIN_RETAIN_MS: u64 = 3_600_000;
 
-struct ToolCtx<'a, 'e> {
-    problems: &'a mut Problems,
+pub(crate) struct ToolCtx<'a, 'e> {
+    pub(crate) problems: &'a mut Problems,
     /// Declared partitions, plus the ones made for rungs without `bulkhead` (one per source).
-    bulkheads: &'a mut BTreeMap<String, Arc<Bulkhead>>,
-    declared: &'a BTreeSet<String>,
-    env: Option<EnvLookup<'e>>,
+    pub(crate) bulkheads: &'a mut BTreeMap<String, Arc<Bulkhead>>,
+    pub(crate) declared: &'a BTreeSet<String>,
+    pub(crate) env: Option<EnvLookup<'e>>,
     /// Collects the secret header values.
-    secrets: &'a mut Redactor,
+    pub(crate) secrets: &'a mut Redactor,
+    /// The upstream MCP servers, by name, for mcp rungs.
+    pub(crate) servers: BTreeMap<String, Arc<McpServer>>,
 }
 
 fn compile_tool(name: &str, raw: &ToolConfig, ctx: &mut ToolCtx<'_, '_>) -> Option<Tool> {
@@ -227,7 +240,7 @@ fn compile_tool(name: &str, raw: &ToolConfig, ctx: &mut ToolCtx<'_, '_>) -> Opti
         if let Some(compiled) = compile_rung(rung, index, !seen_http, &rung_key, ctx) {
             rungs.push(compiled);
         }
-        seen_http |= rung.kind == RungKind::Http;
+        seen_http |= matches!(rung.kind, RungKind::Http | RungKind::Mcp);
     }
 
     let idempotency = raw.idempotency.unwrap_or_default();
@@ -271,6 +284,8 @@ fn compile_tool(name: &str, raw: &ToolConfig, ctx: &mut ToolCtx<'_, '_>) -> Opti
         wording,
         key_lease: budgets + KEY_LEASE_MARGIN,
         evidence: raw.evidence.clone(),
+        description: raw.description.clone(),
+        input_schema: raw.input_schema.clone(),
     })
 }
 
@@ -347,7 +362,7 @@ fn check_kind(
         ),
         (ToolKind::Write, RungKind::Queue) if !seen_http => problems.add(
             kind_key,
-            "a `queue` rung must come after at least one `http` rung (the primary it defers to)",
+            "a `queue` rung must come after at least one `http` or `mcp` rung (the primary it defers to)",
         ),
         (ToolKind::Write, RungKind::Queue) if index + 1 != count => problems.add(
             kind_key,
@@ -365,13 +380,16 @@ fn compile_rung(
     ctx: &mut ToolCtx<'_, '_>,
 ) -> Option<Rung> {
     let before = ctx.problems.len();
+    let tool_name = key.trim_start_matches("tools.").split(".rungs[").next().unwrap_or_default();
     let kind_name = match raw.kind {
         RungKind::Http => "http",
         RungKind::Cache => "cache",
         RungKind::Static => "static",
         RungKind::Queue => "queue",
+        RungKind::Mcp => "mcp",
     };
     let is_http = raw.kind == RungKind::Http;
+    let is_mcp = raw.kind == RungKind::Mcp;
     let only = |field: &str, present: bool, allowed: bool, kinds: &str, problems: &mut Problems| {
         if present && !allowed {
             problems.add(
@@ -385,10 +403,12 @@ fn compile_rung(
     only("headers", !raw.headers.is_empty(), is_http, "`http`", ctx.problems);
     only("headers_env", !raw.headers_env.is_empty(), is_http, "`http`", ctx.problems);
     only("body", raw.body.is_some(), is_http, "`http`", ctx.problems);
-    only("bulkhead", raw.bulkhead.is_some(), is_http, "`http`", ctx.problems);
+    only("bulkhead", raw.bulkhead.is_some(), is_http || is_mcp, "`http` and `mcp`", ctx.problems);
     only("max_response_bytes", raw.max_response_bytes.is_some(), is_http, "`http`", ctx.problems);
-    let breakable = matches!(raw.kind, RungKind::Http | RungKind::Cache);
-    only("breaker", raw.breaker.is_some(), breakable, "`http` and `cache`", ctx.problems);
+    only("server", raw.server.is_some(), is_mcp, "`mcp`", ctx.problems);
+    only("tool", raw.tool.is_some(), is_mcp, "`mcp`", ctx.problems);
+    let breakable = matches!(raw.kind, RungKind::Http | RungKind::Cache | RungKind::Mcp);
+    only("breaker", raw.breaker.is_some(), breakable, "`http`, `mcp` and `cache`", ctx.problems);
     only(
         "max_age_ms",
         raw.max_age_ms.is_some(),
@@ -419,8 +439,8 @@ fn compile_rung(
             Fidelity::Deferred
         }
         (_, Some(fidelity)) => fidelity,
-        (RungKind::Http, None) if first_http => Fidelity::Exact,
-        (RungKind::Http, None) => Fidelity::Fresh,
+        (RungKind::Http | RungKind::Mcp, None) if first_http => Fidelity::Exact,
+        (RungKind::Http | RungKind::Mcp, None) => Fidelity::Fresh,
         (RungKind::Cache, None) => Fidelity::Stale,
         (RungKind::Static, None) => Fidelity::Partial,
     };
@@ -438,6 +458,10 @@ fn compile_rung(
             0
         }
         (_, Some(ms)) => ms,
+        (RungKind::Mcp, None) => match raw.server.as_ref().and_then(|s| ctx.servers.get(s)) {
+            Some(server) => server.default_timeout.as_millis() as u64,
+            None => super::mcp::DEFAULT_MCP_TIMEOUT_MS,
+        },
         (RungKind::Cache, None) => DEFAULT_CACHE_TIMEOUT_MS,
         (RungKind::Queue, None) => DEFAULT_QUEUE_TIMEOUT_MS,
         (RungKind::Static, None) => 0,
@@ -467,6 +491,7 @@ fn compile_rung(
 
     let action = match raw.kind {
         RungKind::Http => compile_http(raw, key, ctx).map(RungAction::Http),
+        RungKind::Mcp => super::mcp::compile_rung(raw, tool_name, key, ctx).map(RungAction::Mcp),
         RungKind::Cache => match raw.max_age_ms {
             Some(0) => {
                 ctx.problems.add(format!("{key}.max_age_ms"), "must be greater than 0");
@@ -610,18 +635,7 @@ fn compile_request(raw: &Request<'_>, key: &str, ctx: &mut ToolCtx<'_, '_>) -> O
             format!("`{bulkhead_name}` is not a bulkhead: declare `[bulkheads.{bulkhead_name}]` or leave it out to get one named after the source"),
         );
     }
-    let bulkhead = ctx
-        .bulkheads
-        .entry(bulkhead_name.clone())
-        .or_insert_with(|| {
-            let defaults = super::BulkheadConfig::default();
-            Arc::new(Bulkhead::new(
-                &bulkhead_name,
-                defaults.max_concurrent,
-                defaults.retry_after_ms,
-            ))
-        })
-        .clone();
+    let bulkhead = bulkhead(ctx, &bulkhead_name);
 
     let body_args = match raw.body {
         Some(BodyMode::Args) => true,
@@ -645,7 +659,18 @@ fn compile_request(raw: &Request<'_>, key: &str, ctx: &mut ToolCtx<'_, '_>) -> O
     Some(HttpRung { method, url: url?, headers, body_args, bulkhead, max_response_bytes })
 }
 
-fn header_name(name: &str, key: &str, problems: &mut Problems) -> Option<HeaderName> {
+/// The partition `name`: declared, or made with the defaults (shared by every rung naming it).
+pub(crate) fn bulkhead(ctx: &mut ToolCtx<'_, '_>, name: &str) -> Arc<Bulkhead> {
+    ctx.bulkheads
+        .entry(name.to_string())
+        .or_insert_with(|| {
+            let defaults = super::BulkheadConfig::default();
+            Arc::new(Bulkhead::new(name, defaults.max_concurrent, defaults.retry_after_ms))
+        })
+        .clone()
+}
+
+pub(crate) fn header_name(name: &str, key: &str, problems: &mut Problems) -> Option<HeaderName> {
     if name.eq_ignore_ascii_case(IDEMPOTENCY_KEY_HEADER) {
         problems.add(key, "rein sets `Idempotency-Key` itself on writes: remove it here");
         return None;

@@ -7,6 +7,7 @@
 //! over already parsed.
 
 pub(crate) mod compile;
+mod mcp;
 
 use std::collections::BTreeMap;
 
@@ -28,6 +29,97 @@ pub struct ToolsConfig {
     pub tools: BTreeMap<String, ToolConfig>,
     #[serde(default)]
     pub outbox: OutboxConfig,
+    /// Upstream MCP servers (`[mcp]`), whose tools rein serves at the gateway's MCP endpoint.
+    #[serde(default)]
+    pub mcp: McpConfig,
+}
+
+/// `[mcp]`: the upstream MCP servers rein aggregates, each tool call through its ladder.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpConfig {
+    /// How long an upstream's `tools/list` is kept when the server gives no `ttlMs` (and the
+    /// longest rein keeps one it gave). A list past it is fetched again; while the server is
+    /// down the last one is served, marked.
+    #[serde(default = "default_list_ttl_ms")]
+    pub list_ttl_ms: u64,
+    /// A write called again by the same caller with the same tool and arguments within this
+    /// window, without a key of its own, is the re-issue of a call whose stream broke (MCP
+    /// 2026-07-28 makes clients re-issue with a new request id): it gets the first call's
+    /// idempotency key, so it is answered from the stored result or "still in flight" and never
+    /// executes twice. 0 turns the recognition off.
+    #[serde(default = "default_reissue_window_ms")]
+    pub reissue_window_ms: u64,
+    /// The servers, by name.
+    #[serde(default)]
+    pub servers: BTreeMap<String, McpServerConfig>,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        Self {
+            list_ttl_ms: default_list_ttl_ms(),
+            reissue_window_ms: default_reissue_window_ms(),
+            servers: BTreeMap::new(),
+        }
+    }
+}
+
+fn default_list_ttl_ms() -> u64 {
+    60_000
+}
+
+fn default_reissue_window_ms() -> u64 {
+    600_000
+}
+
+/// One upstream MCP server: Streamable HTTP (`url`) or stdio (`command`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// The server's Streamable HTTP endpoint (`https://host/mcp`).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Header name → environment variable holding its value (a secret; never logged or echoed).
+    #[serde(default)]
+    pub headers_env: BTreeMap<String, String>,
+    /// A stdio server: the program rein starts, and its arguments.
+    #[serde(default)]
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Variable name → environment variable of rein's whose value the stdio server gets (the
+    /// server gets no other variables of rein's but `PATH`).
+    #[serde(default)]
+    pub env_from: BTreeMap<String, String>,
+    /// Its tools are listed as `{prefix}__{tool}` (default: the server's name), except those an
+    /// explicit `[tools.*]` ladder takes over.
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// The budget of one call to it, for tools without a ladder of their own (default 10 s).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// The budget of connecting (and the handshake), within a call's own budget (default 5 s).
+    #[serde(default)]
+    pub connect_timeout_ms: Option<u64>,
+    /// The largest answer read (default 1 MiB).
+    #[serde(default)]
+    pub max_response_bytes: Option<u64>,
+    /// The breaker of its tools without a ladder of their own (default 5 failures, 30 s).
+    #[serde(default)]
+    pub breaker: Option<BreakerConfig>,
+    /// For its write tools without a ladder of their own: how a resend after an unknown
+    /// outcome is kept from duplicating (`key` when the server honours the idempotency key
+    /// rein sends in `_meta`; default `none`: held for review).
+    #[serde(default)]
+    pub idempotency: Option<Idempotency>,
+    /// For its read tools without a ladder of their own: a cache rung this old at most.
+    #[serde(default)]
+    pub cache_max_age_ms: Option<u64>,
+    /// For its write tools without a ladder of their own: queue them in the outbox when the
+    /// server is down.
+    #[serde(default)]
+    pub queue_writes: bool,
 }
 
 /// One concurrency partition.
@@ -158,6 +250,14 @@ pub struct ToolConfig {
     /// Wording overrides for the `detail` sentence.
     #[serde(default)]
     pub detail: DetailConfig,
+    /// What the tool does, for MCP clients' `tools/list` (an mcp-backed tool without one gets
+    /// its server's description).
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The JSON Schema of its arguments, for MCP clients' `tools/list` (default: its server's
+    /// for an mcp-backed tool, else any object).
+    #[serde(default)]
+    pub input_schema: Option<Value>,
     /// How this tool's results become evidence for the business rules of model calls in the
     /// same run (e.g. "every cited article was returned by search in this run").
     #[serde(default)]
@@ -194,6 +294,8 @@ pub enum RungKind {
     Static,
     /// The durable outbox (writes only, last).
     Queue,
+    /// A tool of an upstream MCP server (`[mcp.servers.*]`).
+    Mcp,
 }
 
 /// What a rung's answer may claim.
@@ -279,6 +381,12 @@ pub struct RungConfig {
     /// static: the result (required).
     #[serde(default)]
     pub result: Option<Value>,
+    /// mcp: the server (`[mcp.servers.<name>]`).
+    #[serde(default)]
+    pub server: Option<String>,
+    /// mcp: the tool's name on that server (default: this tool's name).
+    #[serde(default)]
+    pub tool: Option<String>,
 }
 
 /// A rung's breaker.

@@ -6,6 +6,7 @@ mod backend;
 mod bulkheads;
 mod config;
 mod gates;
+mod mcp;
 mod next_steps;
 mod reads;
 mod support;
