@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The official Node SDK suite: builds `rein`, installs the pinned `openai` and `zod` from
-# tests/node/package-lock.json into tests/node/node_modules (gitignored; `npm ci` from the npm
-# registry), and runs tests/node with Node's own test runner against a real `rein serve` (each test
-# file starts it from $REIN_BIN). Needs Node.js 18 or later with npm: when `node` or `npm` is
-# missing this installs Debian's `nodejs` and `npm` packages (through sudo when not root).
+# The official Node SDK suite: builds `rein`, installs the pinned `openai`, `zod` and
+# `@modelcontextprotocol/sdk` from tests/node/package-lock.json into tests/node/node_modules
+# (gitignored; `npm ci` from the npm registry), and runs tests/node with Node's own test runner
+# against a real `rein serve` (each test file starts it from $REIN_BIN). Needs Node.js 18 or later
+# with npm: when `node` or `npm` is missing this installs Debian's `nodejs` and `npm` packages
+# (through sudo when not root). mcp.test.mjs runs its upstream MCP servers
+# (tests/python/mcp_upstream.py) on the Python suite's venv, $REIN_PYTHON or .venv/bin/python:
+# scripts/test-python.sh makes it (scripts/test.sh runs that first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,6 +41,7 @@ if [ ! -x "$REIN_BIN" ]; then
 fi
 
 cd tests/node
-# Two packages: a clean install each run takes a couple of seconds (npm's cache keeps them).
+# Three packages (about a hundred with the MCP SDK's dependencies): a clean install each run takes
+# a few seconds (npm's cache keeps them).
 npm ci --no-audit --no-fund --loglevel=error
 exec node --test --test-concurrency=1

@@ -2,7 +2,7 @@
 binary named by `REIN_BIN` (default `${CARGO_TARGET_DIR:-target}/debug/rein`) with a test config
 written to a temp dir (simulated providers in-process, no network; client key from an env var),
 and `openai` / `anthropic` clients pointed at it with `max_retries=0`. At the end the gateway gets
-SIGTERM and must exit 0.
+SIGTERM and must exit 0 (`mcp_harness.start_rein` / `stop_rein`, shared with the MCP tests).
 
 The routes (see CONFIG):
 - `chat`: an OpenAI-format sim tier, then an Anthropic-format one; healthy.
@@ -28,12 +28,7 @@ The routes (see CONFIG):
 
 from __future__ import annotations
 
-import os
-import queue
-import signal
 import subprocess
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +36,7 @@ import anthropic
 import openai
 import pytest
 
+from mcp_harness import rein_stderr_path, start_rein, stop_rein
 from support import ADMIN_KEY, CLIENT_KEY, DEGRADED_TEXT, POLICY_REASON
 
 CLIENT_KEY_ENV = "REIN_SDK_SUITE_CLIENT_KEY"
@@ -285,8 +281,6 @@ ROUTES = [
     "unconfigured",
 ]
 
-STARTUP_TIMEOUT_S = 60
-STOP_TIMEOUT_S = 30
 # Generous: the machine may be busy with builds; nothing here should take more than a second.
 CLIENT_TIMEOUT_S = 30
 
@@ -323,82 +317,12 @@ class Rein:
         )
 
 
-def _rein_bin() -> Path:
-    configured = os.environ.get("REIN_BIN")
-    if configured:
-        path = Path(configured).resolve()
-    else:
-        root = Path(__file__).resolve().parents[2]
-        path = Path(os.environ.get("CARGO_TARGET_DIR") or root / "target") / "debug" / "rein"
-        if not path.is_absolute():
-            path = root / path
-    if not path.is_file():
-        pytest.exit(f"no rein binary at {path}: run `cargo build -p rein` or set REIN_BIN", 2)
-    return path
-
-
 @pytest.fixture(scope="session")
 def rein(tmp_path_factory: pytest.TempPathFactory):
     workdir = tmp_path_factory.mktemp("rein")
-    config = workdir / "rein.toml"
-    config.write_text(CONFIG.replace("@SQLITE@", str(workdir / "rein.sqlite")))
-    stderr_path = workdir / "rein.stderr"
-    env = dict(os.environ)
-    env[CLIENT_KEY_ENV] = CLIENT_KEY
-    env[ADMIN_KEY_ENV] = ADMIN_KEY
-    env["RUST_LOG"] = "info"
-    with open(stderr_path, "wb") as stderr:
-        process = subprocess.Popen(
-            [str(_rein_bin()), "serve", "--config", str(config)],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            stdin=subprocess.DEVNULL,
-            cwd=workdir,
-            env=env,
-            text=True,
-        )
-
-    # Read stdout on a thread: a process that never prints cannot hang the session, and the pipe
-    # never fills up.
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=pump, name="rein-stdout", daemon=True).start()
-
-    def fail(why: str) -> None:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-        stderr_text = stderr_path.read_text(errors="replace")
-        pytest.fail(f"rein serve {why} (exit {process.returncode}); stderr:\n{stderr_text}")
-
-    prefix = "rein listening on http://"
-    addr = None
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while addr is None:
-        try:
-            line = lines.get(timeout=max(deadline - time.monotonic(), 0.01))
-        except queue.Empty:
-            fail(f"did not say it was listening within {STARTUP_TIMEOUT_S}s")
-        if line is None:
-            fail("exited before it was listening")
-        if line.startswith(prefix):
-            addr = line[len(prefix) :].strip()
-
-    yield Rein(addr=addr, process=process, stderr_path=stderr_path)
-
-    process.send_signal(signal.SIGTERM)
-    try:
-        code = process.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        fail(f"did not exit within {STOP_TIMEOUT_S}s of SIGTERM")
-    if code != 0:
-        fail("did not exit cleanly after SIGTERM")
+    addr, process = start_rein(CONFIG, workdir, {CLIENT_KEY_ENV: CLIENT_KEY, ADMIN_KEY_ENV: ADMIN_KEY})
+    yield Rein(addr=addr, process=process, stderr_path=rein_stderr_path(workdir))
+    stop_rein(process, workdir)
 
 
 @pytest.fixture(scope="session")

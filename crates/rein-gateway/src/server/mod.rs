@@ -14,6 +14,7 @@ mod dashboard;
 mod edge;
 mod error;
 mod intake;
+mod mcp;
 pub mod probe;
 mod record;
 mod run;
@@ -246,6 +247,12 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         .route("/v1/responses", post(chat::openai_responses))
         .route("/v1/messages", post(chat::anthropic_messages))
         .route("/v1/tools/{tool}", post(tools::call))
+        .nest_service(
+            "/mcp",
+            Router::new()
+                .fallback_service(mcp::service(gateway.clone()))
+                .layer(axum::middleware::from_fn_with_state(gateway.clone(), mcp::guard)),
+        )
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(model))
         .route("/healthz", get(healthz))

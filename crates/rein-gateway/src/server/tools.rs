@@ -89,7 +89,7 @@ async fn dispatch(
         ApiError::tool(StatusCode::BAD_REQUEST, "invalid_request_error", param, message, request_id)
     };
     let Admitted { ctx, body: bytes } = call;
-    let mut recording = ToolRecording::start(&ctx, tool);
+    let recording = ToolRecording::start(&ctx, tool);
     let args: Value = match serde_json::from_slice(&bytes) {
         Ok(value @ Value::Object(_)) => value,
         Ok(_) => {
@@ -100,13 +100,62 @@ async fn dispatch(
         }
         Err(e) => return Err(invalid(None, &format!("The body is not valid JSON: {e}"))),
     };
+    let settled = settle(gateway, runtime, tool, &ctx, args, recording, request_id, None)
+        .await
+        .map_err(|failure| tool_error(&failure, tool, request_id))?;
+    let mut response = match settled.kind {
+        Settled::Stopped { status } => {
+            stopped(tool, &status, &runtime.config.runs.stopped_detail, request_id)
+        }
+        Settled::Done { outcome, run_status } => {
+            let mut response = answered(outcome, request_id);
+            if let Some(status) = run_status
+                && let Ok(value) = HeaderValue::from_str(&status)
+            {
+                response.headers_mut().insert("x-rein-run-status", value);
+            }
+            response
+        }
+    };
+    super::chat::trace_header(response.headers_mut(), settled.trace_id.as_deref());
+    Ok(response)
+}
+
+/// How a tool call through rein ended, whatever the caller's protocol.
+pub(super) struct SettledCall {
+    pub kind: Settled,
+    /// The call's trace, when it is kept.
+    pub trace_id: Option<String>,
+}
+
+pub(super) enum Settled {
+    /// The agent's run is stopped (`status`): nothing ran.
+    Stopped { status: String },
+    /// The dispatcher's outcome, and the run's new status when this call stopped it.
+    Done { outcome: ToolOutcome, run_status: Option<String> },
+}
+
+/// One tool call with its run's stop conditions around it (the same for the tool endpoint and
+/// MCP): a stopped run refuses it; otherwise the ladder runs (`caller` for recognising a
+/// re-issue), an `ok` result becomes evidence for the run, the run's tallies move, a stop or a
+/// gate goes to a person, and the call's trace is recorded.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn settle(
+    gateway: &Gateway,
+    runtime: &Snapshot,
+    tool: &str,
+    ctx: &rein_core::CallContext,
+    args: Value,
+    mut recording: ToolRecording,
+    request_id: &str,
+    caller: Option<&str>,
+) -> Result<SettledCall, ToolError> {
     // The run's stop conditions, counted by rein (a tool it does not know is the dispatcher's
     // 404, not a step of the run).
     let stops = &gateway.runtime.stops;
     let runs = &runtime.config.runs;
-    let store_down = |error| tool_error(&ToolError::Store(error), tool, request_id);
     let same_call = match runtime.tools.has_tool(tool) {
-        true => match stops.tool_call(runs, &ctx, tool, &args).await.map_err(store_down)? {
+        true => match stops.tool_call(runs, ctx, tool, &args).await? {
             RunStep::Go { same_call } => {
                 if ctx.run_id.is_some() {
                     let at = recording.now_ms();
@@ -119,24 +168,18 @@ async fn dispatch(
                 recording.event(stop_event(recording.now_ms(), &status));
                 if now {
                     gateway.metrics.run_stopped(&status);
-                    let created = stop_handoff(gateway, runtime, &ctx, request_id, &status).await;
+                    let created = stop_handoff(gateway, runtime, ctx, request_id, &status).await;
                     recording.event(stop_handoff_event(recording.now_ms(), &status, created));
                 }
                 let trace_id = recording.trace_id().map(str::to_string);
                 recording.finish(gateway, "stopped", None);
-                let mut response = stopped(tool, &status, &runs.stopped_detail, request_id);
-                super::chat::trace_header(response.headers_mut(), trace_id.as_deref());
-                return Ok(response);
+                return Ok(SettledCall { kind: Settled::Stopped { status }, trace_id });
             }
         },
         false => 0,
     };
     let logged_args = ctx.run_id.as_ref().map(|_| args.clone());
-    let outcome = runtime
-        .tools
-        .call(&ctx, tool, args)
-        .await
-        .map_err(|failure| tool_error(&failure, tool, request_id))?;
+    let outcome = runtime.tools.call_as(ctx, tool, args, caller).await?;
     let mut run_status = None;
     if let Some(run) = &ctx.run_id {
         let items = runtime.tools.evidence_of(tool, &outcome.envelope);
@@ -144,37 +187,35 @@ async fn dispatch(
             let at = recording.now_ms();
             recording.event(SpanEvent::new("evidence", at).with("rein.items", items.len()));
         }
-        stops.record_evidence(run, items).await.map_err(store_down)?;
+        stops.record_evidence(run, items).await?;
         let args = logged_args.unwrap_or_default();
         let status = outcome.status.as_str();
-        stops.log_tool(&ctx, tool, &args, status, &outcome.envelope).await.map_err(store_down)?;
+        stops.log_tool(ctx, tool, &args, status, &outcome.envelope).await?;
         let error = (outcome.status != ToolStatus::Ok).then(|| failure_of(&outcome.envelope));
-        run_status = stops
-            .tool_result(runs, &ctx, tool, same_call, error.as_deref())
-            .await
-            .map_err(store_down)?;
+        run_status = stops.tool_result(runs, ctx, tool, same_call, error.as_deref()).await?;
     }
     if let Some(status) = &run_status {
         recording.event(stop_event(recording.now_ms(), status));
         gateway.metrics.run_stopped(status);
-        let created = stop_handoff(gateway, runtime, &ctx, request_id, status).await;
+        let created = stop_handoff(gateway, runtime, ctx, request_id, status).await;
         recording.event(stop_handoff_event(recording.now_ms(), status, created));
     }
     if outcome.status == ToolStatus::PendingApproval && !outcome.replayed {
         // A gate in code held the action for a person: an escalation of its own.
-        let route = run_route(gateway, &ctx).await;
+        let route = run_route(gateway, ctx).await;
         gateway.metrics.escalated(&route, rein_core::handoff::Trigger::Gate.as_str());
     }
+    tracing::info!(
+        request_id,
+        tool,
+        status = outcome.status.as_str(),
+        rung = outcome.served_by.as_deref().unwrap_or("-"),
+        replayed = outcome.replayed,
+        "tool call finished"
+    );
     let trace_id = recording.trace_id().map(str::to_string);
     recording.finish(gateway, outcome.status.as_str(), Some(&outcome));
-    let mut response = answered(tool, outcome, request_id);
-    super::chat::trace_header(response.headers_mut(), trace_id.as_deref());
-    if let Some(status) = run_status
-        && let Ok(value) = HeaderValue::from_str(&status)
-    {
-        response.headers_mut().insert("x-rein-run-status", value);
-    }
-    Ok(response)
+    Ok(SettledCall { kind: Settled::Done { outcome, run_status }, trace_id })
 }
 
 /// The route the call's run last made a model call on (`-` when none is known).
@@ -219,7 +260,7 @@ fn failure_of(envelope: &Value) -> String {
 }
 
 /// A tool call in a stopped run: nothing ran, and the envelope tells the model what to say.
-fn stopped(tool: &str, status: &str, detail: &str, request_id: &str) -> Response {
+pub(super) fn stopped(tool: &str, status: &str, detail: &str, request_id: &str) -> Response {
     tracing::info!(request_id, tool, status, "tool call refused: the run is stopped");
     let mut response = Json(rein_tools::envelope::stopped(tool, status, detail)).into_response();
     let headers = response.headers_mut();
@@ -236,21 +277,13 @@ fn stopped(tool: &str, status: &str, detail: &str, request_id: &str) -> Response
 }
 
 /// The envelope the model should see, with headers that say what happened.
-fn answered(tool: &str, outcome: ToolOutcome, request_id: &str) -> Response {
+fn answered(outcome: ToolOutcome, request_id: &str) -> Response {
     let status = match outcome.status {
         ToolStatus::Queued | ToolStatus::PendingApproval => StatusCode::ACCEPTED,
         ToolStatus::Ok | ToolStatus::Refused | ToolStatus::Busy | ToolStatus::Stopped => {
             StatusCode::OK
         }
     };
-    tracing::info!(
-        request_id,
-        tool,
-        status = outcome.status.as_str(),
-        rung = outcome.served_by.as_deref().unwrap_or("-"),
-        replayed = outcome.replayed,
-        "tool call finished"
-    );
     let retry_after_ms = outcome.envelope.get("retry_after_ms").and_then(Value::as_u64);
     let key = outcome.envelope.get("idempotency_key").and_then(Value::as_str).map(str::to_string);
     let mut response = (status, Json(outcome.envelope)).into_response();
