@@ -405,6 +405,7 @@ async def open_mcp(
     headers: Mapping[str, str] | None = None,
     mode: str = "auto",
     timeout_s: float = MCP_CLIENT_TIMEOUT_S,
+    **client_options: Any,
 ) -> AsyncIterator[Any]:
     """An entered `mcp.Client` for the Streamable HTTP endpoint `url`, sending `headers` on every
     HTTP request. The SDK's client-side response cache is off, so every list reaches the server.
@@ -420,13 +421,22 @@ async def open_mcp(
     timeout = httpx2.Timeout(timeout_s, read=max(timeout_s, 60))
     async with httpx2.AsyncClient(headers=dict(headers or {}), timeout=timeout) as http:
         transport = streamable_http_client(url, http_client=http)
-        async with Client(transport, mode=mode, cache=None, read_timeout_seconds=timeout_s) as client:
+        async with Client(
+            transport, mode=mode, cache=None, read_timeout_seconds=timeout_s, **client_options
+        ) as client:
             yield client
 
 
-def mcp_client(addr: str, key: str | None, mode: str = "auto", timeout_s: float = MCP_CLIENT_TIMEOUT_S):
+def mcp_client(
+    addr: str,
+    key: str | None,
+    mode: str = "auto",
+    timeout_s: float = MCP_CLIENT_TIMEOUT_S,
+    **client_options: Any,
+):
     """`open_mcp` for rein's `http://ADDR/mcp` with `Authorization: Bearer KEY` (none when `key`
-    is None); `mode` "auto" (negotiates 2026-07-28) or "legacy" (the 2025-11-25 handshake)."""
+    is None); `mode` "auto" (negotiates 2026-07-28) or "legacy" (the 2025-11-25 handshake);
+    `client_options` go to `mcp.Client` (an elicitation callback, its rounds)."""
     headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
-    return open_mcp(f"http://{addr}/mcp", headers, mode, timeout_s)
+    return open_mcp(f"http://{addr}/mcp", headers, mode, timeout_s, **client_options)
 

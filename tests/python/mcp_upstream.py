@@ -227,13 +227,24 @@ async def serve(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--name", required=True, choices=["orders", "billing"])
-    parser.add_argument("--port", required=True, type=int)
+    parser.add_argument("--port", type=int, help="serve Streamable HTTP on 127.0.0.1:PORT")
+    parser.add_argument("--stdio", action="store_true", help="serve on stdin and stdout instead")
+    parser.add_argument("--require-env", help="(stdio) exit at once unless this variable is set")
     parser.add_argument("--state", required=True, help="calls.jsonl, ledger.jsonl, drop-armed")
     parser.add_argument("--drop-after-commit", action="store_true")
     parser.add_argument("--slow-seconds", type=float, default=2.0)
     parser.add_argument("--token-env", help="require X-Upstream-Token equal to this variable's value")
     args = parser.parse_args()
     Path(args.state).mkdir(parents=True, exist_ok=True)
+    if args.stdio:
+        # A stdio server gets only what its client passes it: a secret it needs comes through
+        # the client's environment for it.
+        if args.require_env and not os.environ.get(args.require_env):
+            raise SystemExit(f"--require-env {args.require_env}: the variable is not set")
+        asyncio.run(build_server(args).run_stdio_async())
+        return
+    if args.port is None:
+        parser.error("--port is required (or --stdio)")
     asyncio.run(serve(args))
 
 

@@ -29,8 +29,11 @@ from __future__ import annotations
 
 import json
 import random
+import sys
+from pathlib import Path
 import re
 import time
+import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,6 +138,12 @@ breaker = {{ failures = 5, cooldown_ms = 1000 }}
 [[tools.refund.rungs]]
 kind = "queue"
 source = "outbox"
+# A refund over 500 waits for a person, whatever else the call says.
+[[tools.refund.gate]]
+field = "amount"
+op = ">"
+value = 500
+reason = "refunds over 500 need a person"
 """
 
 # rein's tools/list with CONFIG: name -> (upstream server, upstream tool) it stands for.
@@ -167,10 +176,10 @@ class Stack:
     orders: Upstream
     billing: Upstream
 
-    def client(self, mode: str = "auto"):
+    def client(self, mode: str = "auto", **client_options):
         """An `mcp.Client` on rein's `/mcp` with the suite's client key (an async context)."""
         assert self.rein.addr is not None
-        return mcp_client(self.rein.addr, MCP_CLIENT_KEY, mode)
+        return mcp_client(self.rein.addr, MCP_CLIENT_KEY, mode, **client_options)
 
 
 @pytest.fixture(scope="module")
@@ -635,3 +644,138 @@ async def test_the_provenance_check_fails_an_answer_without_it(stack: Stack):
 
     stripped = {k: v for k, v in env.items() if k not in PROVENANCE_FIELDS}
     assert len(provenance_problems(stripped, json.dumps(stripped))) == 5
+
+
+# ---------------------------------------------------------------------------------------------
+# 10. a gated write: held for a person, in the current revision's input round
+
+
+def admin(stack: Stack, method: str, path: str, body: dict | None = None) -> dict:
+    """rein's admin API, as the person who decides holds."""
+    request = urllib.request.Request(
+        f"http://{stack.rein.addr}{path}",
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {MCP_ADMIN_KEY}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+async def test_a_gated_refund_waits_for_a_person_and_then_runs_once(stack: Stack):
+    from mcp.client import InputRequiredRoundsExceededError
+    from mcp.types import ElicitRequestURLParams, ElicitResult
+
+    order_id = "R-gated-1"
+    arguments = {"order_id": order_id, "amount": 900.0}
+    asked: list[ElicitRequestURLParams] = []
+
+    async def accept_without_deciding(_context, params):
+        # The client (and so the model) saying yes approves nothing.
+        asked.append(params)
+        return ElicitResult(action="accept")
+
+    async with stack.client(elicitation_callback=accept_without_deciding, input_required_max_rounds=3) as client:
+        with pytest.raises(InputRequiredRoundsExceededError):
+            await client.call_tool("refund", arguments)
+    assert len(asked) == 3 and all(isinstance(p, ElicitRequestURLParams) for p in asked), asked
+    assert stack.orders.ledger(order_id) == [], "a held refund must not run"
+    assert "refunds over 500 need a person" in asked[0].message, asked[0].message
+    # The link is the hold, as the person deciding sees it: the exact call.
+    path = asked[0].url.split(stack.rein.addr, 1)[1]
+    hold = admin(stack, "GET", path)["hold"]
+    assert hold["state"] == "pending" and hold["tool"] == "refund", hold
+    assert hold["args"] == arguments, hold
+
+    decided: list[str] = []
+
+    async def person_approves(_context, params):
+        path = params.url.split(stack.rein.addr, 1)[1]
+        decided.append(admin(stack, "GET", path)["hold"]["state"])
+        if decided[-1] == "pending":
+            admin(stack, "POST", path + "/approve", {"by": "ops"})
+        return ElicitResult(action="accept")
+
+    async with stack.client(elicitation_callback=person_approves) as client:
+        result = await client.call_tool("refund", arguments)
+    env = envelope(result, "refund")
+    assert decided == ["pending"], decided
+    # Approved: queued under the held call's key, to run once.
+    assert env["status"] == "queued", dump(result)
+    assert env["idempotency_key"] == hold["idempotency_key"], env
+    await await_until(lambda: stack.orders.ledger(order_id), "the approved refund to run", REPLAY_TIMEOUT_S)
+
+    async with stack.client() as client:
+        _, env, _ = await call(client, "refund", arguments)
+    assert env["status"] == "ok", env
+    assert env["result"]["order_id"] == order_id
+    await anyio.sleep(OUTBOX_SETTLE_S)
+    assert_executed_once(stack.orders, order_id)
+    single_key(stack.orders, order_id)
+
+
+async def test_a_held_call_is_bound_to_its_exact_arguments(stack: Stack):
+    """The retry's requestState carries the held call's key: with other arguments it is refused,
+    and nothing runs."""
+    arguments = {"order_id": "R-gated-2", "amount": 800.0}
+    async with stack.client(mode="legacy") as client:
+        # The previous revision has no input rounds: the hold is the answer.
+        result, env, text = await call(client, "refund", arguments)
+    assert env["status"] == "pending_approval", dump(result)
+    assert result.is_error is False
+    assert isinstance(env.get("hold_id"), int) and env.get("idempotency_key"), env
+    assert says_not_executed(text), text
+    key = env["idempotency_key"]
+
+    async with stack.client() as client:
+        other = {"order_id": "R-gated-2", "amount": 100.0}
+        result = await client.call_tool("refund", other, request_state=f"rein-hold:{key}")
+        env = envelope(result, "refund")
+        assert env["status"] == "refused", dump(result)
+        forged = await client.call_tool("refund", arguments, request_state="not-reins")
+        assert envelope(forged, "refund")["status"] == "refused", dump(forged)
+    assert stack.orders.ledger("R-gated-2") == []
+
+
+# ---------------------------------------------------------------------------------------------
+# 11. a stdio server
+
+
+async def test_a_stdio_server_is_listed_and_called_with_its_secret_from_the_environment(tmp_path):
+    """rein starts the server itself (`command`), passing it only the variables `env_from`
+    names: the server refuses to start without its token, and the token is in no answer."""
+    upstream = Path(__file__).with_name("mcp_upstream.py")
+    state = tmp_path / "stdio-orders"
+    config = f"""
+[server]
+listen = "127.0.0.1:0"
+client_keys_env = ["{MCP_CLIENT_KEY_ENV}"]
+
+[store]
+sqlite_path = "{tmp_path / "rein.sqlite"}"
+
+[mcp.servers.local]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(str(upstream))}, "--stdio", "--name", "orders", "--state", {json.dumps(str(state))}, "--require-env", "{UPSTREAM_TOKEN_ENV}"]
+env_from = {{ {UPSTREAM_TOKEN_ENV} = "{UPSTREAM_TOKEN_ENV}" }}
+timeout_ms = 10000
+connect_timeout_ms = 20000
+"""
+    rein = ReinServer(
+        config, tmp_path / "rein", {MCP_CLIENT_KEY_ENV: MCP_CLIENT_KEY, UPSTREAM_TOKEN_ENV: UPSTREAM_TOKEN}
+    ).start()
+    try:
+        async with mcp_client(rein.addr, MCP_CLIENT_KEY) as client:
+            names = sorted(t.name for t in await list_tools(client))
+            assert names == ["local__lookup_order", "local__refund", "local__slow_lookup"], names
+            result, env, _ = await call(client, "local__lookup_order", {"order_id": "S-1"})
+            assert env["status"] == "ok" and env["degraded"] is False, dump(result)
+            assert env["result"]["order_id"] == "S-1"
+            refund, env, _ = await call(client, "local__refund", {"order_id": "S-2", "amount": 2.0})
+            assert env["status"] == "ok", dump(refund)
+            assert "SECRET" not in dump(result) + dump(refund)
+        ledger = [json.loads(line) for line in (state / "ledger.jsonl").read_text().splitlines()]
+        assert [entry["order_id"] for entry in ledger] == ["S-2"]
+        assert ledger[0]["key"] == env["idempotency_key"], "the key reaches a stdio server too"
+    finally:
+        rein.stop()

@@ -676,7 +676,8 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
     // ---- gate holds ----
 
     /// In one transaction: create a pending hold and set the key's record to `Held` with
-    /// `held_result`. If the key already has a hold, return that hold instead.
+    /// `held_result` (an object gets the hold's `hold_id`). If the key already has a hold,
+    /// return that hold instead.
     async fn hold_create(
         &self,
         hold: &NewHold,

@@ -1515,7 +1515,8 @@ impl ToolStore for PostgresToolStore {
             let key = &new.idempotency_key;
             if let Some(row) = query_opt(&tx, &sql, params).await? {
                 let created = rows::hold(&row)?;
-                set_key(&tx, key, KeyChange::Held, held_result, now_unix_ms).await?;
+                let held_result = rules::held_result(held_result, created.id);
+                set_key(&tx, key, KeyChange::Held, &held_result, now_unix_ms).await?;
                 tx.commit().await?;
                 return Ok(created);
             }

@@ -1310,6 +1310,7 @@ impl ToolStore for SqliteToolStore {
                 .optional()?;
             let key = &new.idempotency_key;
             if let Some(created) = inserted {
+                let held_result = rules::held_result(&held_result, created.id);
                 set_key(tx, key, KeyChange::Held, &held_result, now_unix_ms)?;
                 return Ok(created);
             }

@@ -714,18 +714,16 @@ async fn hold_create_is_idempotent_per_key_and_marks_the_key_held(backend: Backe
     assert_eq!(hold.created_unix_ms, T0);
     assert_eq!((hold.decided_by.clone(), hold.decision_note.clone()), (None, None));
     assert_eq!((hold.decided_unix_ms, hold.outbox_id), (None, None));
-    assert_eq!(
-        stored(store, "k").await,
-        KeyBegin::Stored { state: KeyState::Held, result: held("k") }
-    );
+    // The key's stored result names its hold, so a repeat of the held call can.
+    let mut result = held("k");
+    result["hold_id"] = json!(hold.id);
+    let held_k = KeyBegin::Stored { state: KeyState::Held, result };
+    assert_eq!(stored(store, "k").await, held_k);
 
     let other =
         NewHold { reason: "another rule".to_owned(), conversation_id: None, ..new_hold("k") };
     assert_eq!(store.hold_create(&other, &json!("other"), T0 + 5).await.unwrap(), hold);
-    assert_eq!(
-        stored(store, "k").await,
-        KeyBegin::Stored { state: KeyState::Held, result: held("k") }
-    );
+    assert_eq!(stored(store, "k").await, held_k);
 
     let second = create_hold(store, "k2", T0 + 1).await;
     assert_eq!(store.hold_list(None, 10).await.unwrap(), vec![second.clone(), hold.clone()]);

@@ -128,6 +128,12 @@ impl Dispatcher {
         self.tool_now(name).is_some()
     }
 
+    /// Whether `name` is a tool rein serves: configured, or listed by an MCP server (asked
+    /// within `deadline` when rein has not made its ladder yet).
+    pub async fn knows(&self, name: &str, deadline: &Deadline) -> bool {
+        self.resolve(name, deadline).await.is_some()
+    }
+
     /// The ladder of `name`: configured, or made for an MCP server's listed tool (asking the
     /// server for its list within `deadline` the first time).
     pub(crate) async fn resolve(&self, name: &str, deadline: &Deadline) -> Option<Arc<Tool>> {
@@ -323,6 +329,11 @@ impl Dispatcher {
     /// The store's queue numbers, for metrics.
     pub async fn outbox_stats(&self) -> Result<OutboxStats, ToolError> {
         operator::outbox_stats(self).await
+    }
+
+    /// One gate hold.
+    pub async fn hold(&self, id: i64) -> Result<Option<Hold>, ToolError> {
+        Ok(self.store.hold_get(id).await?)
     }
 
     /// Gate holds, newest first, optionally only those in `state`.

@@ -30,6 +30,7 @@ pub(super) fn router() -> Router<Arc<Gateway>> {
         .route("/outbox/{id}/drop", post(outbox_drop))
         .route("/outbox/{id}/executed", post(outbox_executed))
         .route("/approvals", get(approvals))
+        .route("/approvals/{id}", get(approval))
         .route("/approvals/{id}/approve", post(approve))
         .route("/approvals/{id}/reject", post(reject))
         .route("/tools", get(tools))
@@ -236,6 +237,15 @@ async fn approvals(
     let limit = query.limit();
     match gateway.current().tools.holds(state, limit).await {
         Ok(holds) => axum::Json(json!({ "holds": holds })).into_response(),
+        Err(failure) => tool_error(failure),
+    }
+}
+
+/// One hold: where an MCP client's approval request sends the person.
+async fn approval(State(gateway): State<Arc<Gateway>>, Path(id): Path<i64>) -> Response {
+    match gateway.current().tools.hold(id).await {
+        Ok(Some(hold)) => axum::Json(json!({ "hold": hold })).into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, format!("no hold {id}")),
         Err(failure) => tool_error(failure),
     }
 }

@@ -25,7 +25,9 @@ use rein_core::CallContext;
 use rein_tools::{ToolError, ToolStatus};
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
-    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    ElicitRequest, ElicitRequestParams, Implementation, InputRequest, InputRequests,
+    InputRequiredResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -120,58 +122,127 @@ impl ServerHandler for ReinMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let headers = headers_of(&context);
+        let tool = request.name.to_string();
         let mut ctx = match intake::call_context(&headers) {
             Ok(ctx) => ctx,
             Err(problem) => {
                 let message = format!("{}: {}", problem.header, problem.message);
-                return Ok(mistake(&request.name, &message).into());
+                return Ok(result_of(mistake(&tool, &message)).into());
             }
         };
         let key = meta_key(&request).or_else(|| meta_key_of(&context.meta.0.0));
         match key {
             Some(Ok(key)) if ctx.idempotency_key.is_none() => ctx.idempotency_key = Some(key),
-            Some(Err(message)) => return Ok(mistake(&request.name, &message).into()),
+            Some(Err(message)) => return Ok(result_of(mistake(&tool, &message)).into()),
             _ => {}
         }
+        // The retry of an approval round names the held call's key; the store binds it to the
+        // same tool and arguments, and only a person's decision moves it.
+        if let Some(state) = request.request_state.as_deref() {
+            match state.strip_prefix(HOLD_STATE_PREFIX).filter(|key| !key.is_empty()) {
+                Some(key) if ctx.idempotency_key.as_deref().is_none_or(|k| k == key) => {
+                    ctx.idempotency_key = Some(key.to_string());
+                }
+                _ => {
+                    let message = "`requestState` is not one rein gave for this call: send the call again without it.";
+                    return Ok(result_of(mistake(&tool, message)).into());
+                }
+            }
+        }
+        let approval_round = asks_by_url(&context);
         let caller = caller_of(&headers, &ctx);
-        let tool = request.name.to_string();
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
         let gateway = self.gateway.clone();
         // The call runs to its end even when the caller's stream breaks: its re-issue then
         // finds the stored result instead of an abandoned one.
-        let task = tokio::spawn(async move { run(gateway, tool, ctx, args, caller).await });
-        match task.await {
-            Ok(Ok(result)) => Ok(result.into()),
-            Ok(Err(error)) => Err(error),
-            Err(_) => Err(McpError::internal_error("the tool call failed inside rein", None)),
+        let call = tool.clone();
+        let task = tokio::spawn(async move { run(gateway, call, ctx, args, caller).await });
+        let envelope = match task.await {
+            Ok(Ok(envelope)) => envelope,
+            Ok(Err(error)) => return Err(error),
+            Err(_) => {
+                return Err(McpError::internal_error("the tool call failed inside rein", None));
+            }
+        };
+        let held = envelope.get("status") == Some(&json!("pending_approval"));
+        if held && approval_round {
+            let base = self.base_url(&headers);
+            return Ok(CallToolResponse::InputRequired(approval_request(&envelope, &base)));
         }
+        Ok(result_of(envelope).into())
     }
 }
 
-/// One call through [`settle`], as an MCP result.
+impl ReinMcp {
+    /// Where the caller reached rein, for links back to it.
+    fn base_url(&self, headers: &HeaderMap) -> String {
+        let host = headers
+            .get(axum::http::header::HOST)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("localhost");
+        let scheme = if self.gateway.serves_tls() { "https" } else { "http" };
+        format!("{scheme}://{host}")
+    }
+}
+
+/// What a held call's retry carries in `requestState`: this, then the call's idempotency key.
+const HOLD_STATE_PREFIX: &str = "rein-hold:";
+
+/// Whether the caller speaks the current revision's input rounds and opens URLs for the user
+/// (URL elicitation): then a held write asks for the approval in the call itself.
+fn asks_by_url(context: &RequestContext<RoleServer>) -> bool {
+    let modern = context
+        .protocol_version()
+        .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+    let url = context
+        .client_capabilities()
+        .and_then(|capabilities| capabilities.elicitation)
+        .is_some_and(|elicitation| elicitation.url.is_some());
+    modern && url
+}
+
+/// A held write, as the current revision's input round: the user is sent to the hold (where a
+/// person with rein's admin key decides), and the retry carries the call's key. Accepting the
+/// request approves nothing: only the person's decision does.
+fn approval_request(envelope: &Value, base: &str) -> InputRequiredResult {
+    let hold = envelope.get("hold_id").and_then(Value::as_i64).unwrap_or_default();
+    let key = envelope.get("idempotency_key").and_then(Value::as_str).unwrap_or_default();
+    let detail = envelope.get("detail").and_then(Value::as_str).unwrap_or_default();
+    let message = format!(
+        "{detail} A person must approve it at the link (hold {hold}); it runs once after they do. Come back here once it is decided."
+    );
+    let params = ElicitRequestParams::UrlElicitationParams {
+        meta: None,
+        message,
+        url: format!("{base}/admin/approvals/{hold}"),
+        elicitation_id: format!("rein-hold-{hold}"),
+    };
+    let mut requests = InputRequests::new();
+    requests.insert("approval".to_string(), InputRequest::Elicitation(ElicitRequest::new(params)));
+    InputRequiredResult::new(Some(requests), Some(format!("{HOLD_STATE_PREFIX}{key}")))
+}
+
+/// One call through [`settle`]: the envelope the caller is answered with.
 async fn run(
     gateway: Arc<Gateway>,
     tool: String,
     ctx: CallContext,
     args: Value,
     caller: String,
-) -> Result<CallToolResult, McpError> {
+) -> Result<Value, McpError> {
     let runtime = gateway.current();
     let request_id = intake::new_id("mcp_");
     let recording = ToolRecording::start(&ctx, &tool);
     let settled =
         settle(&gateway, &runtime, &tool, &ctx, args, recording, &request_id, Some(&caller));
     match settled.await {
-        Ok(settled) => {
-            let envelope = match settled.kind {
-                Settled::Stopped { status } => {
-                    let detail = &runtime.config.runs.stopped_detail;
-                    rein_tools::envelope::stopped(&tool, &status, detail)
-                }
-                Settled::Done { outcome, .. } => outcome.envelope,
-            };
-            Ok(result_of(envelope))
-        }
+        Ok(settled) => Ok(match settled.kind {
+            Settled::Stopped { status } => {
+                let detail = &runtime.config.runs.stopped_detail;
+                rein_tools::envelope::stopped(&tool, &status, detail)
+            }
+            Settled::Done { outcome, .. } => outcome.envelope,
+        }),
         Err(ToolError::UnknownTool(name)) => {
             Err(McpError::invalid_params(format!("Unknown tool: {name}"), None))
         }
@@ -265,25 +336,23 @@ fn is_content_block(value: &Value) -> bool {
 
 /// The caller's mistake (a header, a key, arguments a URL cannot take), as a tool error the
 /// model can correct.
-fn mistake(tool: &str, message: &str) -> CallToolResult {
-    let envelope = json!({
+fn mistake(tool: &str, message: &str) -> Value {
+    json!({
         "status": "refused",
         "tool": tool,
         "degraded": true,
         "detail": format!("The call was not made: {message} Fix the call before trying again; do not repeat it unchanged."),
-    });
-    result_of(envelope)
+    })
 }
 
 /// A re-issue (or a repeat of the same key) while the first call is still running.
-fn in_flight(tool: &str, key: &str, retry_after_ms: u64) -> CallToolResult {
-    let envelope = json!({
+fn in_flight(tool: &str, key: &str, retry_after_ms: u64) -> Value {
+    json!({
         "status": "busy",
         "tool": tool,
         "degraded": true,
         "idempotency_key": key,
         "retry_after_ms": retry_after_ms,
         "detail": format!("This call is still in flight (the same call was made moments ago and has not finished). It will not run twice. Ask again after {retry_after_ms} ms for its result; do not tell the user it is done or that it failed."),
-    });
-    result_of(envelope)
+    })
 }

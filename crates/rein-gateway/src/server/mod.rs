@@ -66,6 +66,11 @@ impl std::fmt::Debug for Gateway {
 }
 
 impl Gateway {
+    /// Whether the listener speaks TLS (links rein gives back use `https`).
+    pub(crate) fn serves_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
     /// Build a gateway from an already validated config; a reload re-reads `config_path` (or
     /// `default_config`).
     pub async fn from_config(

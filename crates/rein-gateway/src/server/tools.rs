@@ -154,7 +154,7 @@ pub(super) async fn settle(
     // 404, not a step of the run).
     let stops = &gateway.runtime.stops;
     let runs = &runtime.config.runs;
-    let same_call = match runtime.tools.has_tool(tool) {
+    let same_call = match runtime.tools.knows(tool, ctx.deadline()).await {
         true => match stops.tool_call(runs, ctx, tool, &args).await? {
             RunStep::Go { same_call } => {
                 if ctx.run_id.is_some() {

@@ -14,6 +14,7 @@ mod keepalive;
 mod labels;
 mod ladder;
 mod levers;
+mod mcp;
 mod otlp;
 mod phoenix;
 mod probe;

@@ -9,6 +9,18 @@ use serde_json::Value;
 use crate::StoreError;
 use crate::tools::{Decision, Hold, HoldState, KeyBegin, KeyState, NewOutboxItem, OutboxState};
 
+// ---- holds ----
+
+/// The result a held key stores: the caller's, with the new hold's id (`hold_id`), so a repeat
+/// of the held call can say which hold it waits on.
+pub(crate) fn held_result(result: &Value, hold_id: i64) -> Value {
+    let mut result = result.clone();
+    if let Value::Object(map) = &mut result {
+        map.insert("hold_id".into(), Value::from(hold_id));
+    }
+    result
+}
+
 // ---- leases ----
 
 /// When a lease taken at `now` for `lease_ms` ends (at the end of time rather than wrapping).
