@@ -260,9 +260,9 @@ pub(crate) fn compile_rung(
     Some(McpRung { server, tool: upstream, bulkhead: bulkhead(ctx, &bulkhead_name) })
 }
 
-/// Which upstream tools configured ladders take over (their first `mcp` rung's: listed under
-/// the ladder's name, not the server's prefix; several ladders may take one tool), refusing a
-/// configured name inside a server's prefix.
+/// Which upstream tools configured ladders take over (every `mcp` rung's, a replica's too:
+/// listed under the ladder's name only, not the server's prefix; several ladders may take one
+/// tool), refusing a configured name inside a server's prefix.
 pub(crate) fn taken(
     tools: &BTreeMap<String, ToolConfig>,
     servers: &BTreeMap<String, ServerEntry>,
@@ -281,11 +281,11 @@ pub(crate) fn taken(
                 );
             }
         }
-        let first_mcp = tool.rungs.iter().find(|rung| rung.kind == RungKind::Mcp);
-        let Some(rung) = first_mcp else { continue };
-        let Some(server) = &rung.server else { continue };
-        let upstream = rung.tool.clone().unwrap_or_else(|| name.clone());
-        taken.entry((server.clone(), upstream)).or_insert_with(|| name.clone());
+        for rung in tool.rungs.iter().filter(|rung| rung.kind == RungKind::Mcp) {
+            let Some(server) = &rung.server else { continue };
+            let upstream = rung.tool.clone().unwrap_or_else(|| name.clone());
+            taken.entry((server.clone(), upstream)).or_insert_with(|| name.clone());
+        }
     }
     taken
 }

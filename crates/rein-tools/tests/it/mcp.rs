@@ -359,3 +359,53 @@ fn an_unset_server_secret_is_named_without_its_value() {
     let plan = config.compile(&|_| Some("Bearer very-secret".into())).unwrap();
     assert!(!format!("{plan:?}").contains("very-secret"), "a secret leaked into Debug");
 }
+
+#[tokio::test]
+async fn a_replica_server_answers_fresh_when_the_primary_is_down() {
+    let primary = start_upstream().await;
+    let replica = start_upstream().await;
+    let text = format!(
+        r#"
+[mcp.servers.up]
+url = "{}"
+[mcp.servers.replica]
+url = "{}"
+
+[tools.lookup_order]
+kind = "read"
+[[tools.lookup_order.rungs]]
+kind = "mcp"
+source = "up"
+server = "up"
+tool = "lookup"
+timeout_ms = 2000
+[[tools.lookup_order.rungs]]
+kind = "mcp"
+source = "replica"
+server = "replica"
+tool = "lookup"
+timeout_ms = 2000
+"#,
+        primary.url, replica.url
+    );
+    let harness = Harness::new(&text);
+    let args = json!({"order_id": "A9"});
+    let live = harness.call("lookup_order", args.clone()).await;
+    assert_eq!(live.served_by.as_deref(), Some("up"));
+    // The tool of both servers is the configured ladder's, listed under its name only.
+    let list = harness.dispatcher.mcp_tools(&rein_core::Deadline::after(secs(5))).await;
+    let names: Vec<&str> = list.tools.iter().map(|tool| tool.name.as_ref()).collect();
+    assert_eq!(
+        names,
+        ["lookup_order", "replica__note", "replica__pay", "up__note", "up__pay"],
+        "{names:?}"
+    );
+    primary.stop().await;
+    let fresh = harness.call("lookup_order", args).await;
+    assert_eq!(fresh.served_by.as_deref(), Some("replica"), "{}", fresh.envelope);
+    assert_eq!(fresh.envelope["fidelity"], "fresh");
+    assert_eq!(fresh.envelope["degraded"], true);
+    assert_eq!(replica.ledger.lookups.load(Ordering::SeqCst), 1);
+    let error = harness.call_with("replica__lookup", json!({}), CallContext::new()).await;
+    assert!(matches!(error, Err(ToolError::UnknownTool(_))), "{error:?}");
+}
