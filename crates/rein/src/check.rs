@@ -90,12 +90,16 @@ fn print_credentials(text: &str, out: &mut dyn Write) -> anyhow::Result<()> {
     let Some(providers) = credentials::explain_toml(text, &process_env) else {
         return Ok(());
     };
-    if providers.is_empty() {
+    let servers = credentials::explain_mcp_toml(text, &process_env).unwrap_or_default();
+    if providers.is_empty() && servers.is_empty() {
         return Ok(());
     }
     writeln!(out, "Credentials (where each is read from; values are never shown):")?;
     for provider in &providers {
         writeln!(out, "{provider}")?;
+    }
+    for server in &servers {
+        writeln!(out, "{server}")?;
     }
     Ok(())
 }

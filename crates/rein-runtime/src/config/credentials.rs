@@ -66,6 +66,59 @@ pub fn explain_toml(text: &str, env: EnvLookup<'_>) -> Option<Vec<ProviderCreden
     Some(explain(&raw, env))
 }
 
+/// One upstream MCP server's secrets, as `rein check` prints them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerCredentials {
+    pub server: String,
+    /// `http` or `stdio`.
+    pub transport: &'static str,
+    pub items: Vec<CredentialItem>,
+}
+
+/// The secrets of every upstream MCP server of a config file (its `headers_env` and
+/// `env_from`), in the order of their names; `None` when the text is not a config.
+pub fn explain_mcp_toml(text: &str, env: EnvLookup<'_>) -> Option<Vec<McpServerCredentials>> {
+    let raw: RawConfig = toml::from_str(text).ok()?;
+    let set = |var: &str| env(var).is_some_and(|value| !value.is_empty());
+    let servers = raw.mcp.servers.iter().map(|(name, server)| {
+        let (transport, what, vars) = match &server.command {
+            Some(_) => ("stdio", "variable", &server.env_from),
+            None => ("http", "header", &server.headers_env),
+        };
+        let items = vars
+            .iter()
+            .map(|(name, var)| CredentialItem {
+                what,
+                source: format!("`{name}` from environment variable `{var}`"),
+                state: if set(var) { CredentialState::Found } else { CredentialState::Missing },
+            })
+            .collect();
+        McpServerCredentials { server: name.clone(), transport, items }
+    });
+    Some(servers.collect())
+}
+
+impl fmt::Display for McpServerCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.items.is_empty() {
+            return write!(
+                f,
+                "mcp.servers.{} ({}): no secrets configured",
+                self.server, self.transport
+            );
+        }
+        write!(f, "mcp.servers.{} ({}):", self.server, self.transport)?;
+        for item in &self.items {
+            let state = match item.state {
+                CredentialState::Found => "found",
+                _ => "MISSING",
+            };
+            write!(f, "\n  {}: {state}, {}", item.what, item.source)?;
+        }
+        Ok(())
+    }
+}
+
 fn items(raw: &RawProvider, env: EnvLookup<'_>) -> Vec<CredentialItem> {
     let set = |var: &str| env(var).is_some_and(|value| !value.is_empty());
     let from_var = |what: &'static str, var: &str, needed: bool| CredentialItem {

@@ -93,12 +93,17 @@ fn check_explains_each_providers_credentials_without_printing_them() {
          [providers.bedrock]\nkind = \"bedrock\"\nregion = \"us-west-2\"\nprofile = \"team\"\n\
          [providers.sim]\nkind = \"sim\"\n\
          [routes.chat]\n[[routes.chat.tiers]]\nname = \"primary\"\nprovider = \"claude\"\nmodel = \"m\"\n\
-         [[routes.chat.tiers]]\nname = \"bedrock\"\nprovider = \"bedrock\"\nmodel = \"m\"\n",
+         [[routes.chat.tiers]]\nname = \"bedrock\"\nprovider = \"bedrock\"\nmodel = \"m\"\n\
+         [mcp.servers.orders]\nurl = \"https://orders.internal/mcp\"\n\
+         headers_env = { Authorization = \"REIN_CLI_ORDERS_AUTH\" }\n\
+         [mcp.servers.local]\ncommand = \"local-mcp\"\nenv_from = { TOKEN = \"REIN_CLI_LOCAL_TOKEN\" }\n",
     )
     .unwrap();
     let output = Command::new(BIN)
         .args(["check", path.to_str().unwrap()])
         .env("AWS_SHARED_CREDENTIALS_FILE", &credentials)
+        .env("REIN_CLI_LOCAL_TOKEN", "local-token-value")
+        .env_remove("REIN_CLI_ORDERS_AUTH")
         .env_remove("AWS_ACCESS_KEY_ID")
         .env_remove("AWS_SECRET_ACCESS_KEY")
         .env_remove("AWS_SESSION_TOKEN")
@@ -114,10 +119,12 @@ fn check_explains_each_providers_credentials_without_printing_them() {
         "  session token: not set (optional)",
         "providers.claude (anthropic):\n  API key: MISSING, from environment variable `REIN_CLI_ANTHROPIC_KEY`",
         "providers.sim (sim): no credentials needed (served in-process)",
+        "mcp.servers.local (stdio):\n  variable: found, `TOKEN` from environment variable `REIN_CLI_LOCAL_TOKEN`",
+        "mcp.servers.orders (http):\n  header: MISSING, `Authorization` from environment variable `REIN_CLI_ORDERS_AUTH`",
     ] {
         assert!(stdout.contains(line), "`{line}` not in:\n{stdout}");
     }
-    for secret in ["AKIDCLITEAM", "cli-team-secret-key"] {
+    for secret in ["AKIDCLITEAM", "cli-team-secret-key", "local-token-value"] {
         assert!(!stdout.contains(secret) && !stderr.contains(secret), "{secret} printed");
     }
 }
