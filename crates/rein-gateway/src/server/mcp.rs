@@ -54,32 +54,43 @@ pub(super) fn service(
     // Callers are checked by their client key (the guard below); the Host check the SDK makes
     // for servers on a developer's laptop would refuse every deployed name.
     config = config.disable_allowed_hosts();
+    // The guard has read the body within the gateway's own limit already.
+    config.max_request_body_bytes = gateway.current().config.server.max_body_bytes;
     let factory = move || Ok(ReinMcp { gateway: gateway.clone() });
     StreamableHttpService::new(factory, Arc::new(LocalSessionManager::default()), config)
 }
 
-/// The client-key check in front of `/mcp`: 401 with a JSON-RPC error body, before the SDK
-/// reads anything.
+/// The edge of `/mcp`: the client key (401 with a JSON-RPC error body before the SDK reads
+/// anything), then the whole body within `server.max_body_bytes` and `body_read_timeout_ms`
+/// (413 / 408), as on every other endpoint.
 pub(super) async fn guard(
     State(gateway): State<Arc<Gateway>>,
     request: Request,
     next: Next,
 ) -> Response {
-    if intake::client_allowed(&gateway.current(), request.headers()) {
-        return next.run(request).await;
+    let snapshot = gateway.current();
+    if !intake::client_allowed(&snapshot, request.headers()) {
+        let message =
+            "Incorrect API key provided. Send a rein client key as `Authorization: Bearer <key>`.";
+        let mut response = rpc_error(StatusCode::UNAUTHORIZED, -32001, message);
+        response.headers_mut().insert(
+            "www-authenticate",
+            axum::http::HeaderValue::from_static("Bearer realm=\"rein\""),
+        );
+        return response;
     }
-    let body = json!({
-        "jsonrpc": "2.0",
-        "error": {
-            "code": -32001,
-            "message": "Incorrect API key provided. Send a rein client key as `Authorization: Bearer <key>`."
-        }
-    });
-    let mut response = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
-    response
-        .headers_mut()
-        .insert("www-authenticate", axum::http::HeaderValue::from_static("Bearer realm=\"rein\""));
-    response
+    let (parts, body) = request.into_parts();
+    let server = &snapshot.config.server;
+    match intake::read_request(body, &parts.headers, server).await {
+        Ok(bytes) => next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await,
+        Err(error) => rpc_error(error.status(), -32600, &error.message(server)),
+    }
+}
+
+/// An HTTP error with a JSON-RPC error body, for what the edge turns away.
+fn rpc_error(status: StatusCode, code: i64, message: &str) -> Response {
+    let body = json!({"jsonrpc": "2.0", "error": {"code": code, "message": message}});
+    (status, axum::Json(body)).into_response()
 }
 
 /// rein's MCP server: one per request (stateless), sharing the gateway.

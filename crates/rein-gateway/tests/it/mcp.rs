@@ -110,6 +110,7 @@ async fn start_gateway(dir: &tempfile::TempDir, upstream: std::net::SocketAddr) 
 listen = "127.0.0.1:0"
 client_keys_env = ["CLIENT_KEY"]
 admin_key_env = "ADMIN_KEY"
+max_body_bytes = 65536
 
 [store]
 sqlite_path = "{}"
@@ -251,4 +252,27 @@ async fn an_mcp_call_is_a_tool_call_with_run_guards_metrics_and_a_trace() {
         "no trace of the fallback in {traces}"
     );
     gateway.stop().await;
+}
+
+#[tokio::test]
+async fn an_mcp_body_over_the_limit_is_refused_before_the_sdk_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let orders = start_orders(Orders::default()).await;
+    let gateway = start_gateway(&dir, orders.addr).await;
+    // Larger than `server.max_body_bytes` (64 KiB here).
+    let big = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "orders__lookup", "arguments": {"order_id": "x".repeat(128 << 10)}}});
+    let response = reqwest::Client::new()
+        .post(format!("http://{}/mcp", gateway.addr))
+        .bearer_auth(CLIENT_KEY)
+        .header("accept", "application/json, text/event-stream")
+        .json(&big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    let body: Value = response.json().await.unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("server.max_body_bytes"), "{body}");
+    gateway.stop().await;
+    orders.stop().await;
 }
