@@ -72,6 +72,7 @@ pub(super) async fn guard(
     if !intake::client_allowed(&snapshot, request.headers()) {
         let message =
             "Incorrect API key provided. Send a rein client key as `Authorization: Bearer <key>`.";
+        gateway.metrics.http_error("mcp", 401);
         let mut response = rpc_error(StatusCode::UNAUTHORIZED, -32001, message);
         response.headers_mut().insert(
             "www-authenticate",
@@ -83,7 +84,10 @@ pub(super) async fn guard(
     let server = &snapshot.config.server;
     match intake::read_request(body, &parts.headers, server).await {
         Ok(bytes) => next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await,
-        Err(error) => rpc_error(error.status(), -32600, &error.message(server)),
+        Err(error) => {
+            gateway.metrics.http_error("mcp", error.status().as_u16());
+            rpc_error(error.status(), -32600, &error.message(server))
+        }
     }
 }
 

@@ -273,6 +273,10 @@ async fn an_mcp_body_over_the_limit_is_refused_before_the_sdk_reads_it() {
     assert_eq!(response.status(), 413);
     let body: Value = response.json().await.unwrap();
     assert!(body["error"]["message"].as_str().unwrap().contains("server.max_body_bytes"), "{body}");
+    let metrics = reqwest::get(format!("http://{}/metrics", gateway.addr)).await.unwrap();
+    let metrics = metrics.text().await.unwrap();
+    let line = r#"rein_http_errors_total{api="mcp",status="413"} 1"#;
+    assert!(metrics.lines().any(|l| l == line), "no `{line}` in\n{metrics}");
     gateway.stop().await;
     orders.stop().await;
 }
