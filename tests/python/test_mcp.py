@@ -99,6 +99,9 @@ retry_after_ms = 500
 poll_ms = 100
 backoff_base_ms = 100
 backoff_cap_ms = 500
+# A write claimed by a rein that is then SIGKILLed waits out its lease before the restarted one
+# claims it: longer than the refund rung's 3 s budget, so a live send is never taken over.
+lease_ms = 5000
 
 # An explicit ladder for one upstream tool: the server, then rein's cache.
 [tools.lookup_order]
