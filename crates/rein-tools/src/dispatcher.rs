@@ -171,7 +171,12 @@ impl Dispatcher {
 
     /// The configured tools and their kinds.
     pub fn tools(&self) -> Vec<(String, ToolKind)> {
-        self.plan.tools.values().map(|tool| (tool.name.clone(), tool.kind)).collect()
+        self.ladders().map(|tool| (tool.name.clone(), tool.kind)).collect()
+    }
+
+    /// Every ladder: the configured ones, then those made for MCP servers' listed tools so far.
+    fn ladders(&self) -> impl Iterator<Item = Arc<Tool>> + '_ {
+        self.plan.tools.values().cloned().chain(self.plan.mcp.made_all())
     }
 
     /// Each tool's primary: the source of its first rung (anything else that serves is a
@@ -186,18 +191,21 @@ impl Dispatcher {
 
     /// Every rung breaker's state.
     pub fn breakers(&self) -> Vec<RungBreaker> {
-        self.plan
-            .tools
-            .values()
+        self.ladders()
             .flat_map(|tool| {
-                tool.rungs.iter().filter_map(|rung| {
-                    rung.breaker.as_ref().map(|breaker| RungBreaker {
-                        tool: tool.name.clone(),
-                        rung: rung.index,
-                        source: rung.source.clone(),
-                        state: breaker.state(),
+                let breakers: Vec<RungBreaker> = tool
+                    .rungs
+                    .iter()
+                    .filter_map(|rung| {
+                        rung.breaker.as_ref().map(|breaker| RungBreaker {
+                            tool: tool.name.clone(),
+                            rung: rung.index,
+                            source: rung.source.clone(),
+                            state: breaker.state(),
+                        })
                     })
-                })
+                    .collect();
+                breakers
             })
             .collect()
     }

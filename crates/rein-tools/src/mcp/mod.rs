@@ -130,6 +130,14 @@ impl McpHub {
         Some(tool)
     }
 
+    /// Every ladder made so far, by name.
+    pub(crate) fn made_all(&self) -> Vec<Arc<Tool>> {
+        let made = self.made.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut ladders: Vec<Arc<Tool>> = made.values().cloned().collect();
+        ladders.sort_by(|a, b| a.name.cmp(&b.name));
+        ladders
+    }
+
     /// A ladder already made for `name`, without asking any server.
     pub(crate) fn made(&self, name: &str) -> Option<Arc<Tool>> {
         self.made.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(name).cloned()

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rein_core::CallContext;
+use rein_tools::config::ToolKind;
 use rein_tools::{ToolError, ToolStatus};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject,
@@ -203,6 +204,15 @@ async fn a_listed_read_steps_down_to_the_cache_with_its_provenance() {
     assert_eq!(live.envelope["degraded"], false);
     assert_eq!(live.envelope["result"]["status"], "shipped");
     assert_eq!(upstream.ledger.lookups.load(Ordering::SeqCst), 1);
+    // The ladder made for the listed tool is an operator's to see, breakers and all.
+    let breakers = harness.dispatcher.breakers();
+    let sources: Vec<(&str, &str)> = breakers
+        .iter()
+        .filter(|b| b.tool == "up__lookup")
+        .map(|b| (b.tool.as_str(), b.source.as_str()))
+        .collect();
+    assert_eq!(sources, [("up__lookup", "up"), ("up__lookup", "cache")]);
+    assert!(harness.dispatcher.tools().contains(&("up__lookup".to_string(), ToolKind::Read)));
 
     upstream.stop().await;
     let cached = harness.call("up__lookup", args).await;
