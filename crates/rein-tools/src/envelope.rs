@@ -288,6 +288,28 @@ pub fn stopped(tool: &str, stop: &str, detail: &str) -> Value {
     json
 }
 
+/// A call that was not made because the caller got it wrong (`message` says how): refused, to
+/// be corrected rather than repeated.
+pub fn not_made(tool: &str, message: &str) -> Value {
+    let mut envelope = Envelope::new(ToolStatus::Refused, tool, 0);
+    envelope.detail = Some(format!(
+        "The call was not made: {message} Fix the call before trying again; do not repeat it unchanged."
+    ));
+    envelope.to_json()
+}
+
+/// The repeat of a call (the same key) while the first is still running: busy, under that key,
+/// with when to ask again; it never runs twice.
+pub fn in_flight(tool: &str, key: &str, retry_after_ms: u64) -> Value {
+    let mut envelope = Envelope::new(ToolStatus::Busy, tool, 0);
+    envelope.idempotency_key = Some(key.to_string());
+    envelope.retry_after_ms = Some(retry_after_ms);
+    envelope.detail = Some(format!(
+        "This call is still in flight (the same call was made moments ago and has not finished). It will not run twice. Ask again after {retry_after_ms} ms for its result; do not tell the user it is done or that it failed."
+    ));
+    envelope.to_json()
+}
+
 /// A full bulkhead in front of `rung` (`key`: a write's, free to be sent again).
 pub(crate) fn busy(
     tool: &Tool,

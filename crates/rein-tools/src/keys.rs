@@ -47,8 +47,17 @@ fn write_canonical(value: &Value, out: &mut String) {
 /// SHA-256 of the canonical arguments, in lowercase hex: the cache key of reads and the
 /// `args_hash` an idempotency record remembers.
 pub fn args_hash(args: &Value) -> String {
-    let digest = Sha256::digest(canonical_json(args).as_bytes());
-    digest.iter().map(|byte| format!("{byte:02x}")).collect()
+    hex(&Sha256::digest(canonical_json(args).as_bytes()))
+}
+
+/// The prefix of the keys minted for `caller` (an opaque identity: eight bytes of its digest,
+/// so the key says nothing about who called), by which a re-issue finds its first call's key.
+pub(crate) fn caller_prefix(caller: &str) -> String {
+    format!("r-{}-", hex(&Sha256::digest(caller.as_bytes())[..8]))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// The key of a `key_from = "conversation"` write.

@@ -32,7 +32,7 @@ use crate::error::ToolError;
 use crate::gate::{Gate, first_hold};
 use crate::guard::{Guard, Write, duplicate_guard, lookup_url};
 use crate::http::HttpOutcome;
-use crate::keys::{args_hash, conversation_key, mint_key};
+use crate::keys::{args_hash, caller_prefix, conversation_key, mint_key};
 use crate::ladder::{Rung, RungAction, Target, Tool};
 use crate::trace::{RungLog, Turn};
 use crate::wording::{Situation, Wording};
@@ -158,15 +158,6 @@ async fn reissued_key(
         Some(key) => Ok((key, true)),
         None => Ok((format!("{prefix}{}", mint_key()), false)),
     }
-}
-
-/// The prefix of the keys rein mints for `caller` (an opaque identity: a digest of it, so the
-/// key says nothing about who called).
-fn caller_prefix(caller: &str) -> String {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(caller.as_bytes());
-    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    format!("r-{hex}-")
 }
 
 /// What claiming the key in the store says.

@@ -142,13 +142,15 @@ impl ServerHandler for ReinMcp {
             Ok(ctx) => ctx,
             Err(problem) => {
                 let message = format!("{}: {}", problem.header, problem.message);
-                return Ok(result_of(mistake(&tool, &message)).into());
+                return Ok(result_of(rein_tools::envelope::not_made(&tool, &message)).into());
             }
         };
         let key = meta_key(&request).or_else(|| meta_key_of(&context.meta.0.0));
         match key {
             Some(Ok(key)) if ctx.idempotency_key.is_none() => ctx.idempotency_key = Some(key),
-            Some(Err(message)) => return Ok(result_of(mistake(&tool, &message)).into()),
+            Some(Err(message)) => {
+                return Ok(result_of(rein_tools::envelope::not_made(&tool, &message)).into());
+            }
             _ => {}
         }
         // The retry of an approval round names the held call's key; the store binds it to the
@@ -160,7 +162,7 @@ impl ServerHandler for ReinMcp {
                 }
                 _ => {
                     let message = "`requestState` is not one rein gave for this call: send the call again without it.";
-                    return Ok(result_of(mistake(&tool, message)).into());
+                    return Ok(result_of(rein_tools::envelope::not_made(&tool, message)).into());
                 }
             }
         }
@@ -262,16 +264,16 @@ async fn run(
             Err(McpError::invalid_params(format!("Unknown tool: {name}"), None))
         }
         Err(ToolError::KeyInFlight { key, retry_after_ms }) => {
-            Ok(in_flight(&tool, &key, retry_after_ms))
+            Ok(rein_tools::envelope::in_flight(&tool, &key, retry_after_ms))
         }
         Err(ToolError::Store(error)) => {
             tracing::error!(request_id, tool, "tool store failed: {error}");
-            Ok(mistake(
+            Ok(rein_tools::envelope::not_made(
                 &tool,
                 "rein's tool store is unavailable; nothing was sent. Do not tell the user it is done; try again later.",
             ))
         }
-        Err(other) => Ok(mistake(&tool, &other.to_string())),
+        Err(other) => Ok(rein_tools::envelope::not_made(&tool, &other.to_string())),
     }
 }
 
@@ -347,27 +349,4 @@ fn result_of(envelope: Value) -> CallToolResult {
 /// Whether a JSON value looks like an MCP content block (a server's content returned as is).
 fn is_content_block(value: &Value) -> bool {
     value.get("type").and_then(Value::as_str).is_some()
-}
-
-/// The caller's mistake (a header, a key, arguments a URL cannot take), as a tool error the
-/// model can correct.
-fn mistake(tool: &str, message: &str) -> Value {
-    json!({
-        "status": "refused",
-        "tool": tool,
-        "degraded": true,
-        "detail": format!("The call was not made: {message} Fix the call before trying again; do not repeat it unchanged."),
-    })
-}
-
-/// A re-issue (or a repeat of the same key) while the first call is still running.
-fn in_flight(tool: &str, key: &str, retry_after_ms: u64) -> Value {
-    json!({
-        "status": "busy",
-        "tool": tool,
-        "degraded": true,
-        "idempotency_key": key,
-        "retry_after_ms": retry_after_ms,
-        "detail": format!("This call is still in flight (the same call was made moments ago and has not finished). It will not run twice. Ask again after {retry_after_ms} ms for its result; do not tell the user it is done or that it failed."),
-    })
 }

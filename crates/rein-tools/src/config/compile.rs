@@ -467,27 +467,7 @@ fn compile_rung(
         (RungKind::Static, None) => 0,
     };
 
-    let breaker = if breakable {
-        let policy = match raw.breaker {
-            Some(breaker) => {
-                if breaker.failures == 0 {
-                    ctx.problems.add(format!("{key}.breaker.failures"), "must be at least 1");
-                }
-                if breaker.cooldown_ms == 0 {
-                    ctx.problems
-                        .add(format!("{key}.breaker.cooldown_ms"), "must be greater than 0");
-                }
-                CooldownPolicy {
-                    allowed_fails: breaker.failures,
-                    cooldown: Duration::from_millis(breaker.cooldown_ms),
-                }
-            }
-            None => DEFAULT_BREAKER,
-        };
-        Some(Cooldown::new(policy))
-    } else {
-        None
-    };
+    let breaker = breakable.then(|| Cooldown::new(breaker_policy(raw.breaker, key, ctx.problems)));
 
     let action = match raw.kind {
         RungKind::Http => compile_http(raw, key, ctx).map(RungAction::Http),
@@ -604,27 +584,10 @@ fn compile_request(raw: &Request<'_>, key: &str, ctx: &mut ToolCtx<'_, '_>) -> O
     for (name, var) in raw.headers_env {
         let header_key = format!("{key}.headers_env.{name}");
         let Some(name) = header_name(name, &header_key, ctx.problems) else { continue };
-        if var.trim().is_empty() {
-            ctx.problems.add(header_key, "must name an environment variable");
-            continue;
-        }
-        let Some(env) = ctx.env else { continue };
-        match env(var).filter(|value| !value.is_empty()) {
-            None => {
-                ctx.problems.add(header_key, format!("environment variable `{var}` is not set"))
-            }
-            Some(secret) => match HeaderValue::from_str(&secret) {
-                Ok(mut value) => {
-                    value.set_sensitive(true);
-                    headers.insert(name, value);
-                    ctx.secrets.add(&secret);
-                }
-                // Never echo the value: it is a secret.
-                Err(_) => ctx.problems.add(
-                    header_key,
-                    format!("environment variable `{var}` does not hold a valid header value"),
-                ),
-            },
+        let Some(secret) = env_secret(ctx, var, &header_key, true) else { continue };
+        if let Ok(mut value) = HeaderValue::from_str(&secret) {
+            value.set_sensitive(true);
+            headers.insert(name, value);
         }
     }
 
@@ -657,6 +620,52 @@ fn compile_request(raw: &Request<'_>, key: &str, ctx: &mut ToolCtx<'_, '_>) -> O
         return None;
     }
     Some(HttpRung { method, url: url?, headers, body_args, bulkhead, max_response_bytes })
+}
+
+/// A breaker's policy from its config at `key` (the default when absent), its problems noted.
+pub(crate) fn breaker_policy(
+    raw: Option<super::BreakerConfig>,
+    key: &str,
+    problems: &mut Problems,
+) -> CooldownPolicy {
+    let Some(breaker) = raw else { return DEFAULT_BREAKER };
+    if breaker.failures == 0 {
+        problems.add(format!("{key}.breaker.failures"), "must be at least 1");
+    }
+    if breaker.cooldown_ms == 0 {
+        problems.add(format!("{key}.breaker.cooldown_ms"), "must be greater than 0");
+    }
+    CooldownPolicy {
+        allowed_fails: breaker.failures,
+        cooldown: Duration::from_millis(breaker.cooldown_ms),
+    }
+}
+
+/// The secret in environment variable `var` (named at `key`), added to what is redacted; `None`
+/// with a problem when it is not set (or, for a `header`, not a valid header value), and `None`
+/// without one when the environment is not being checked. Never echoes the value.
+pub(crate) fn env_secret(
+    ctx: &mut ToolCtx<'_, '_>,
+    var: &str,
+    key: &str,
+    header: bool,
+) -> Option<String> {
+    if var.trim().is_empty() {
+        ctx.problems.add(key, "must name an environment variable");
+        return None;
+    }
+    let env = ctx.env?;
+    let Some(secret) = env(var).filter(|value| !value.is_empty()) else {
+        ctx.problems.add(key, format!("environment variable `{var}` is not set"));
+        return None;
+    };
+    if header && HeaderValue::from_str(&secret).is_err() {
+        ctx.problems
+            .add(key, format!("environment variable `{var}` does not hold a valid header value"));
+        return None;
+    }
+    ctx.secrets.add(&secret);
+    Some(secret)
 }
 
 /// The partition `name`: declared, or made with the defaults (shared by every rung naming it).

@@ -8,10 +8,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rein_core::breaker::CooldownPolicy;
 use rein_core::problems::Problems;
 
-use super::compile::{DEFAULT_BREAKER, DEFAULT_MAX_RESPONSE_BYTES, ToolCtx, bulkhead, header_name};
+use super::compile::{
+    DEFAULT_MAX_RESPONSE_BYTES, ToolCtx, breaker_policy, bulkhead, env_secret, header_name,
+};
 use super::{McpConfig, McpServerConfig, RungConfig, RungKind, ToolConfig};
 use crate::ladder::McpRung;
 use crate::mcp::{McpServer, PREFIX_SEPARATOR, ServerEntry, Transport};
@@ -148,21 +149,7 @@ fn compile_server(
         }
         other => other.map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
     };
-    let breaker = match raw.breaker {
-        Some(breaker) => {
-            if breaker.failures == 0 {
-                ctx.problems.add(format!("{key}.breaker.failures"), "must be at least 1");
-            }
-            if breaker.cooldown_ms == 0 {
-                ctx.problems.add(format!("{key}.breaker.cooldown_ms"), "must be greater than 0");
-            }
-            CooldownPolicy {
-                allowed_fails: breaker.failures,
-                cooldown: Duration::from_millis(breaker.cooldown_ms),
-            }
-        }
-        None => DEFAULT_BREAKER,
-    };
+    let breaker = breaker_policy(raw.breaker, key, ctx.problems);
     if ctx.problems.len() > before {
         return None;
     }
@@ -200,25 +187,8 @@ fn secret_pairs(
         if headers && header_name(name, &item_key, ctx.problems).is_none() {
             continue;
         }
-        if var.trim().is_empty() {
-            ctx.problems.add(item_key, "must name an environment variable");
-            continue;
-        }
-        let Some(env) = ctx.env else { continue };
-        match env(var).filter(|value| !value.is_empty()) {
-            None => ctx.problems.add(item_key, format!("environment variable `{var}` is not set")),
-            Some(secret) => {
-                if headers && http::HeaderValue::from_str(&secret).is_err() {
-                    // Never echo the value: it is a secret.
-                    ctx.problems.add(
-                        item_key,
-                        format!("environment variable `{var}` does not hold a valid header value"),
-                    );
-                    continue;
-                }
-                ctx.secrets.add(&secret);
-                pairs.push((name.clone(), secret));
-            }
+        if let Some(secret) = env_secret(ctx, var, &item_key, headers) {
+            pairs.push((name.clone(), secret));
         }
     }
     pairs

@@ -166,7 +166,7 @@ impl McpServer {
                     handler
                         .serve_with_lifecycle(transport, lifecycle)
                         .await
-                        .map_err(|e| describe_init(&e))
+                        .map_err(|e| e.to_string())
                 }
                 Transport::Stdio { command, args, env } => {
                     let mut cmd = tokio::process::Command::new(command);
@@ -180,10 +180,7 @@ impl McpServer {
                         .spawn()
                         .map(|(child, _stderr)| child)
                         .map_err(|e| format!("could not start `{command}`: {e}"))?;
-                    handler
-                        .serve_with_lifecycle(child, lifecycle)
-                        .await
-                        .map_err(|e| describe_init(&e))
+                    handler.serve_with_lifecycle(child, lifecycle).await.map_err(|e| e.to_string())
                 }
             }
         };
@@ -236,11 +233,10 @@ impl McpServer {
         match tokio::time::timeout(left, client.peer().call_tool(params)).await {
             Err(_) => HttpOutcome::TimedOut,
             Ok(Ok(result)) => {
-                let value = result_value(&result.structured_content, &result.content);
                 if result.is_error == Some(true) {
                     HttpOutcome::Rejected { status: 200, message: error_text(&result.content) }
                 } else {
-                    HttpOutcome::Answered(value)
+                    HttpOutcome::Answered(result_value(&result.structured_content, &result.content))
                 }
             }
             Ok(Err(ServiceError::McpError(error))) => {
@@ -317,14 +313,13 @@ fn result_value(structured: &Option<Value>, content: &[rmcp::model::ContentBlock
     if let Some(value) = structured {
         return value.clone();
     }
-    let blocks = serde_json::to_value(content).unwrap_or(Value::Null);
     if let [block] = content
         && let Some(text) = block.as_text()
     {
         return serde_json::from_str(&text.text)
             .unwrap_or_else(|_| Value::String(text.text.clone()));
     }
-    blocks
+    serde_json::to_value(content).unwrap_or(Value::Null)
 }
 
 /// The words of a tool's error result.
@@ -332,10 +327,6 @@ fn error_text(content: &[rmcp::model::ContentBlock]) -> String {
     let texts: Vec<&str> =
         content.iter().filter_map(|block| block.as_text().map(|t| t.text.as_str())).collect();
     if texts.is_empty() { "the tool reported an error".to_string() } else { texts.join("\n") }
-}
-
-fn describe_init(error: &rmcp::service::ClientInitializeError) -> String {
-    error.to_string()
 }
 
 /// Whether a transport failure is a connection that was never made (so nothing was sent).
