@@ -88,18 +88,30 @@ impl Permit {
     }
 
     /// The tier answered (or failed for a reason that says nothing about its health).
+    ///
+    /// Only the probe closes a breaker that opened: a call let in while it was still closed
+    /// that answers after it opened says nothing about the tier now (under load, dozens are in
+    /// flight when it opens, and each would close it again at once).
     pub fn succeeded(mut self) {
         self.resolved = true;
-        self.breaker.set(Inner::Closed { consecutive_fails: 0 });
+        let probe = self.probe;
+        self.breaker.update(|inner| match *inner {
+            Inner::Closed { .. } => *inner = Inner::Closed { consecutive_fails: 0 },
+            Inner::HalfOpen { .. } if probe => *inner = Inner::Closed { consecutive_fails: 0 },
+            Inner::HalfOpen { .. } | Inner::Open { .. } => {}
+        });
     }
 
-    /// The tier failed this call.
+    /// The tier failed this call. Half-open, only the probe's failure opens it again: another
+    /// call's was let in before it opened, like a late success.
     pub fn failed(mut self) {
         self.resolved = true;
         let policy = self.breaker.policy;
+        let probe = self.probe;
         let open = Inner::Open { until: Instant::now() + policy.cooldown };
         self.breaker.update(|inner| match *inner {
-            Inner::HalfOpen { .. } => *inner = open,
+            Inner::HalfOpen { .. } if probe => *inner = open,
+            Inner::HalfOpen { .. } => {}
             Inner::Closed { consecutive_fails } => {
                 let fails = consecutive_fails + 1;
                 *inner = if fails >= policy.allowed_fails {
@@ -204,10 +216,6 @@ impl Cooldown {
             }
         });
         state
-    }
-
-    fn set(&self, value: Inner) {
-        self.update(|inner| *inner = value);
     }
 
     fn update(&self, f: impl FnOnce(&mut Inner)) {
@@ -398,6 +406,29 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(5)).await;
         allowed(&breaker).settle(true, Some(Fault::Provider));
         assert_eq!(breaker.state(), BreakerState::Open);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_let_in_before_it_opened_neither_close_nor_reopen_it() {
+        let breaker =
+            Cooldown::new(CooldownPolicy { allowed_fails: 2, cooldown: Duration::from_secs(5) });
+        // Four calls in flight while it is closed; two fail and open it.
+        let late = [allowed(&breaker), allowed(&breaker), allowed(&breaker), allowed(&breaker)];
+        let [first, second, third, fourth] = late;
+        first.failed();
+        second.failed();
+        assert_eq!(breaker.state(), BreakerState::Open);
+        third.succeeded();
+        assert_eq!(breaker.state(), BreakerState::Open, "a late success does not close it");
+
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let probe = allowed(&breaker);
+        assert!(probe.is_probe());
+        fourth.failed();
+        assert_eq!(breaker.state(), BreakerState::HalfOpen, "a late failure does not reopen it");
+        assert!(matches!(breaker.admit(), Admission::Skip { .. }), "the probe is still out");
+        probe.succeeded();
+        assert_eq!(breaker.state(), BreakerState::Closed, "the probe's answer closes it");
     }
 
     #[tokio::test(start_paused = true)]
