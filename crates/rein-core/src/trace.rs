@@ -10,6 +10,7 @@
 //! OTLP. Message content is in it only when the route opts in ([`CallInfo::content`]); problem
 //! sentences and upstream error messages, which can quote content, never are.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use rand::RngExt;
@@ -135,8 +136,9 @@ impl std::fmt::Display for Value {
     }
 }
 
-/// Attributes by name, in a stable order.
-pub type Attributes = BTreeMap<String, Value>;
+/// Attributes by name, in a stable order. The names are mostly fixed (`gen_ai.request.model`):
+/// those are borrowed, not copied into every trace.
+pub type Attributes = BTreeMap<Cow<'static, str>, Value>;
 
 /// What a span stands for, as OpenTelemetry's span kinds say it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -167,8 +169,8 @@ impl SpanEvent {
 
     /// The same event with this attribute (builder form).
     #[must_use]
-    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
-        self.attributes.insert(key.to_string(), value.into());
+    pub fn with(mut self, key: &'static str, value: impl Into<Value>) -> Self {
+        self.attributes.insert(Cow::Borrowed(key), value.into());
         self
     }
 }
@@ -397,7 +399,7 @@ impl Trace {
             attrs.insert("rein.run_status".into(), status.into());
         }
         for (key, value) in &info.labels {
-            attrs.insert(format!("rein.label.{key}"), value.clone().into());
+            attrs.insert(format!("rein.label.{key}").into(), value.clone().into());
         }
         if let Some(content) = &info.content {
             attrs.insert("gen_ai.input.messages".into(), content.input.clone().into());
@@ -632,7 +634,7 @@ impl Trace {
             attrs.insert("rein.degraded".into(), degraded.into());
         }
         for (key, value) in &info.labels {
-            attrs.insert(format!("rein.label.{key}"), value.clone().into());
+            attrs.insert(format!("rein.label.{key}").into(), value.clone().into());
         }
         if matches!(info.status.as_str(), "refused" | "stopped") {
             root.error = Some(format!("the tool call was {}", info.status));

@@ -210,27 +210,63 @@ async fn write_loop(
             }
             changed = stop.changed() => {
                 if changed.is_err() || *stop.borrow() {
-                    rx.close();
-                    // Write what is already queued, then end.
-                    let mut rest = Vec::new();
-                    while let Ok(item) = rx.try_recv() {
-                        rest.push(item);
-                    }
-                    writer.write(rest).await;
-                    return;
+                    break;
                 }
                 continue;
             }
         };
-        let mut batch = vec![first];
-        while batch.len() < config.batch {
-            match rx.try_recv() {
-                Ok(item) => batch.push(item),
-                Err(_) => break,
-            }
-        }
+        let (batch, stopping) = fill(first, &mut rx, &config, &mut stop).await;
         writer.write(batch).await;
+        if stopping {
+            break;
+        }
     }
+    rx.close();
+    // Write what is already queued, then end.
+    let mut rest = Vec::new();
+    while let Ok(item) = rx.try_recv() {
+        rest.push(item);
+    }
+    writer.write(rest).await;
+}
+
+/// A batch that starts with `first`: the queue's next items, until the batch holds
+/// `[traces] batch` items, `flush_ms` has passed since `first`, a flush is asked for or the
+/// recorder stops (then `true`). One write, one transaction, then carries the calls of
+/// `flush_ms` instead of one each.
+async fn fill(
+    first: Item,
+    rx: &mut mpsc::Receiver<Item>,
+    config: &TracesConfig,
+    stop: &mut watch::Receiver<bool>,
+) -> (Vec<Item>, bool) {
+    let mut flush = matches!(first, Item::Flush(_));
+    let mut batch = vec![first];
+    let due = tokio::time::sleep(config.flush);
+    tokio::pin!(due);
+    while batch.len() < config.batch && !flush {
+        // What is queued already goes in without waiting.
+        let item = match rx.try_recv() {
+            Ok(item) => item,
+            Err(mpsc::error::TryRecvError::Disconnected) => break,
+            Err(mpsc::error::TryRecvError::Empty) => tokio::select! {
+                item = rx.recv() => match item {
+                    Some(item) => item,
+                    None => break,
+                },
+                _ = &mut due => break,
+                changed = stop.changed() => {
+                    if changed.is_err() || *stop.borrow() {
+                        return (batch, true);
+                    }
+                    continue;
+                }
+            },
+        };
+        flush = matches!(item, Item::Flush(_));
+        batch.push(item);
+    }
+    (batch, false)
 }
 
 impl Writer {
@@ -488,6 +524,45 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(sink.got.lock().unwrap().len(), 10, "every trace exported");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_waits_flush_ms_to_fill_then_is_written_in_one_write() {
+        let (_dir, store) = store().await;
+        let config = TracesConfig { batch: 64, flush: Duration::from_secs(5), ..config(64) };
+        let recorder = Recorder::new(&config, None);
+        let (stop_tx, stop) = watch::channel(false);
+        recorder.spawn(store.clone(), kinds(), stop);
+        for n in 0..3 {
+            assert!(recorder.submit(call(n)));
+        }
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert_eq!(store.calls_since(0, None, 100).await.unwrap().len(), 0, "still filling");
+        assert!(recorder.submit(call(3)));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(store.calls_since(0, None, 100).await.unwrap().len(), 4, "flush_ms is up");
+        assert_eq!(recorder.stats().records_written.load(Ordering::Relaxed), 4);
+
+        // A stop writes the batch being filled at once.
+        assert!(recorder.submit(call(4)));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        stop_tx.send_replace(true);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(store.calls_since(0, None, 100).await.unwrap().len(), 5, "written on stop");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_batch_is_written_without_waiting_for_flush_ms() {
+        let (_dir, store) = store().await;
+        let config = TracesConfig { batch: 4, flush: Duration::from_secs(60), ..config(64) };
+        let recorder = Recorder::new(&config, None);
+        let (_stop_tx, stop) = watch::channel(false);
+        recorder.spawn(store.clone(), kinds(), stop);
+        for n in 0..5 {
+            assert!(recorder.submit(call(n)));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(store.calls_since(0, None, 100).await.unwrap().len(), 4, "one full batch");
     }
 
     #[tokio::test(start_paused = true)]

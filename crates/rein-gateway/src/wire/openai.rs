@@ -598,8 +598,12 @@ pub fn render_response_bytes(completion: &Completion, meta: &ResponseMeta) -> Ve
                 + u64::from(response.usage.output_tokens),
         },
     };
-    serde_json::to_vec(&body)
-        .unwrap_or_else(|_| render_response(completion, meta).to_string().into_bytes())
+    // Sized for the answer and its frame at once, not grown by doubling.
+    let mut out = Vec::with_capacity(512 + response.text.len() + 64 * response.tool_calls.len());
+    match serde_json::to_writer(&mut out, &body) {
+        Ok(()) => out,
+        Err(_) => render_response(completion, meta).to_string().into_bytes(),
+    }
 }
 
 /// `content` is null when the answer is only tool calls or a refusal, as OpenAI sends it.
