@@ -46,6 +46,8 @@ use serde_json::{Map, Value};
 
 use rein_core::{Failure, Provider, WireFormat};
 
+#[doc(hidden)]
+pub use anthropic::replay_anthropic_stream_chunks;
 pub use anthropic::{AnthropicProvider, replay_anthropic_response, replay_anthropic_stream};
 pub use bedrock::{
     AwsCredentials, BedrockProvider, EVENT_STREAM_CONTENT_TYPE, SigningScope,
@@ -64,6 +66,8 @@ pub use config::{
 };
 pub use gemini::{GeminiProvider, replay_gemini_response, replay_gemini_stream};
 pub use http_error::{parse_http_error, retry_after, wait_in_message};
+#[doc(hidden)]
+pub use openai::replay_openai_stream_chunks;
 pub use openai::{
     OpenAiProvider, replay_openai_response, replay_openai_stream, replay_responses_response,
     replay_responses_stream,

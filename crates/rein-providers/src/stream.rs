@@ -234,6 +234,27 @@ pub(crate) fn replay_sse<D: Decoder>(
     pump.pending.into_iter().collect()
 }
 
+/// The events of a recorded SSE body that arrives in `chunks`, with `max_event_bytes` per event,
+/// decoded the way a live body cut into those chunks would be. For the fuzz targets.
+pub(crate) fn replay_sse_chunks<D: Decoder>(
+    chunks: &[&[u8]],
+    max_event_bytes: usize,
+    decoder: D,
+) -> Vec<Result<StreamEvent, Failure>> {
+    let limits = ResponseLimits { max_event_bytes, ..ResponseLimits::default() };
+    let mut pump = Pump::new(decoder, Reading { limits, ..Reading::default() });
+    for chunk in chunks {
+        if pump.done {
+            break;
+        }
+        pump.push_bytes(chunk);
+    }
+    if !pump.done {
+        pump.finish();
+    }
+    pump.pending.into_iter().collect()
+}
+
 /// Parses a whole (non-streaming) JSON answer.
 pub(crate) type JsonParser = fn(&[u8]) -> Result<ChatResponse, Failure>;
 

@@ -212,6 +212,19 @@ impl UrlTemplate {
     }
 }
 
+/// Parses `template` as an http rung's `url` and fills it from `args` and `context`, as a call
+/// would: `Err` when the template is refused, `Ok(Err(argument))` when the arguments are. For
+/// the fuzz targets (`fuzz/`), which cannot reach the crate's own types.
+#[doc(hidden)]
+pub fn fill_url_template(
+    template: &str,
+    args: &Value,
+    context: &[(&str, &str)],
+) -> Result<Result<String, String>, String> {
+    let url = UrlTemplate::try_parse(template)?;
+    Ok(url.fill_with(args, context).map_err(|problem| problem.argument))
+}
+
 /// What is wrong with an argument the URL needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ArgProblem {

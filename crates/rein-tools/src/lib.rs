@@ -36,5 +36,7 @@ pub use dispatcher::{Dispatcher, RungBreaker, ToolOutcome};
 pub use envelope::{PROVENANCE_FIELDS, ToolStatus};
 pub use error::ToolError;
 pub use http::IDEMPOTENCY_KEY_HEADER;
+#[doc(hidden)]
+pub use http::fill_url_template;
 pub use observer::{LADDER_EXHAUSTED, NoopObserver, ReplayResult, ToolObserver};
 pub use replay::ReplayReport;

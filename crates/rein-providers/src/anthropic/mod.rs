@@ -160,6 +160,16 @@ pub fn replay_anthropic_stream(body: &[u8]) -> Vec<Result<StreamEvent, Failure>>
     crate::stream::replay_sse(body, AnthropicDecoder::default())
 }
 
+/// Decodes a recorded Messages SSE body arriving in `chunks` (with `max_event_bytes` per
+/// event) as a live stream cut into those chunks would be decoded. For the fuzz targets.
+#[doc(hidden)]
+pub fn replay_anthropic_stream_chunks(
+    chunks: &[&[u8]],
+    max_event_bytes: usize,
+) -> Vec<Result<StreamEvent, Failure>> {
+    crate::stream::replay_sse_chunks(chunks, max_event_bytes, AnthropicDecoder::default())
+}
+
 /// Decodes a recorded non-streaming Messages body into the events it stands for.
 pub fn replay_anthropic_response(body: &[u8]) -> Vec<Result<StreamEvent, Failure>> {
     crate::stream::replay_json(body, response::parse_response)

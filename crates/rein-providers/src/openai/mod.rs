@@ -256,6 +256,16 @@ pub fn replay_openai_stream(body: &[u8]) -> Vec<Result<StreamEvent, Failure>> {
     crate::stream::replay_sse(body, OpenAiDecoder::default())
 }
 
+/// Decodes a recorded Chat Completions SSE body arriving in `chunks` (with `max_event_bytes` per
+/// event) as a live stream cut into those chunks would be decoded. For the fuzz targets.
+#[doc(hidden)]
+pub fn replay_openai_stream_chunks(
+    chunks: &[&[u8]],
+    max_event_bytes: usize,
+) -> Vec<Result<StreamEvent, Failure>> {
+    crate::stream::replay_sse_chunks(chunks, max_event_bytes, OpenAiDecoder::default())
+}
+
 /// Decodes a recorded non-streaming Chat Completions body into the events it stands for.
 pub fn replay_openai_response(body: &[u8]) -> Vec<Result<StreamEvent, Failure>> {
     crate::stream::replay_json(body, response::parse_response)
