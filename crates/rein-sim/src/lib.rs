@@ -109,9 +109,20 @@ pub async fn start(listener: TcpListener, config: SimConfig) -> Result<SimHandle
 
 /// Binds `addr` and starts the simulator on it.
 pub async fn bind(addr: SocketAddr, config: SimConfig) -> Result<SimHandle, SimError> {
-    let listener =
-        TcpListener::bind(addr).await.map_err(|source| SimError::Bind { addr, source })?;
+    let listener = listen(addr).map_err(|source| SimError::Bind { addr, source })?;
     start(listener, config).await
+}
+
+/// A listener with address reuse and an accept queue of 4,096 (tokio's default of 1,024 drops
+/// connections when thousands of streams open within seconds, as the streams benchmark does).
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(4096)
 }
 
 impl SimHandle {
@@ -170,5 +181,37 @@ impl SimHandle {
 impl Drop for SimHandle {
     fn drop(&mut self) {
         self.stop.send_replace(true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    /// More clients connect at once than tokio's default accept queue (1,024) holds, and nobody
+    /// accepts yet: with the larger backlog every one of them connects at once; with the default,
+    /// those past 1,025 wait for a SYN retry that the full queue drops again.
+    #[tokio::test]
+    async fn a_burst_past_tokios_default_backlog_connects_without_being_accepted() {
+        use nix::sys::resource::{Resource, getrlimit, setrlimit};
+        const CLIENTS: usize = 1_100;
+        let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        if soft < 2 * CLIENTS as u64 {
+            setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+        }
+        let listener = super::listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connects = (0..CLIENTS).map(|_| async move {
+            // Real time: the kernel's SYN retry (1 s, then 3 s) is what a full queue costs.
+            tokio::time::timeout(
+                std::time::Duration::from_millis(2500),
+                tokio::net::TcpStream::connect(addr),
+            )
+            .await
+        });
+        let results = futures_util::future::join_all(connects).await;
+        let connected: Vec<_> = results.into_iter().filter_map(|r| r.ok()?.ok()).collect();
+        assert_eq!(connected.len(), CLIENTS, "connections completed before any accept");
+        drop(listener);
     }
 }

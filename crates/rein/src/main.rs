@@ -15,6 +15,7 @@ mod eval;
 mod handoffs;
 mod judge;
 mod levers;
+mod limits;
 mod outbox;
 mod probe;
 #[cfg(feature = "sim")]
@@ -24,6 +25,8 @@ mod traces;
 
 /// A proxy allocates and frees many small buffers per request; mimalloc does that with far less
 /// CPU than glibc's allocator (the benchmark's profile showed ~12% of rein's time in malloc/free).
+/// Built with `no_thp`: transparent huge pages would back each thread's small heap pages with 2 MiB
+/// ones, which costs memory per open stream and keeps RSS up after a burst.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::{Args, Parser, Subcommand};
@@ -206,6 +209,14 @@ fn main() -> std::process::ExitCode {
         logs.json().init();
     } else {
         logs.init();
+    }
+    // Servers hold a file descriptor per connection, upstream ones included.
+    #[cfg(feature = "sim")]
+    let server = matches!(cli.command, Command::Serve(_) | Command::Sim(_));
+    #[cfg(not(feature = "sim"))]
+    let server = matches!(cli.command, Command::Serve(_));
+    if server {
+        limits::raise_open_files();
     }
     // `rein serve` runs one single-threaded event loop per worker (this one is the first; the
     // gateway starts the others), so no request hops between threads.

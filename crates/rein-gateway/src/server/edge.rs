@@ -24,14 +24,15 @@ use axum::Router;
 use axum::body::Body;
 use axum::response::Response;
 use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto::Builder;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::time::{Instant, Sleep};
 
 use super::Gateway;
+use super::preface::{self, Protocol};
 use rein_runtime::config::EdgeLimits;
 
 /// Why rein closed a connection itself (the `reason` label).
@@ -129,22 +130,18 @@ pub(super) async fn serve_connections(
         let tls = gateway.tls_acceptor();
         let watcher = graceful.watcher();
         let router = router.clone();
+        let stop = stop.clone();
         tokio::spawn(async move {
             let conn = Arc::new(ConnClock::new(limits));
             let service = Tracked { router, conn: conn.clone() };
-            let builder = Builder::new(TokioExecutor::new());
             let result = match tls {
-                None => {
-                    let io = TokioIo::new(Watched::new(tcp, conn.clone()));
-                    watcher.watch(builder.serve_connection_with_upgrades(io, service)).await
-                }
+                None => serve(Watched::new(tcp, conn.clone()), service, watcher, stop).await,
                 Some(acceptor) => {
                     let handshake =
                         tokio::time::timeout(limits.header_read_timeout, acceptor.accept(tcp));
                     match handshake.await {
                         Ok(Ok(stream)) => {
-                            let io = TokioIo::new(Watched::new(stream, conn.clone()));
-                            watcher.watch(builder.serve_connection_with_upgrades(io, service)).await
+                            serve(Watched::new(stream, conn.clone()), service, watcher, stop).await
                         }
                         Ok(Err(error)) => {
                             tracing::debug!("TLS handshake failed: {error}");
@@ -170,6 +167,40 @@ pub(super) async fn serve_connections(
     }
     graceful.shutdown().await;
     Ok(())
+}
+
+/// Serve one connection in the protocol its first bytes name, until it ends or, once the
+/// gateway stops, its requests in flight are done. A connection still silent when the gateway
+/// stops is closed.
+async fn serve<T>(
+    io: Watched<T>,
+    service: Tracked,
+    watcher: Watcher,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), hyper::Error>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let sniffed = tokio::select! {
+        sniffed = preface::sniff(io) => sniffed,
+        _ = stop.wait_for(|stop| *stop) => return Ok(()),
+    };
+    let (protocol, io) = match sniffed {
+        Ok(Some(sniffed)) => sniffed,
+        Ok(None) => return Ok(()),
+        Err(error) => {
+            tracing::debug!("connection ended before a request: {error}");
+            return Ok(());
+        }
+    };
+    let io = TokioIo::new(io);
+    match protocol {
+        Protocol::Http1 => watcher.watch(http1::Builder::new().serve_connection(io, service)).await,
+        Protocol::Http2 => {
+            let builder = http2::Builder::new(TokioExecutor::new());
+            watcher.watch(builder.serve_connection(io, service)).await
+        }
+    }
 }
 
 /// Errors that concern one connection only (as hyper and axum treat them).

@@ -15,6 +15,7 @@ mod edge;
 mod error;
 mod intake;
 mod mcp;
+mod preface;
 pub mod probe;
 mod record;
 mod run;
@@ -237,12 +238,26 @@ impl Gateway {
     }
 }
 
+/// The listening socket's accept queue. tokio's default (1,024) drops connections when thousands
+/// of clients connect within a few seconds; the kernel caps it at `net.core.somaxconn`.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
 /// Bind the configured address.
 pub async fn bind(gateway: &Gateway) -> Result<TcpListener, StartError> {
     let addr = gateway.current().config.server.listen;
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartError::Bind { addr: addr.to_string(), source })
+    listen(addr).map_err(|source| StartError::Bind { addr: addr.to_string(), source })
+}
+
+/// A listener on `addr` with address reuse (as `TcpListener::bind` sets) and a backlog of
+/// [`LISTEN_BACKLOG`].
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// The whole HTTP surface.
@@ -416,6 +431,33 @@ fn escape(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// More clients connect at once than tokio's default accept queue (1,024) holds, and nobody
+    /// accepts yet: with the larger backlog every one of them connects at once; with the default,
+    /// those past 1,025 wait for a SYN retry that the full queue drops again.
+    #[tokio::test]
+    async fn a_burst_past_tokios_default_backlog_connects_without_being_accepted() {
+        use nix::sys::resource::{Resource, getrlimit, setrlimit};
+        const CLIENTS: usize = 1_100;
+        let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        if soft < 2 * CLIENTS as u64 {
+            setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+        }
+        let listener = super::listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connects = (0..CLIENTS).map(|_| async move {
+            // Real time: the kernel's SYN retry (1 s, then 3 s) is what a full queue costs.
+            tokio::time::timeout(
+                std::time::Duration::from_millis(2500),
+                tokio::net::TcpStream::connect(addr),
+            )
+            .await
+        });
+        let results = futures_util::future::join_all(connects).await;
+        let connected: Vec<_> = results.into_iter().filter_map(|r| r.ok()?.ok()).collect();
+        assert_eq!(connected.len(), CLIENTS, "connections completed before any accept");
+        drop(listener);
+    }
+
     #[test]
     fn ids_are_the_prefix_and_32_hex_digits_and_differ() {
         let a = super::new_id("req_");

@@ -557,3 +557,87 @@ async fn a_client_that_stops_reading_its_answer_is_cut_after_the_idle_clock() {
     // The rest of what reached the socket ends, and the connection is closed.
     assert!(closed_within(&mut stream, Duration::from_secs(10)).await);
 }
+
+/// One listener serves HTTP/1.1 and HTTP/2: over plain TCP by the HTTP/2 preface (prior
+/// knowledge), over TLS by ALPN; each client gets its answer in the version it spoke.
+#[tokio::test]
+async fn http1_and_http2_clients_are_both_served_plain_and_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "listen = \"127.0.0.1:0\"");
+    let gw = Serve::start(&config, &[]);
+    let h1 = reqwest::Client::builder().http1_only().build().unwrap();
+    let h2 = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    for (client, version) in [(h1, reqwest::Version::HTTP_11), (h2, reqwest::Version::HTTP_2)] {
+        for _ in 0..3 {
+            let response = client
+                .post(gw.url("/v1/chat/completions"))
+                .json(&chat_body())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.version(), version);
+            assert_eq!(response.status(), 200);
+            let body: serde_json::Value = response.json().await.unwrap();
+            assert_eq!(body["object"], "chat.completion", "{body}");
+        }
+    }
+    drop(gw);
+
+    let tls_dir = tempfile::tempdir().unwrap();
+    let (cert, key, pem) = certificate(tls_dir.path(), "h2");
+    let tls = format!(
+        "listen = \"127.0.0.1:0\"\ntls = {{ cert_path = \"{}\", key_path = \"{}\" }}",
+        cert.display(),
+        key.display()
+    );
+    let gw = Serve::start(&write_config(tls_dir.path(), &tls), &[]);
+    let root = reqwest::Certificate::from_pem(pem.as_bytes()).unwrap();
+    for (http2, version) in [(false, reqwest::Version::HTTP_11), (true, reqwest::Version::HTTP_2)] {
+        let builder = reqwest::Client::builder()
+            .tls_certs_only([root.clone()])
+            .resolve("localhost", ([127, 0, 0, 1], gw.port).into());
+        let client = if http2 { builder } else { builder.http1_only() }.build().unwrap();
+        let response = client
+            .post(format!("https://localhost:{}/v1/chat/completions", gw.port))
+            .json(&chat_body())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!((response.version(), response.status().as_u16()), (version, 200));
+    }
+}
+
+/// `rein serve` and `rein sim` hold a descriptor per connection: started with a low soft
+/// open-file limit (as a login shell gives), they raise it to the hard limit.
+#[test]
+fn serve_and_sim_raise_their_open_file_limit_to_the_hard_one() {
+    fn open_files(pid: u32) -> (String, String) {
+        let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+        let line = limits.lines().find(|l| l.starts_with("Max open files")).unwrap();
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields[3].to_string(), fields[4].to_string())
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "listen = \"127.0.0.1:0\"");
+    for args in [
+        vec!["sim", "--listen", "127.0.0.1:0"],
+        vec!["serve", "--config", config.to_str().unwrap()],
+    ] {
+        let script = format!("ulimit -Sn 512 && exec \"$0\" {}", args.join(" "));
+        let mut child = Command::new("sh")
+            .args(["-c", &script, BIN])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert!(line.contains("listening on"), "{args:?} did not start: {line}");
+        let (soft, hard) = open_files(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_ne!(soft, "512", "{args:?} kept the shell's soft limit");
+        assert_eq!(soft, hard, "{args:?}");
+    }
+}
