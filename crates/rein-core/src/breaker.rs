@@ -154,7 +154,10 @@ enum Settlement {
 
 fn settlement(tried: bool, last_fault: Option<Fault>) -> Settlement {
     match (last_fault, tried) {
-        (Some(fault), true) if fault != Fault::Request => Settlement::Failed,
+        (Some(Fault::Provider | Fault::Account), true) => Settlement::Failed,
+        // rein's own host could not open the connection: the provider was never reached, so
+        // its last failure neither counts against the tier nor closes a probe.
+        (Some(Fault::Gateway), _) => Settlement::Unused,
         // Answered (even if the answer failed its checks), or failed for a reason that says
         // nothing about the tier's health.
         (_, true) => Settlement::Succeeded,
@@ -367,10 +370,12 @@ mod tests {
             (true, Some(Fault::Provider), Failed),
             (true, Some(Fault::Account), Failed),
             (true, Some(Fault::Request), Succeeded),
+            (true, Some(Fault::Gateway), Unused),
             (true, None, Succeeded),
             (false, Some(Fault::Provider), Unused),
             (false, Some(Fault::Account), Unused),
             (false, Some(Fault::Request), Unused),
+            (false, Some(Fault::Gateway), Unused),
             (false, None, Unused),
         ];
         for (tried, fault, expected) in table {
@@ -382,8 +387,10 @@ mod tests {
     async fn settle_moves_the_breaker_by_the_rule() {
         let policy = CooldownPolicy { allowed_fails: 1, cooldown: Duration::from_secs(5) };
         let breaker = Cooldown::new(policy);
-        // Failures of the request, or no attempt at all, leave a closed breaker closed.
+        // Failures of the request or of rein's own host, or no attempt at all, leave a closed
+        // breaker closed.
         allowed(&breaker).settle(true, Some(Fault::Request));
+        allowed(&breaker).settle(true, Some(Fault::Gateway));
         allowed(&breaker).settle(false, Some(Fault::Provider));
         allowed(&breaker).settle(false, None);
         assert_eq!(breaker.state(), BreakerState::Closed);

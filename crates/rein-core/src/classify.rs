@@ -31,6 +31,8 @@ pub enum FailureKind {
     Conflict,
     /// No response: refused, reset before headers, DNS, TLS.
     ConnectionFailed,
+    /// rein's own host ran out of file descriptors, sockets or memory opening the connection.
+    LocalResources,
     /// One of rein's clocks fired.
     ClockFired(Clock),
     /// The stream broke after it started: an error event, or the connection closed early.
@@ -71,6 +73,7 @@ impl FailureKind {
             FailureKind::RequestTimeout => "request_timeout",
             FailureKind::Conflict => "conflict",
             FailureKind::ConnectionFailed => "connection_failed",
+            FailureKind::LocalResources => "local_resources",
             FailureKind::ClockFired(Clock::Connect) => "clock_connect",
             FailureKind::ClockFired(Clock::FirstToken) => "clock_first_token",
             FailureKind::ClockFired(Clock::StreamIdle) => "clock_stream_idle",
@@ -119,6 +122,8 @@ pub enum Fault {
     Account,
     /// The request itself (too long, malformed, against policy).
     Request,
+    /// rein's own host (out of file descriptors or memory): the provider was not reached.
+    Gateway,
 }
 
 /// A failure together with its decided move.
@@ -140,6 +145,7 @@ pub fn classify(failure: &Failure) -> Classified {
             (kind_of_http(*format, http), http.retry_after, http.should_retry)
         }
         Failure::Connection { .. } => (FailureKind::ConnectionFailed, None, None),
+        Failure::LocalResources { .. } => (FailureKind::LocalResources, None, None),
         Failure::ClockFired { clock, .. } => (FailureKind::ClockFired(*clock), None, None),
         Failure::StreamError { error_type, code, message, .. } => {
             (kind_of_stream_error(error_type.as_deref(), code.as_deref(), message), None, None)
@@ -180,6 +186,11 @@ pub fn decide(kind: FailureKind) -> (Disposition, Fault, &'static str) {
         FailureKind::RequestTimeout => (RetryTier, Provider, "provider request timeout; transient"),
         FailureKind::Conflict => (RetryTier, Provider, "conflict; transient"),
         FailureKind::ConnectionFailed => (RetryTier, Provider, "connection failed; transient"),
+        // Descriptors free up as other calls end; the backoff gives them time, and the retry
+        // budget bounds how many calls retry at once. The tier's health is not touched.
+        FailureKind::LocalResources => {
+            (RetryTier, Gateway, "rein's host is out of file descriptors or memory; transient")
+        }
         FailureKind::ClockFired(Clock::Connect) => (RetryTier, Provider, "connect clock fired"),
         FailureKind::ClockFired(Clock::FirstToken) => {
             (RetryTier, Provider, "first token did not arrive in time")
@@ -511,6 +522,17 @@ mod tests {
         );
         assert_eq!(classify(&failure).kind, FailureKind::PayloadTooLarge);
         assert_ne!(classify(&failure).disposition, Disposition::RetryTier);
+    }
+
+    #[test]
+    fn running_out_of_descriptors_on_reins_host_is_not_the_providers_fault() {
+        let failure =
+            Failure::LocalResources { detail: "Too many open files (os error 24)".into() };
+        let classified = classify(&failure);
+        assert_eq!(classified.kind, FailureKind::LocalResources);
+        assert_eq!(classified.kind.as_str(), "local_resources");
+        assert_eq!(classified.disposition, Disposition::RetryTier);
+        assert_eq!(classified.fault, Fault::Gateway);
     }
 
     #[test]

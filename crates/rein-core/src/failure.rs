@@ -82,6 +82,10 @@ pub enum Failure {
     /// No response headers arrived: refused, reset, DNS or TLS failure.
     #[error("connection failed before a response: {detail}")]
     Connection { detail: String },
+    /// rein could not open a connection on its own host: out of file descriptors, sockets or
+    /// memory. Nothing reached the provider, so this says nothing about its health.
+    #[error("rein could not open a connection on this host: {detail}")]
+    LocalResources { detail: String },
     /// One of rein's clocks fired.
     #[error("the {} clock fired after {} ms", clock.as_str(), after.as_millis())]
     ClockFired { clock: Clock, after: Duration },

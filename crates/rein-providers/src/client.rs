@@ -261,11 +261,15 @@ impl HttpClient {
     }
 }
 
-/// A failure before the response headers: the connect bound firing is the `Connect` clock,
-/// anything else a connection failure.
+/// A failure before the response headers: the connect bound firing is the `Connect` clock, rein's
+/// own host out of descriptors or memory is [`Failure::LocalResources`], anything else a
+/// connection failure.
 fn before_headers(error: &(dyn std::error::Error + 'static), connect_timeout: Duration) -> Failure {
     let mut source = Some(error);
     while let Some(cause) = source {
+        if cause.downcast_ref::<std::io::Error>().is_some_and(out_of_local_resources) {
+            return Failure::LocalResources { detail: error_chain(error) };
+        }
         let timed_out = cause.is::<ConnectTimedOut>()
             || cause.downcast_ref::<std::io::Error>().is_some_and(|io| {
                 io.kind() == std::io::ErrorKind::TimedOut
@@ -278,6 +282,16 @@ fn before_headers(error: &(dyn std::error::Error + 'static), connect_timeout: Du
         source = cause.source();
     }
     Failure::Connection { detail: error_chain(error) }
+}
+
+/// The socket could not be made or bound for want of something on rein's own host: descriptors
+/// (per process or system-wide), socket buffers or memory.
+fn out_of_local_resources(error: &std::io::Error) -> bool {
+    use nix::errno::Errno;
+    error.kind() == std::io::ErrorKind::OutOfMemory
+        || error.raw_os_error().map(Errno::from_raw).is_some_and(|errno| {
+            matches!(errno, Errno::EMFILE | Errno::ENFILE | Errno::ENOBUFS | Errno::ENOMEM)
+        })
 }
 
 /// A body error after the headers arrived. reqwest reports these as "error decoding response
@@ -368,6 +382,40 @@ mod tests {
     use super::*;
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// An error with a source, as hyper-util's connector wraps the socket's error.
+    #[derive(Debug)]
+    struct Wrapped(std::io::Error);
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("tcp open error")
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    /// Out of descriptors (the process's or the system's), socket buffers or memory is rein's
+    /// own host; a refused or reset connection is the provider's.
+    #[test]
+    fn a_socket_rein_cannot_open_is_a_local_failure_not_the_providers() {
+        use nix::errno::Errno;
+        let limit = Duration::from_secs(1);
+        for errno in [Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM] {
+            let error = Wrapped(std::io::Error::from_raw_os_error(errno as i32));
+            let failure = before_headers(&error, limit);
+            assert!(matches!(failure, Failure::LocalResources { .. }), "{errno}: {failure:?}");
+        }
+        for errno in [Errno::ECONNREFUSED, Errno::ECONNRESET, Errno::EHOSTUNREACH] {
+            let error = Wrapped(std::io::Error::from_raw_os_error(errno as i32));
+            let failure = before_headers(&error, limit);
+            assert!(matches!(failure, Failure::Connection { .. }), "{errno}: {failure:?}");
+        }
+    }
 
     /// A destination the proxy rules cover goes to the proxy, in absolute form, with the
     /// same headers and body; one they exclude goes direct.

@@ -43,6 +43,7 @@ impl Redactor {
             }
             Failure::StreamError { message, .. } => self.text(message),
             Failure::Connection { detail }
+            | Failure::LocalResources { detail }
             | Failure::Malformed { detail }
             | Failure::Unsendable { detail } => self.text(detail),
             Failure::ClockFired { .. } | Failure::StreamCut | Failure::ResponseTooLarge { .. } => {}
