@@ -3,9 +3,10 @@
 //! space after the colon, multi-line `data`, a blank line dispatches). It owns no I/O and no
 //! JSON; the format decoders interpret `data`.
 //!
-//! One event is bounded: a line, or the `data` lines of one record joined, longer than the
-//! parser's `max_event_bytes` is refused, so a stream with no line end (or no blank line) cannot
-//! grow a buffer without end.
+//! One event is bounded: a line (whether its end has arrived or not), or the `data` lines of one
+//! record joined, longer than the parser's `max_event_bytes` is refused, so a stream with no line
+//! end (or no blank line) cannot grow a buffer without end, and where the body was cut into
+//! chunks never changes what is refused.
 //!
 //! At end of input a record that never saw its terminating blank line is still handed over,
 //! flagged `terminated: false`, so the stream driver can tell a clean last event (some
@@ -84,6 +85,12 @@ impl SseParser {
             };
             let pos = skip + pos;
             skip = 0;
+            // The same bound as on a line still open below, whether or not its end arrived in
+            // the same chunk, and before its bytes are read: the events never depend on how
+            // the body was cut.
+            if pos > self.max_event {
+                break Err(SseError::EventTooLarge);
+            }
             let mut consumed = pos + 1;
             if rest[pos] == b'\r' {
                 match rest.get(pos + 1) {
@@ -107,7 +114,9 @@ impl SseParser {
         } else {
             self.buffer.extend_from_slice(&chunk[start..]);
         }
-        if result.is_ok() && self.buffer.len() > self.max_event {
+        // The open line, less a CR held back in case an LF follows it.
+        let open = self.buffer.len() - usize::from(self.buffer.last() == Some(&b'\r'));
+        if result.is_ok() && open > self.max_event {
             return Err(SseError::EventTooLarge);
         }
         result
@@ -273,6 +282,35 @@ mod tests {
                 assert_eq!(parse_all(&pieces), whole, "cut at {i} and {j}");
             }
         }
+    }
+
+    /// A line past the limit is refused whether its end arrives in the same chunk or later, and
+    /// before its bytes are read as text; a line at the limit passes, also with its CR held back
+    /// at the end of a chunk.
+    #[test]
+    fn a_line_past_the_limit_is_refused_however_the_body_is_cut() {
+        let run = |chunks: &[&[u8]]| {
+            let mut parser = SseParser::new(16);
+            let mut out = Vec::new();
+            let mut result = Ok(());
+            for chunk in chunks {
+                result = result.and_then(|()| parser.push(chunk, &mut out));
+            }
+            (result.and_then(|()| parser.finish(&mut out)), out)
+        };
+        let long: &[u8] = b"data: ok\n\nevent: seventeen-bytes\n\n";
+        let refused = run(&[long]);
+        assert_eq!(refused, (Err(SseError::EventTooLarge), vec![event(None, "ok")]));
+        for at in 0..long.len() {
+            assert_eq!(run(&[&long[..at], &long[at..]]), refused, "cut at {at}");
+        }
+        // Not UTF-8 and too long: too long, in one chunk as in two.
+        let both: &[u8] = b"data: \xff\xfe0123456789012\n\n";
+        assert_eq!(run(&[both]).0, Err(SseError::EventTooLarge));
+        assert_eq!(run(&[&both[..10], &both[10..]]).0, Err(SseError::EventTooLarge));
+        // Sixteen bytes pass, with a CRLF split across chunks.
+        let at_limit = run(&[b"data: 0123456789\r", b"\n\r\n"]);
+        assert_eq!(at_limit, (Ok(()), vec![event(None, "0123456789")]));
     }
 
     #[test]

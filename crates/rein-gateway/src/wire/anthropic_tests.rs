@@ -372,3 +372,14 @@ fn renders_a_declined_call_as_the_safe_reply() {
     );
     assert_eq!(body["stop_reason"], "end_turn");
 }
+
+/// Found by the `anthropic_request` fuzz target: a string that is not UTF-8, in a field the
+/// parser does not know, passed the one-pass path (serde skips such strings unread) and was
+/// refused by the tree path. JSON is UTF-8: both refuse it, saying where.
+#[test]
+fn fuzz_anthropic_request_text_not_utf8_in_an_unknown_field_is_refused() {
+    let body: &[u8] = b"{\"model\":\"m\",\"max_tokens\":10,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"toolu_1\",\"nctenot\":[{\"typ\xa3\xa3\xa3\xa3\xa3\xa3\xa3\xa3\xa3\xa3\xa3\xa3\xa3\xa3\xa3e\":\"document\",\"source\":{\"type\":\"text\",\"data\":\"x\"}}]}]}]}";
+    let refused = parse_bytes(body).unwrap_err();
+    assert!(matches!(refused, WireError::MalformedJson { .. }), "{refused:?}");
+    assert!(refused.to_string().contains("column 130"), "{refused}");
+}

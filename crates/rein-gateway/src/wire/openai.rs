@@ -203,7 +203,13 @@ struct RawStreamOptions {
 /// its struct. Anything else (an unknown field for `extra`, a bad value) takes the JSON-tree
 /// path, which gives the same result and names the field of the first problem.
 pub fn parse_request(body: &[u8]) -> Result<OpenAiRequest, WireError> {
-    match serde_json::from_slice::<RawRequest>(body) {
+    // JSON is UTF-8 (RFC 8259), but the one pass skips the strings of fields it does not know
+    // without reading their bytes: the text is checked whole first, and the tree path says
+    // where it is not UTF-8.
+    let Ok(text) = std::str::from_utf8(body) else {
+        return parse_tree(body);
+    };
+    match serde_json::from_str::<RawRequest>(text) {
         Ok(mut raw) => {
             let options = rein_options(raw.rein.take())?;
             let labels = options.labels;

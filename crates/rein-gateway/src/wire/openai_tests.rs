@@ -506,3 +506,14 @@ fn the_typed_rendering_is_byte_for_byte_the_json_tree_rendering() {
         );
     }
 }
+
+/// Found by the `openai_request` fuzz target: a string that is not UTF-8, in a field the parser
+/// does not know, passed the one-pass path (serde skips such strings unread) and was refused by
+/// the tree path. JSON is UTF-8: both refuse it, saying where.
+#[test]
+fn fuzz_openai_request_text_not_utf8_in_an_unknown_field_is_refused() {
+    let body: &[u8] = b"{\"model\":\"held\",\"stream\":true,\"max_tokens\":100,\"messages\":[{\"role\":\"user\",\"conbbbbtent\":\"where is my o\xf6der?\"}]}";
+    let refused = parse_bytes(body).unwrap_err();
+    assert!(matches!(refused, WireError::MalformedJson { .. }), "{refused:?}");
+    assert!(refused.to_string().contains("column 103"), "{refused}");
+}

@@ -60,3 +60,37 @@ async fn nothing_is_read_after_done() {
     assert_eq!(events.last(), Some(&Ok(StreamEvent::Done)));
     assert!(events.iter().all(Result::is_ok));
 }
+
+/// Decodes a body arriving in the given chunks with the given event limit.
+type Replay = fn(&[&[u8]], usize) -> Vec<Result<StreamEvent, Failure>>;
+
+/// A fuzz finding replayed whole and in five-byte chunks (as the fuzz target cut it) with a
+/// 300-byte event limit: the events must be the same, and end refusing the long line.
+fn same_events_however_cut(replay: Replay, body: &[u8]) -> Vec<Result<StreamEvent, Failure>> {
+    let whole = replay(&[body], 300);
+    let cut: Vec<&[u8]> = body.chunks(5).collect();
+    assert_eq!(whole, replay(&cut, 300));
+    let too_large = Failure::ResponseTooLarge {
+        limit: rein_core::failure::ResponseLimit::Event,
+        limit_bytes: 300,
+    };
+    assert_eq!(whole.last(), Some(&Err(too_large)), "{whole:?}");
+    whole
+}
+
+/// Found by the `openai_sse` fuzz target: a 370-byte line that is not UTF-8 was refused as not
+/// UTF-8 when it came in one chunk and as too large when cut; the length is checked first.
+#[test]
+fn fuzz_openai_sse_a_long_line_not_utf8_is_too_large_however_cut() {
+    let body = include_bytes!("../fixtures/fuzz/openai_sse-a-long-line-not-utf8.sse");
+    let events = same_events_however_cut(rein_providers::replay_openai_stream_chunks, body);
+    assert_eq!(events.len(), 1);
+}
+
+/// Found by the `anthropic_sse` fuzz target: a 350-byte line (a field no decoder reads) passed
+/// when it came whole in one chunk and was refused when cut; now it is refused either way.
+#[test]
+fn fuzz_anthropic_sse_a_long_line_in_one_chunk_is_refused_as_when_cut() {
+    let body = include_bytes!("../fixtures/fuzz/anthropic_sse-a-long-line-in-one-chunk.sse");
+    same_events_however_cut(rein_providers::replay_anthropic_stream_chunks, body);
+}
