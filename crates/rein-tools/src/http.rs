@@ -72,6 +72,21 @@ impl UrlTemplate {
         if !(template.starts_with("http://") || template.starts_with("https://")) {
             return Err(format!("`{template}` must start with http:// or https://"));
         }
+        // URL parsers drop tabs and line ends anywhere and control characters and spaces at
+        // the ends, so what was written is not what is sent: `/search/{q}\t` with `q = ".."`
+        // would reach `/`. Such a template is refused, with where.
+        if let Some((at, c)) = template.char_indices().find(|(_, c)| c.is_ascii_control()) {
+            return Err(format!(
+                "`{}` holds a control character (U+{:04X} at byte {at}): URL parsers drop it; write it percent-encoded",
+                template.escape_debug(),
+                u32::from(c)
+            ));
+        }
+        if template.ends_with(' ') {
+            return Err(format!(
+                "`{template}` ends with a space: URL parsers drop it; write it percent-encoded (%20)"
+            ));
+        }
         let mut parts = Vec::new();
         let mut rest = template;
         while let Some(open) = rest.find(['{', '}']) {
@@ -477,6 +492,29 @@ mod tests {
         let problem = host.fill(&json!({"region": "eu west/ü?&"})).unwrap_err();
         assert_eq!(problem.argument, "region");
         assert!(problem.message.contains("does not make a valid URL"), "{}", problem.message);
+    }
+
+    /// Found by the `url_template` fuzz target (crash-015e8585…): `…/{q}` followed by control
+    /// characters was accepted; filled with `q = ".."` the segment was `..\u{1}…`, no dot
+    /// segment to the check, but URL parsers strip control characters at the ends (and tabs
+    /// and line ends anywhere), so the URL sent walked up the path. Such a template is refused.
+    #[test]
+    fn fuzz_url_template_a_control_character_a_url_parser_drops_is_refused() {
+        for written in [
+            "http://126.0.0.1/search/{q}\u{1}\u{0}\u{0}\u{1f}",
+            "http://h/a/.\t{q}/b",
+            "http://h/a/{q}\r\n",
+            "http://h/a/{q} ",
+        ] {
+            let message = UrlTemplate::try_parse(written).unwrap_err();
+            assert!(message.contains("URL parsers drop it"), "{written:?}: {message}");
+        }
+        let message = UrlTemplate::try_parse("http://h/a/.\t{q}/b").unwrap_err();
+        assert!(message.contains("U+0009 at byte 12"), "{message}");
+        // What parses the same with or without them still fills as before.
+        let url = UrlTemplate::try_parse("http://h/a%20b/{q}").unwrap();
+        assert_eq!(url.fill(&json!({"q": "x y"})).unwrap(), "http://h/a%20b/x%20y");
+        assert!(url.fill(&json!({"q": ".."})).is_err(), "still a dot segment");
     }
 
     #[test]
