@@ -117,6 +117,14 @@ impl UrlTemplate {
         if let Err(error) = reqwest::Url::parse(&sample) {
             return Err(format!("`{template}` is not a valid URL: {error}"));
         }
+        // A `.` or `..` segment of the template's own is resolved away before sending, and
+        // whether `..` removes the segment before it can depend on an argument's value (URL
+        // parsers keep a `c:` before it, say): the path written must be the path sent.
+        if let Some(segment) = path_segments(&sample).find(|segment| is_dot_segment(segment)) {
+            return Err(format!(
+                "`{template}` has a `{segment}` path segment: write the path it stands for"
+            ));
+        }
         Ok(url)
     }
 
@@ -163,7 +171,8 @@ impl UrlTemplate {
                             continue;
                         }
                         match c {
-                            '/' => {
+                            // URL parsers read `\` in an http(s) URL as `/`.
+                            '/' | '\\' => {
                                 check(&segment, &in_segment, &mut note);
                                 segment.clear();
                                 in_segment.clear();
@@ -258,6 +267,15 @@ pub(crate) struct ArgProblem {
 }
 
 /// `.` or `..`, also percent-encoded (URL parsers treat `%2e` as a dot here).
+/// The path segments of `url` as written (before any `.` or `..` is resolved): after the
+/// scheme and authority, up to the query or fragment, split at `/` and `\`.
+fn path_segments(url: &str) -> impl Iterator<Item = &str> {
+    let rest = url.split_once("://").map_or("", |(_, rest)| rest);
+    let path = rest.find(['/', '\\', '?', '#']).map_or("", |start| &rest[start..]);
+    let path = &path[..path.find(['?', '#']).unwrap_or(path.len())];
+    path.split(['/', '\\']).skip(1)
+}
+
 fn is_dot_segment(segment: &str) -> bool {
     let lowered = segment.to_ascii_lowercase().replace("%2e", ".");
     lowered == "." || lowered == ".."
@@ -515,6 +533,33 @@ mod tests {
         let url = UrlTemplate::try_parse("http://h/a%20b/{q}").unwrap();
         assert_eq!(url.fill(&json!({"q": "x y"})).unwrap(), "http://h/a%20b/x%20y");
         assert!(url.fill(&json!({"q": ".."})).is_err(), "still a dot segment");
+    }
+
+    /// Found by the `url_template` fuzz target (crash-1f760a03…): a template with dot segments
+    /// of its own (`http://tp://{q}:/./..`) was accepted, and whether its `..` removed the
+    /// segment before it depended on the argument (URL parsers keep `x:` as if it were a drive
+    /// letter, and drop `.:`), so an argument changed how many segments the path had. A template
+    /// must write its path without `.` or `..`. Looking for it showed that a `\` in a template
+    /// was not a segment's end to the check on arguments, while URL parsers read it as `/`:
+    /// `/api\{id}` with `id = ".."` walked up.
+    #[test]
+    fn fuzz_url_template_dot_segments_of_its_own_are_refused() {
+        for written in [
+            "http://tp://{q}:/./..?http://{q}e!z:c\\h?*{q}",
+            "http://h/a/../{q}",
+            "http://h/a/./{q}",
+            "http://h/{q}/%2E%2e?x=1",
+            "http://h\\a\\..\\{q}",
+        ] {
+            let message = UrlTemplate::try_parse(written).unwrap_err();
+            assert!(message.contains("path segment"), "{written}: {message}");
+        }
+        for fine in ["http://h/a/b.c/{q}?up=..#..", "http://h/.../{q}", "http://h/a..b/{q}"] {
+            assert!(UrlTemplate::try_parse(fine).is_ok(), "{fine}");
+        }
+        let backslash = UrlTemplate::try_parse("http://h/api\\{id}").unwrap();
+        assert_eq!(backslash.fill(&json!({"id": ".."})).unwrap_err().argument, "id");
+        assert_eq!(backslash.fill(&json!({"id": "7"})).unwrap(), "http://h/api\\7");
     }
 
     #[test]
