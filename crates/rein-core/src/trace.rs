@@ -51,8 +51,14 @@ impl TraceIds {
     }
 }
 
+/// The low `digits` (at most 32) hex digits of `value`, lowercase, zero-padded.
 fn hex(value: u128, digits: usize) -> String {
-    format!("{value:0digits$x}")
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(digits);
+    for nibble in (0..digits.min(32)).rev() {
+        out.push(char::from(HEX[((value >> (nibble * 4)) & 0xf) as usize]));
+    }
+    out
 }
 
 /// A random, non-zero 32-digit trace id.
@@ -137,8 +143,10 @@ impl std::fmt::Display for Value {
 }
 
 /// Attributes by name, in a stable order. The names are mostly fixed (`gen_ai.request.model`):
-/// those are borrowed, not copied into every trace.
-pub type Attributes = BTreeMap<Cow<'static, str>, Value>;
+/// those are borrowed, not copied into every trace. A sorted vector (`LiteMap`), not a tree: a
+/// span holds a dozen or two, written once and read in order, so a tree's nodes cost more to
+/// build, walk and drop than they save.
+pub type Attributes = litemap::LiteMap<Cow<'static, str>, Value>;
 
 /// What a span stands for, as OpenTelemetry's span kinds say it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -158,7 +166,7 @@ pub struct SpanEvent {
     pub name: String,
     /// Since the trace started.
     pub at_ms: u64,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "Attributes::is_empty")]
     pub attributes: Attributes,
 }
 
@@ -731,6 +739,36 @@ mod tests {
     use super::*;
     use crate::report::{AttemptRecord, ServedBy};
     use crate::{Clock, Failure, Outcome, classify};
+
+    #[test]
+    fn ids_are_zero_padded_lowercase_hex_of_their_width() {
+        assert_eq!(hex(0xabc, 16), "0000000000000abc");
+        assert_eq!(hex(u128::MAX, 32), "f".repeat(32));
+        assert_eq!(hex(u128::MAX, 16), "f".repeat(16), "only the low digits");
+        for value in [1u128, 0x0123_4567_89ab_cdef, u128::from(u64::MAX) << 3, 7 << 100] {
+            assert_eq!(hex(value, 32), format!("{value:032x}"));
+        }
+        let (trace, span) = (new_trace_id(), new_span_id());
+        assert_eq!((trace.len(), span.len()), (32, 16));
+        assert!(TraceParent::parse(&format!("00-{trace}-{span}-01")).is_some());
+    }
+
+    #[test]
+    fn attributes_serialize_as_a_map_in_key_order_and_read_back() {
+        let mut span = Span::new("chat x", SpanKind::Client, None, 0, 5);
+        span.attributes.insert("rein.tier".into(), "primary".into());
+        span.attributes.insert("gen_ai.request.model".into(), "m".into());
+        span.attributes.insert("rein.attempt".into(), 1u32.into());
+        span.attributes.insert("rein.tier".into(), "fallback".into());
+        let json = serde_json::to_value(&span).unwrap();
+        assert_eq!(
+            serde_json::to_string(&json["attributes"]).unwrap(),
+            r#"{"gen_ai.request.model":"m","rein.attempt":1,"rein.tier":"fallback"}"#
+        );
+        let back: Span = serde_json::from_value(json).unwrap();
+        assert_eq!(back, span);
+        assert_eq!(back.attributes.get("rein.attempt"), Some(&Value::Int(1)));
+    }
 
     fn attempt(
         tier: usize,
