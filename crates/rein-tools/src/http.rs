@@ -266,7 +266,6 @@ pub(crate) struct ArgProblem {
     pub message: String,
 }
 
-/// `.` or `..`, also percent-encoded (URL parsers treat `%2e` as a dot here).
 /// The path segments of `url` as written (before any `.` or `..` is resolved): after the
 /// scheme and authority, up to the query or fragment, split at `/` and `\`.
 fn path_segments(url: &str) -> impl Iterator<Item = &str> {
@@ -276,6 +275,7 @@ fn path_segments(url: &str) -> impl Iterator<Item = &str> {
     path.split(['/', '\\']).skip(1)
 }
 
+/// `.` or `..`, also percent-encoded (URL parsers treat `%2e` as a dot here).
 fn is_dot_segment(segment: &str) -> bool {
     let lowered = segment.to_ascii_lowercase().replace("%2e", ".");
     lowered == "." || lowered == ".."
