@@ -53,12 +53,18 @@ impl TraceIds {
 
 /// The low `digits` (at most 32) hex digits of `value`, lowercase, zero-padded.
 fn hex(value: u128, digits: usize) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(digits);
+    push_hex(&mut out, value, digits);
+    out
+}
+
+/// Append the low `digits` (at most 32) hex digits of `value`, lowercase, zero-padded: the
+/// text of trace, span and request ids.
+pub fn push_hex(out: &mut String, value: u128, digits: usize) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     for nibble in (0..digits.min(32)).rev() {
         out.push(char::from(HEX[((value >> (nibble * 4)) & 0xf) as usize]));
     }
-    out
 }
 
 /// A random, non-zero 32-digit trace id.

@@ -149,13 +149,10 @@ fn same(key: &Secret, given: &str) -> bool {
 
 /// A fresh random id with a prefix (`req_`, `chatcmpl-`, `msg_`).
 pub fn new_id(prefix: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let value: u128 = rand::rng().random();
     let mut id = String::with_capacity(prefix.len() + 32);
     id.push_str(prefix);
-    for nibble in (0..32).rev() {
-        id.push(char::from(HEX[((value >> (nibble * 4)) & 0xf) as usize]));
-    }
+    rein_core::trace::push_hex(&mut id, value, 32);
     id
 }
 
