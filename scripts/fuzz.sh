@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds rein's fuzz targets (fuzz/, cargo-fuzz + libFuzzer) once and runs each for a bounded
-# time, one after another on one core, from the committed corpus (fuzz/corpus/<target>) with
-# the shared dictionary (fuzz/dict). Exits non-zero when any target crashed, naming the target
+# time, as many at once as there are cores (each libFuzzer run uses one), from the committed
+# corpus (fuzz/corpus/<target>) with the shared dictionary (fuzz/dict). Exits non-zero when any target crashed, naming the target
 # and the input that crashed it (libFuzzer writes it under fuzz/artifacts/<target>/).
 #
 #   bash scripts/fuzz.sh          # 30 s per target
@@ -10,6 +10,7 @@
 # Arguments and environment:
 #   $1 / FUZZ_SECONDS  seconds per target (default 30)
 #   FUZZ_TARGETS       space-separated targets to run (default: all of them)
+#   FUZZ_JOBS          targets run at once (default: the cores, `nproc`)
 #   FUZZ_CORPUS_OUT    a directory to keep what the run adds to each corpus in (as
 #                      <dir>/<target>/); by default new inputs go to a temporary directory and
 #                      are dropped. Fold them into fuzz/corpus with `cargo fuzz cmin` (see
@@ -33,6 +34,7 @@ cd "$(dirname "$0")/.."
 CARGO_FUZZ_VERSION=0.13.2
 seconds=${1:-${FUZZ_SECONDS:-30}}
 build=${FUZZ_BUILD:-dev}
+jobs=${FUZZ_JOBS:-$(nproc)}
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${HOME}/.cache/rein-fuzz-target}"
 export CARGO_TERM_COLOR=never
 
@@ -40,6 +42,9 @@ log() { printf '[fuzz %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 case "$seconds" in
   '' | *[!0-9]*) log "seconds per target must be a whole number, not '$seconds'"; exit 2 ;;
+esac
+case "$jobs" in
+  '' | *[!0-9]* | 0) log "FUZZ_JOBS must be a whole number above 0, not '$jobs'"; exit 2 ;;
 esac
 case "$build" in
   dev) build_flags=(--dev) ;;
@@ -76,26 +81,46 @@ log "built in $(($(date +%s) - started)) s"
 all_targets=$(cd fuzz && "${cargo_fuzz[@]}" list)
 targets=${FUZZ_TARGETS:-$all_targets}
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-crashed=()
 for target in $targets; do
   if ! grep -qx "$target" <<<"$all_targets"; then
     log "no fuzz target named $target (there are: $(tr '\n' ' ' <<<"$all_targets"))"
     exit 2
   fi
-  out="$work/corpus/$target"
+done
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# One target's run; its exit status goes to $work/<target>.status, its output to .log.
+fuzz_one() {
+  local target=$1 out="$work/corpus/$1" status=0
   if [ -n "$corpus_out" ]; then out="$corpus_out/$target"; fi
-  artifacts="fuzz/artifacts/$target"
-  mkdir -p "$out" "$artifacts" "fuzz/corpus/$target"
-  log "running $target for $seconds s"
-  status=0
+  mkdir -p "$out" "fuzz/artifacts/$target" "fuzz/corpus/$target"
   # The first corpus directory receives new inputs; the committed corpus is only read.
   (cd fuzz && "${cargo_fuzz[@]}" run -s none "${build_flags[@]}" --target-dir "$CARGO_TARGET_DIR" \
     "$target" "$out" "corpus/$target" -- \
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -dict=dict \
     -artifact_prefix="artifacts/$target/" -print_final_stats=1) \
     >"$work/$target.log" 2>&1 || status=$?
+  echo "$status" >"$work/$target.status"
+}
+
+log "running $(wc -w <<<"$targets") targets for $seconds s each, $jobs at once"
+running=0
+for target in $targets; do
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  log "running $target for $seconds s"
+  fuzz_one "$target" &
+  running=$((running + 1))
+done
+wait || true
+
+crashed=()
+for target in $targets; do
+  status=$(cat "$work/$target.status" 2>/dev/null || echo "no status")
   grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|#[0-9]+ +DONE)' \
     "$work/$target.log" | sed "s/^/[fuzz] $target: /" >&2 || true
   if [ "$status" != 0 ]; then
