@@ -5,8 +5,9 @@
 //! follows redirects (a redirected POST is a config error worth seeing) and sets no request
 //! or read timeout: every other clock belongs to the engine.
 //!
-//! Requests go out on hyper's pooled client with rustls (HTTP/1.1, or HTTP/2 where TLS
-//! negotiates it), to a URI parsed once when the provider is built. A destination that the
+//! Requests go out on hyper's pooled client with rustls, in the HTTP version the provider is
+//! configured for ([`HttpVersion`]: HTTP/1.1 by default, or HTTP/2 only), to a URI parsed once
+//! when the provider is built. A destination that the
 //! environment's proxy settings (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`) send
 //! through a proxy goes out on reqwest instead, which speaks to proxies.
 
@@ -31,7 +32,7 @@ use reqwest::redirect::Policy;
 
 use rein_core::{Clock, Failure};
 
-use crate::config::{ClientBuildError, HttpClientConfig};
+use crate::config::{ClientBuildError, HttpClientConfig, HttpVersion};
 use crate::stream;
 
 /// Largest error body read before parsing: enough for any provider's JSON, bounded against
@@ -43,15 +44,16 @@ const AGENT: &str = concat!("rein/", env!("CARGO_PKG_VERSION"));
 type Connector = Bounded<HttpsConnector<HttpConnector>>;
 type Hyper = Client<Connector, Full<Bytes>>;
 
-/// Per-thread copies of each [`HttpClient`]'s hyper client, by client id.
-type ThreadClients = std::cell::RefCell<Vec<(u64, Hyper)>>;
+/// Per-thread copies of each [`HttpClient`]'s hyper clients, by client id and HTTP version.
+type ThreadClients = std::cell::RefCell<Vec<((u64, HttpVersion), Hyper)>>;
 
 thread_local! {
     static THREAD_CLIENTS: ThreadClients = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Most distinct clients a thread keeps copies of (config reloads make new ones).
-const MAX_THREAD_CLIENTS: usize = 16;
+/// Most distinct clients a thread keeps copies of (config reloads make new ones; each client
+/// has one per HTTP version).
+const MAX_THREAD_CLIENTS: usize = 32;
 
 static NEXT_CLIENT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
@@ -62,14 +64,17 @@ static NEXT_CLIENT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU
 #[derive(Clone)]
 pub struct HttpClient {
     id: u64,
-    /// TCP + TLS, bounded by the connect timeout; cloned into each thread's pool.
-    connector: Connector,
+    /// TCP + TLS, bounded by the connect timeout, cloned into each thread's pool: TLS offering
+    /// no ALPN protocol (HTTP/1.1), and offering only `h2`.
+    http1: Connector,
+    http2: Connector,
     pool_idle_timeout: Duration,
     pool_max_idle_per_host: usize,
     /// The environment's proxy rules, read once.
     proxies: Arc<Matcher>,
-    /// For destinations behind a proxy.
-    proxied: reqwest::Client,
+    /// For destinations behind a proxy: HTTP/1.1 only, and HTTP/2 only.
+    proxied_http1: reqwest::Client,
+    proxied_http2: reqwest::Client,
     connect_timeout: Duration,
 }
 
@@ -91,6 +96,7 @@ pub(crate) struct Endpoint {
     pub url: Url,
     uri: Uri,
     via_proxy: bool,
+    version: HttpVersion,
 }
 
 /// A response whose headers arrived: status, headers and the body as it streams in.
@@ -113,73 +119,115 @@ impl HttpClient {
         proxies: Matcher,
         proxy: Option<reqwest::Proxy>,
     ) -> Result<Self, ClientBuildError> {
+        Self::build(config, proxies, proxy, None)
+    }
+
+    /// The client; `tls` replaces the platform's verifier (a test's own root).
+    fn build(
+        config: &HttpClientConfig,
+        proxies: Matcher,
+        proxy: Option<reqwest::Proxy>,
+        tls: Option<rustls::ClientConfig>,
+    ) -> Result<Self, ClientBuildError> {
         let keepalive =
             (config.tcp_keepalive_ms > 0).then(|| Duration::from_millis(config.tcp_keepalive_ms));
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_keepalive(keepalive);
-        let tls = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_platform_verifier(rustls::crypto::ring::default_provider())
-            .map_err(|error| ClientBuildError { detail: error_chain(&error) })?
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(http);
-        let connector = Bounded { inner: tls, limit: config.connect_timeout() };
+        let tls_builder = || match &tls {
+            Some(tls) => {
+                Ok(hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls.clone()))
+            }
+            None => hyper_rustls::HttpsConnectorBuilder::new()
+                .with_provider_and_platform_verifier(rustls::crypto::ring::default_provider())
+                .map_err(|error| ClientBuildError { detail: error_chain(&error) }),
+        };
+        let limit = config.connect_timeout();
+        let http1 = Bounded {
+            inner: tls_builder()?.https_or_http().enable_http1().wrap_connector(http.clone()),
+            limit,
+        };
+        let http2 = Bounded {
+            inner: tls_builder()?.https_or_http().enable_http2().wrap_connector(http),
+            limit,
+        };
         crate::install_crypto_provider();
-        let mut proxied = reqwest::Client::builder();
-        if let Some(proxy) = proxy {
-            proxied = proxied.no_proxy().proxy(proxy);
-        }
-        let proxied = proxied
-            .connect_timeout(config.connect_timeout())
-            .pool_idle_timeout(Some(Duration::from_millis(config.pool_idle_timeout_ms)))
-            .pool_max_idle_per_host(config.pool_max_idle_per_host)
-            .tcp_keepalive(keepalive)
-            .tcp_nodelay(true)
-            .redirect(Policy::none())
-            // reqwest's default policy re-sends requests an HTTP/2 server refused; the engine
-            // owns every retry (and the retry budget), so the client sends exactly once.
-            .retry(reqwest::retry::never())
-            .user_agent(AGENT)
-            .build()
-            .map_err(|error| ClientBuildError { detail: error_chain(&error) })?;
+        let proxied = |version: HttpVersion| {
+            let mut proxied = reqwest::Client::builder();
+            if let Some(proxy) = proxy.clone() {
+                proxied = proxied.no_proxy().proxy(proxy);
+            }
+            if let Some(tls) = tls.clone() {
+                proxied = proxied.tls_backend_preconfigured(tls);
+            }
+            proxied = match version {
+                HttpVersion::Http1 => proxied.http1_only(),
+                HttpVersion::Http2 => proxied.http2_prior_knowledge(),
+            };
+            proxied
+                .connect_timeout(config.connect_timeout())
+                .pool_idle_timeout(Some(Duration::from_millis(config.pool_idle_timeout_ms)))
+                .pool_max_idle_per_host(config.pool_max_idle_per_host)
+                .tcp_keepalive(keepalive)
+                .tcp_nodelay(true)
+                .redirect(Policy::none())
+                // reqwest's default policy re-sends requests an HTTP/2 server refused; the
+                // engine owns every retry (and the retry budget), so the client sends once.
+                .retry(reqwest::retry::never())
+                .user_agent(AGENT)
+                .build()
+                .map_err(|error| ClientBuildError { detail: error_chain(&error) })
+        };
         let id = NEXT_CLIENT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Self {
             id,
-            connector,
+            http1,
+            http2,
             pool_idle_timeout: Duration::from_millis(config.pool_idle_timeout_ms),
             pool_max_idle_per_host: config.pool_max_idle_per_host,
             proxies: Arc::new(proxies),
-            proxied,
+            proxied_http1: proxied(HttpVersion::Http1)?,
+            proxied_http2: proxied(HttpVersion::Http2)?,
             connect_timeout: config.connect_timeout(),
         })
     }
 
-    /// Resolves `url` once: its URI, and whether a proxy rule covers it.
-    pub(crate) fn endpoint(&self, url: Url) -> Result<Endpoint, http::uri::InvalidUri> {
+    /// Resolves `url` once: its URI, and whether a proxy rule covers it; requests to it go out
+    /// in `version`.
+    pub(crate) fn endpoint(
+        &self,
+        url: Url,
+        version: HttpVersion,
+    ) -> Result<Endpoint, http::uri::InvalidUri> {
         let uri: Uri = url.as_str().parse()?;
         let via_proxy = self.proxies.intercept(&uri).is_some();
-        Ok(Endpoint { url, uri, via_proxy })
+        Ok(Endpoint { url, uri, via_proxy, version })
     }
 
-    /// This thread's copy of the pooled client.
-    fn local(&self) -> Hyper {
+    /// This thread's copy of the pooled client for `version`.
+    fn local(&self, version: HttpVersion) -> Hyper {
+        let key = (self.id, version);
         THREAD_CLIENTS.with(|clients| {
             let mut clients = clients.borrow_mut();
-            if let Some((_, client)) = clients.iter().find(|(id, _)| *id == self.id) {
+            if let Some((_, client)) = clients.iter().find(|(k, _)| *k == key) {
                 return client.clone();
             }
+            let connector = match version {
+                HttpVersion::Http1 => self.http1.clone(),
+                HttpVersion::Http2 => self.http2.clone(),
+            };
             let client = Client::builder(TokioExecutor::new())
                 .pool_timer(TokioTimer::new())
                 .pool_idle_timeout(self.pool_idle_timeout)
                 .pool_max_idle_per_host(self.pool_max_idle_per_host)
-                .build(self.connector.clone());
+                .timer(TokioTimer::new())
+                .http2_only(version == HttpVersion::Http2)
+                .build(connector);
             if clients.len() >= MAX_THREAD_CLIENTS {
                 clients.remove(0);
             }
-            clients.push((self.id, client.clone()));
+            clients.push((key, client.clone()));
             client
         })
     }
@@ -209,11 +257,12 @@ impl HttpClient {
             Proxied(Box<reqwest::RequestBuilder>),
         }
         let sending = if endpoint.via_proxy {
-            let builder = self
-                .proxied
-                .request(method, endpoint.url.clone())
-                .headers(headers.clone())
-                .body(body);
+            let proxied = match endpoint.version {
+                HttpVersion::Http1 => &self.proxied_http1,
+                HttpVersion::Http2 => &self.proxied_http2,
+            };
+            let builder =
+                proxied.request(method, endpoint.url.clone()).headers(headers.clone()).body(body);
             Sending::Proxied(Box::new(builder))
         } else {
             let mut request = Request::new(Full::new(body));
@@ -223,7 +272,7 @@ impl HttpClient {
             sent.entry(USER_AGENT).or_insert(HeaderValue::from_static(AGENT));
             sent.entry(ACCEPT).or_insert(HeaderValue::from_static("*/*"));
             *request.headers_mut() = sent;
-            Sending::Direct(self.local().request(request))
+            Sending::Direct(self.local(endpoint.version).request(request))
         };
         let connect_timeout = self.connect_timeout;
         async move {
@@ -443,10 +492,13 @@ mod tests {
         let client =
             HttpClient::with_proxies(&HttpClientConfig::default(), rules, Some(proxy)).unwrap();
 
-        let direct = client.endpoint(Url::parse("http://direct.internal/v1").unwrap()).unwrap();
+        let direct = client
+            .endpoint(Url::parse("http://direct.internal/v1").unwrap(), HttpVersion::Http1)
+            .unwrap();
         assert!(!direct.via_proxy);
-        let endpoint =
-            client.endpoint(Url::parse("http://provider.example/v1/chat").unwrap()).unwrap();
+        let endpoint = client
+            .endpoint(Url::parse("http://provider.example/v1/chat").unwrap(), HttpVersion::Http1)
+            .unwrap();
         assert!(endpoint.via_proxy);
         let mut headers = HeaderMap::new();
         headers.insert("x-test", HeaderValue::from_static("yes"));
@@ -459,5 +511,170 @@ mod tests {
             "{request}"
         );
         assert!(request.contains("x-test: yes\r\n"), "{request}");
+    }
+
+    /// A server on loopback that counts the connections it accepts and answers every request
+    /// once `together` requests are open at once (so the client must hold them concurrently),
+    /// in whichever HTTP version the connection speaks (`h2_only`: HTTP/2 alone).
+    async fn counting_server(
+        together: usize,
+        h2_only: bool,
+    ) -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        use hyper_util::server::conn::auto;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let barrier = Arc::new(tokio::sync::Barrier::new(together));
+        let counted = connections.clone();
+        tokio::spawn(async move {
+            loop {
+                let (socket, _) = listener.accept().await.unwrap();
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let barrier = barrier.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request: Request<_>| {
+                        let barrier = barrier.clone();
+                        async move {
+                            barrier.wait().await;
+                            let version = format!("{:?}", request.version());
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                                Bytes::from(version),
+                            )))
+                        }
+                    });
+                    let mut builder = auto::Builder::new(TokioExecutor::new());
+                    if h2_only {
+                        builder = builder.http2_only();
+                    }
+                    let _ = builder.serve_connection(TokioIo::new(socket), service).await;
+                });
+            }
+        });
+        (addr, connections)
+    }
+
+    async fn body_text(upstream: Upstream) -> String {
+        let chunks: Vec<_> = upstream.body.collect().await;
+        let bytes: Vec<u8> = chunks.into_iter().flat_map(|c| c.unwrap().to_vec()).collect();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    /// HTTP/2 (prior knowledge over http://) carries every request open at once on one
+    /// connection; HTTP/1.1 opens a connection for each. A version left unset is HTTP/1.1.
+    #[tokio::test]
+    async fn http2_requests_share_one_connection_and_http1_ones_each_have_their_own() {
+        let together = 8;
+        let client = HttpClient::with_proxies(
+            &HttpClientConfig::default(),
+            Matcher::builder().build(),
+            None,
+        )
+        .unwrap();
+        for (version, connections_expected, seen) in [
+            (HttpVersion::Http2, 1, "HTTP/2.0"),
+            (HttpVersion::Http1, together, "HTTP/1.1"),
+            (HttpVersion::default(), together, "HTTP/1.1"),
+        ] {
+            let (addr, connections) = counting_server(together, false).await;
+            let url = Url::parse(&format!("http://{addr}/v1/chat/completions")).unwrap();
+            let endpoint = client.endpoint(url, version).unwrap();
+            let sends: Vec<_> = (0..together)
+                .map(|_| client.post(&endpoint, &HeaderMap::new(), Bytes::from_static(b"{}")))
+                .collect();
+            let answers = futures_util::future::join_all(sends).await;
+            for answer in answers {
+                let upstream = answer.unwrap();
+                assert_eq!(upstream.status, StatusCode::OK);
+                assert_eq!(body_text(upstream).await, seen, "{version:?}");
+            }
+            let opened = connections.load(std::sync::atomic::Ordering::SeqCst);
+            assert_eq!(opened, connections_expected, "{version:?}: {together} requests at once");
+        }
+    }
+
+    /// The version is what is spoken, not a hint: HTTP/1.1 to a server that speaks only
+    /// HTTP/2 fails as a connection failure (the provider's), and HTTP/2 to it is answered.
+    #[tokio::test]
+    async fn http1_to_a_server_speaking_only_http2_is_a_connection_failure() {
+        let client = HttpClient::with_proxies(
+            &HttpClientConfig::default(),
+            Matcher::builder().build(),
+            None,
+        )
+        .unwrap();
+        let (addr, _) = counting_server(1, true).await;
+        let url = Url::parse(&format!("http://{addr}/v1/chat/completions")).unwrap();
+        let http1 = client.endpoint(url.clone(), HttpVersion::Http1).unwrap();
+        let failed = client.post(&http1, &HeaderMap::new(), Bytes::from_static(b"{}")).await;
+        assert!(matches!(failed, Err(Failure::Connection { .. })), "{:?}", failed.err());
+        let http2 = client.endpoint(url, HttpVersion::Http2).unwrap();
+        let answered = client.post(&http2, &HeaderMap::new(), Bytes::from_static(b"{}")).await;
+        assert_eq!(body_text(answered.unwrap()).await, "HTTP/2.0");
+    }
+
+    /// Over TLS the version is what ALPN offers: by default nothing (TLS without ALPN is
+    /// HTTP/1.1), so a provider's edge that prefers HTTP/2 does not get every stream on one
+    /// capped connection; with `http2`, only `h2`.
+    #[tokio::test]
+    async fn over_tls_alpn_offers_only_the_configured_version() {
+        crate::install_crypto_provider();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let der = cert.der().clone();
+        let key_der = rustls_pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap();
+        let mut server = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(vec![der.clone()], key_der)
+            .unwrap();
+        server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (negotiated_tx, mut negotiated) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                let (socket, _) = listener.accept().await.unwrap();
+                let acceptor = acceptor.clone();
+                let negotiated_tx = negotiated_tx.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(socket).await else { return };
+                    let alpn = tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+                    negotiated_tx.send(alpn).unwrap();
+                    let service = hyper::service::service_fn(|request: Request<_>| async move {
+                        let version = format!("{:?}", request.version());
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                            Bytes::from(version),
+                        )))
+                    });
+                    let builder =
+                        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    let _ = builder.serve_connection(TokioIo::new(tls), service).await;
+                });
+            }
+        });
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(der).unwrap();
+        let tls =
+            rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+        let client = HttpClient::build(
+            &HttpClientConfig::default(),
+            Matcher::builder().build(),
+            None,
+            Some(tls),
+        )
+        .unwrap();
+        let url = Url::parse(&format!("https://localhost:{port}/v1/messages")).unwrap();
+        for (version, alpn, seen) in [
+            (HttpVersion::default(), None, "HTTP/1.1"),
+            (HttpVersion::Http2, Some(b"h2".as_slice()), "HTTP/2.0"),
+        ] {
+            let endpoint = client.endpoint(url.clone(), version).unwrap();
+            let answer = client.post(&endpoint, &HeaderMap::new(), Bytes::from_static(b"{}")).await;
+            assert_eq!(body_text(answer.unwrap()).await, seen, "{version:?}");
+            assert_eq!(negotiated.recv().await.unwrap().as_deref(), alpn, "{version:?}");
+        }
     }
 }

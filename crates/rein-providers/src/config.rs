@@ -187,6 +187,9 @@ pub struct OpenAiConfig {
     pub api: OpenAiApi,
     #[serde(default)]
     pub limits: ResponseLimits,
+    /// The HTTP version this provider is spoken to in (default HTTP/1.1).
+    #[serde(default)]
+    pub http_version: HttpVersion,
 }
 
 impl OpenAiConfig {
@@ -203,6 +206,7 @@ impl OpenAiConfig {
             azure: None,
             api: OpenAiApi::ChatCompletions,
             limits: ResponseLimits::default(),
+            http_version: HttpVersion::default(),
         }
     }
 }
@@ -237,6 +241,9 @@ pub struct AnthropicConfig {
     pub json_prefill: Option<bool>,
     #[serde(default)]
     pub limits: ResponseLimits,
+    /// The HTTP version this provider is spoken to in (default HTTP/1.1).
+    #[serde(default)]
+    pub http_version: HttpVersion,
 }
 
 impl AnthropicConfig {
@@ -251,6 +258,7 @@ impl AnthropicConfig {
             streaming: true,
             json_prefill: None,
             limits: ResponseLimits::default(),
+            http_version: HttpVersion::default(),
         }
     }
 }
@@ -288,6 +296,9 @@ pub struct BedrockConfig {
     pub api: BedrockApi,
     #[serde(default)]
     pub limits: ResponseLimits,
+    /// The HTTP version this provider is spoken to in (default HTTP/1.1).
+    #[serde(default)]
+    pub http_version: HttpVersion,
 }
 
 /// The Bedrock Runtime API a provider speaks.
@@ -315,6 +326,7 @@ impl BedrockConfig {
             streaming: true,
             api: BedrockApi::Converse,
             limits: ResponseLimits::default(),
+            http_version: HttpVersion::default(),
         }
     }
 }
@@ -335,6 +347,9 @@ pub struct GeminiConfig {
     pub streaming: bool,
     #[serde(default)]
     pub limits: ResponseLimits,
+    /// The HTTP version this provider is spoken to in (default HTTP/1.1).
+    #[serde(default)]
+    pub http_version: HttpVersion,
 }
 
 impl GeminiConfig {
@@ -346,6 +361,7 @@ impl GeminiConfig {
             headers: BTreeMap::new(),
             streaming: true,
             limits: ResponseLimits::default(),
+            http_version: HttpVersion::default(),
         }
     }
 }
@@ -501,6 +517,9 @@ pub struct VertexConfig {
     pub streaming: bool,
     #[serde(default)]
     pub limits: ResponseLimits,
+    /// The HTTP version this provider is spoken to in (default HTTP/1.1).
+    #[serde(default)]
+    pub http_version: HttpVersion,
 }
 
 impl VertexConfig {
@@ -524,6 +543,7 @@ impl VertexConfig {
             json_prefill: None,
             streaming: true,
             limits: ResponseLimits::default(),
+            http_version: HttpVersion::default(),
         }
     }
 }
@@ -534,6 +554,27 @@ fn default_refresh_margin_ms() -> u64 {
 
 fn default_token_timeout_ms() -> u64 {
     VERTEX_DEFAULT_TOKEN_TIMEOUT_MS
+}
+
+/// The HTTP version a provider is spoken to in.
+///
+/// HTTP/1.1 is the default because model calls are long: a streamed answer holds its request
+/// open for tens of seconds, and an HTTP/2 server caps the requests open on one connection
+/// (`SETTINGS_MAX_CONCURRENT_STREAMS`, 100 to 256 at the large providers). hyper's pool keeps one
+/// HTTP/2 connection per host and opens no second one at the cap (as RFC 9113 §9.1 asks), so
+/// past it requests would wait for a stream to end while their clocks run. Over HTTP/1.1 every
+/// request in flight has its own connection and none waits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HttpVersion {
+    /// HTTP/1.1 (TLS offers no ALPN protocol, which is HTTP/1.1).
+    #[default]
+    Http1,
+    /// HTTP/2 only: `h2` by ALPN over TLS, prior knowledge (h2c) over `http://`. Every request
+    /// to the host shares one connection per event-loop thread, so a thousand open streams hold
+    /// a few connections instead of a thousand; for servers that allow that many streams (a
+    /// self-hosted model server, `rein sim`), not for a provider's capped edge.
+    Http2,
 }
 
 /// Settings of the one pooled HTTP client every provider shares. No request or read timeout

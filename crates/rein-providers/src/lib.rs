@@ -58,7 +58,7 @@ pub use config::{
     ANTHROPIC_DEFAULT_BASE_URL, ANTHROPIC_DEFAULT_MAX_TOKENS, ANTHROPIC_DEFAULT_VERSION,
     AnthropicConfig, AzureConfig, BedrockApi, BedrockConfig, ClientBuildError, ConfigError,
     DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_RESPONSE_BYTES, GCE_METADATA_DEFAULT_HOST,
-    GEMINI_DEFAULT_BASE_URL, GeminiConfig, HttpClientConfig, MaxTokensField,
+    GEMINI_DEFAULT_BASE_URL, GeminiConfig, HttpClientConfig, HttpVersion, MaxTokensField,
     OPENAI_DEFAULT_BASE_URL, OpenAiApi, OpenAiAuth, OpenAiConfig, ProviderConfig, ResponseLimits,
     ServiceAccountKey, VERTEX_ANTHROPIC_VERSION, VERTEX_DEFAULT_REFRESH_MARGIN_MS,
     VERTEX_DEFAULT_TOKEN_TIMEOUT_MS, VERTEX_SCOPE, VertexConfig, VertexCredentials,
@@ -168,8 +168,9 @@ pub(crate) fn live_endpoint(
     provider: &str,
     url: Url,
     shown: &str,
+    version: HttpVersion,
 ) -> Result<client::Endpoint, ConfigError> {
-    client.endpoint(url).map_err(|error| ConfigError::InvalidBaseUrl {
+    client.endpoint(url, version).map_err(|error| ConfigError::InvalidBaseUrl {
         provider: provider.to_owned(),
         url: shown.to_owned(),
         reason: error.to_string(),

@@ -1,5 +1,5 @@
-//! The accept loop the recorder and the replay server share: HTTP/1.1 on hyper, one task per
-//! connection, every connection dropped at shutdown.
+//! The accept loop the recorder and the replay server share: HTTP/1.1 and cleartext HTTP/2 on
+//! hyper, one task per connection, every connection dropped at shutdown.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
@@ -55,7 +54,8 @@ async fn connection(stream: TcpStream, handler: Handler, mut shutdown: watch::Re
         let answer = handler(request);
         async move { Ok::<_, Infallible>(answer.await) }
     });
-    let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+    let builder = crate::server::builder();
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
     tokio::select! {
         result = conn => {
             if let Err(error) = result {

@@ -1,9 +1,9 @@
-//! The HTTP side: an accept loop serving HTTP/1.1 with hyper, one task per connection, and
-//! the routes. Serving connections by hand (rather than through a framework) is what lets a
-//! fault drop a connection before any header (`reset`, as a TCP RST) or in the middle of a
-//! body (`cut`).
+//! The HTTP side: an accept loop serving HTTP/1.1 and cleartext HTTP/2 (prior knowledge) with
+//! hyper, one task per connection, and the routes. Serving connections by hand (rather than
+//! through a framework) is what lets a fault drop a connection before any header (`reset`, as a
+//! TCP RST) or in the middle of a body (`cut`). Over HTTP/2 the same faults hit the one request
+//! (its stream is reset, RST_STREAM), not the other requests sharing the connection.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,9 +11,9 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming as IncomingBody;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
 use rein_core::WireFormat;
 use serde_json::json;
 use tokio::net::{TcpListener, TcpStream};
@@ -25,6 +25,17 @@ use crate::state::Shared;
 
 /// Request bodies above this are refused (the providers' own limit is 32 MB).
 const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+
+/// Requests one HTTP/2 connection may have open at once. A provider's edge allows 100 to 256;
+/// the simulator stands in for whole fleets under load tests, so it allows far more.
+pub(crate) const MAX_CONCURRENT_STREAMS: u32 = 1 << 20;
+
+/// How connections are served: HTTP/1.1, or HTTP/2 when the client opens with its preface.
+pub(crate) fn builder() -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http2().max_concurrent_streams(MAX_CONCURRENT_STREAMS);
+    builder
+}
 
 /// Resolves once the simulator is told to stop (or its handle is gone).
 async fn stopped(shutdown: &mut watch::Receiver<bool>) {
@@ -69,13 +80,25 @@ async fn connection(stream: TcpStream, shared: Arc<Shared>, mut shutdown: watch:
     let reset = Arc::new(Notify::new());
     let service = {
         let reset = reset.clone();
-        service_fn(move |request| {
+        service_fn(move |request: Request<IncomingBody>| {
             let shared = shared.clone();
             let reset = reset.clone();
-            async move { Ok::<_, Infallible>(route(&shared, &reset, request).await) }
+            async move {
+                if request.version() != http::Version::HTTP_2 {
+                    return Ok(route(&shared, &reset, request).await);
+                }
+                // HTTP/2: a reset fault resets this request's stream; the connection and the
+                // other requests on it go on.
+                let stream_reset = Notify::new();
+                tokio::select! {
+                    response = route(&shared, &stream_reset, request) => Ok(response),
+                    () = stream_reset.notified() => Err(std::io::Error::other("reset fault")),
+                }
+            }
         })
     };
-    let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+    let builder = builder();
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
     let mut conn = std::pin::pin!(conn);
     tokio::select! {
         result = conn.as_mut() => {

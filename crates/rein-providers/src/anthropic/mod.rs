@@ -40,7 +40,8 @@ impl AnthropicProvider {
     pub fn new(config: AnthropicConfig, client: HttpClient) -> Result<Self, ConfigError> {
         let (endpoint, headers, options) = Self::prepare(&config)?;
         let shown = config.base_url.as_deref().unwrap_or(ANTHROPIC_DEFAULT_BASE_URL);
-        let endpoint = crate::live_endpoint(&client, &config.name, endpoint, shown)?;
+        let endpoint =
+            crate::live_endpoint(&client, &config.name, endpoint, shown, config.http_version)?;
         let redactor = Redactor::new(config.api_key.iter().chain(config.headers.values()));
         let (name, limits) = (config.name, config.limits);
         Ok(Self { name, endpoint, headers, options, limits, client, redactor })

@@ -28,7 +28,7 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, HOST, HeaderMap, HeaderName, HeaderV
 use rein_core::{ChatRequest, EventStream, Failure, Provider, StreamEvent, WireFormat};
 
 use crate::client::{HttpClient, Upstream};
-use crate::config::{BedrockApi, BedrockConfig, ConfigError, ResponseLimits};
+use crate::config::{BedrockApi, BedrockConfig, ConfigError, HttpVersion, ResponseLimits};
 use crate::secret::Redactor;
 use crate::stream::{JsonParser, Reading};
 
@@ -52,6 +52,7 @@ pub struct BedrockProvider {
     api: BedrockApi,
     default_max_tokens: u32,
     limits: ResponseLimits,
+    http_version: HttpVersion,
     client: HttpClient,
     redactor: Redactor,
 }
@@ -61,7 +62,7 @@ impl BedrockProvider {
         let (base_url, credentials) = Self::prepare(&config)?;
         // The endpoint is per model; checking the base once here surfaces a bad URL at start.
         let shown = crate::redacted_url(&base_url);
-        crate::live_endpoint(&client, &config.name, base_url.clone(), &shown)?;
+        crate::live_endpoint(&client, &config.name, base_url.clone(), &shown, config.http_version)?;
         let redactor = Redactor::new(
             [&credentials.access_key_id, &credentials.secret_access_key]
                 .into_iter()
@@ -76,6 +77,7 @@ impl BedrockProvider {
             api: config.api,
             default_max_tokens: config.default_max_tokens,
             limits: config.limits,
+            http_version: config.http_version,
             client,
             redactor,
         })
@@ -167,9 +169,10 @@ impl BedrockProvider {
             value.set_sensitive(true);
             headers.insert(name, value);
         }
-        let endpoint = self.client.endpoint(url).map_err(|error| Failure::Unsendable {
-            detail: format!("the model's endpoint is not a valid URI: {error}"),
-        })?;
+        let endpoint =
+            self.client.endpoint(url, self.http_version).map_err(|error| Failure::Unsendable {
+                detail: format!("the model's endpoint is not a valid URI: {error}"),
+            })?;
         Ok((endpoint, headers, body))
     }
 }

@@ -36,6 +36,7 @@ pub struct GeminiProvider {
     headers: HeaderMap,
     streaming: bool,
     limits: crate::config::ResponseLimits,
+    http_version: crate::config::HttpVersion,
     client: HttpClient,
     redactor: Redactor,
 }
@@ -50,6 +51,7 @@ impl GeminiProvider {
             &config.name,
             model_url(&base, versioned, "m", false),
             shown,
+            config.http_version,
         )?;
         let redactor = Redactor::new(config.api_key.iter().chain(config.headers.values()));
         Ok(Self {
@@ -59,6 +61,7 @@ impl GeminiProvider {
             headers,
             streaming: config.streaming,
             limits: config.limits,
+            http_version: config.http_version,
             client,
             redactor,
         })
@@ -142,9 +145,12 @@ impl Provider for GeminiProvider {
     }
 
     fn send(&self, request: &ChatRequest) -> BoxFuture<'static, Result<EventStream, Failure>> {
-        let endpoint = self.client.endpoint(self.endpoint(&request.model)).map_err(|error| {
-            Failure::Unsendable { detail: format!("the model id makes no valid URL: {error}") }
-        });
+        let endpoint = self
+            .client
+            .endpoint(self.endpoint(&request.model), self.http_version)
+            .map_err(|error| Failure::Unsendable {
+                detail: format!("the model id makes no valid URL: {error}"),
+            });
         let sending = match (&endpoint, self.request_body(request)) {
             (Ok(endpoint), Ok(body)) => {
                 Ok(self.client.post(endpoint, &self.headers, crate::to_bytes(&body)))

@@ -53,7 +53,8 @@ impl OpenAiProvider {
     pub fn new(config: OpenAiConfig, client: HttpClient) -> Result<Self, ConfigError> {
         let (endpoint, headers, options) = Self::prepare(&config)?;
         let shown = config.base_url.as_deref().unwrap_or(OPENAI_DEFAULT_BASE_URL);
-        let endpoint = crate::live_endpoint(&client, &config.name, endpoint, shown)?;
+        let endpoint =
+            crate::live_endpoint(&client, &config.name, endpoint, shown, config.http_version)?;
         let redactor = Redactor::new(config.api_key.iter().chain(config.headers.values()));
         let (name, limits, api) = (config.name, config.limits, config.api);
         let deployment = config.azure.map(|azure| azure.deployment);

@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use rein_core::{Failure, HttpError, WireFormat};
 
 use crate::client::{Endpoint, HttpClient};
-use crate::config::{ConfigError, VERTEX_SCOPE, VertexCredentials};
+use crate::config::{ConfigError, HttpVersion, VERTEX_SCOPE, VertexCredentials};
 use crate::secret::Secret;
 
 /// Most bytes of a token response read (Google's are a few hundred).
@@ -198,7 +198,7 @@ impl TokenSource {
     ) -> Result<Self, ConfigError> {
         let endpoint_of = |url: Url| {
             let shown = url.to_string();
-            client.endpoint(url).map_err(|error| ConfigError::InvalidSetting {
+            client.endpoint(url, HttpVersion::Http1).map_err(|error| ConfigError::InvalidSetting {
                 provider: provider.to_owned(),
                 key: "credentials_file",
                 reason: format!("the token URL {shown} is not usable: {error}"),

@@ -29,7 +29,8 @@ use crate::anthropic::AnthropicDecoder;
 use crate::anthropic::request::BodyOptions;
 use crate::client::HttpClient;
 use crate::config::{
-    ConfigError, ResponseLimits, VERTEX_ANTHROPIC_VERSION, VertexConfig, VertexPublisher,
+    ConfigError, HttpVersion, ResponseLimits, VERTEX_ANTHROPIC_VERSION, VertexConfig,
+    VertexPublisher,
 };
 use crate::gemini::GeminiDecoder;
 use crate::secret::{Redactor, Secret};
@@ -48,6 +49,7 @@ pub struct VertexProvider {
     publisher: VertexPublisher,
     options: BodyOptions,
     limits: ResponseLimits,
+    http_version: HttpVersion,
     client: HttpClient,
     tokens: auth::TokenSource,
     redactor: Redactor,
@@ -57,7 +59,13 @@ impl VertexProvider {
     pub fn new(config: VertexConfig, client: HttpClient) -> Result<Self, ConfigError> {
         let (base, prepared) = Self::prepare(&config)?;
         let shown = base.to_string();
-        crate::live_endpoint(&client, &config.name, model_url(&base, &config, "m"), &shown)?;
+        crate::live_endpoint(
+            &client,
+            &config.name,
+            model_url(&base, &config, "m"),
+            &shown,
+            config.http_version,
+        )?;
         let format = format_of(config.publisher);
         let tokens = auth::TokenSource::new(
             &config.name,
@@ -85,6 +93,7 @@ impl VertexProvider {
             region: config.region,
             publisher: config.publisher,
             limits: config.limits,
+            http_version: config.http_version,
             client,
             tokens,
             redactor,
@@ -236,9 +245,12 @@ impl Provider for VertexProvider {
     }
 
     fn send(&self, request: &ChatRequest) -> BoxFuture<'static, Result<EventStream, Failure>> {
-        let endpoint = self.client.endpoint(self.endpoint(&request.model)).map_err(|error| {
-            Failure::Unsendable { detail: format!("the model id makes no valid URL: {error}") }
-        });
+        let endpoint = self
+            .client
+            .endpoint(self.endpoint(&request.model), self.http_version)
+            .map_err(|error| Failure::Unsendable {
+                detail: format!("the model id makes no valid URL: {error}"),
+            });
         let body = self.request_body(request);
         let prefill = match self.publisher {
             VertexPublisher::Anthropic => crate::anthropic::request::prefill(request, self.options),

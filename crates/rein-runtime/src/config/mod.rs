@@ -878,6 +878,7 @@ fn validate_provider(
         return None;
     }
     let limits = rein_providers::ResponseLimits { max_response_bytes, max_event_bytes };
+    let http_version = raw.http_version.unwrap_or_default();
     let headers: BTreeMap<String, Secret> =
         raw.headers.iter().map(|(k, v)| (k.clone(), Secret::new(v.clone()))).collect();
     let openai = |base_url: Option<String>| {
@@ -887,6 +888,7 @@ fn validate_provider(
         adapter.headers = headers.clone();
         adapter.streaming = raw.stream.unwrap_or(true);
         adapter.limits = limits;
+        adapter.http_version = http_version;
         adapter.api = openai_api;
         adapter
     };
@@ -897,6 +899,7 @@ fn validate_provider(
         adapter.headers = headers.clone();
         adapter.streaming = raw.stream.unwrap_or(true);
         adapter.limits = limits;
+        adapter.http_version = http_version;
         adapter.json_prefill = raw.json_prefill;
         if let Some(max_tokens) = raw.default_max_tokens {
             adapter.default_max_tokens = max_tokens;
@@ -910,6 +913,7 @@ fn validate_provider(
         adapter.headers = headers.clone();
         adapter.streaming = raw.stream.unwrap_or(true);
         adapter.limits = limits;
+        adapter.http_version = http_version;
         adapter
     };
     use rein_providers::ProviderConfig as Adapter;
@@ -948,6 +952,7 @@ fn validate_provider(
             adapter.streaming = raw.stream.unwrap_or(true);
             adapter.api = bedrock_api;
             adapter.limits = limits;
+            adapter.http_version = http_version;
             if let Some(max_tokens) = raw.default_max_tokens {
                 adapter.default_max_tokens = max_tokens;
             }
@@ -963,6 +968,7 @@ fn validate_provider(
         Some(mut vertex) => {
             vertex.streaming = raw.stream.unwrap_or(true);
             vertex.limits = limits;
+            vertex.http_version = http_version;
             vertex.json_prefill = raw.json_prefill;
             if let Some(max_tokens) = raw.default_max_tokens {
                 vertex.default_max_tokens = max_tokens;

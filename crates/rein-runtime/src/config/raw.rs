@@ -396,6 +396,11 @@ pub struct RawProvider {
     /// Most bytes of one event (or line) of a stream (default 4 MiB).
     #[serde(default)]
     pub max_event_bytes: Option<usize>,
+    /// The HTTP version rein speaks to this upstream: `http1` (default) or `http2` (`h2` by ALPN
+    /// over TLS, prior knowledge over `http://`; every request to the host on one connection per
+    /// event-loop thread, for servers that allow as many concurrent streams as rein sends).
+    #[serde(default)]
+    pub http_version: Option<rein_providers::HttpVersion>,
     /// Anthropic: enforce `json_object` by prefilling the answer with `{`. Unset: for the
     /// models known to take a prefill (Claude 4.6 and later refuse one).
     #[serde(default)]

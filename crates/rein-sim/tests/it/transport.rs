@@ -34,6 +34,41 @@ async fn reset_drops_the_connection_before_any_header() {
     assert_eq!(sim.openai(&openai_body("after"), None).await.status(), 200);
 }
 
+/// Over cleartext HTTP/2 (prior knowledge) the simulator answers, and a fault hits its own
+/// request only: a `reset` resets that stream and a `cut` cuts that body, while requests on
+/// the same connection are answered whole.
+#[tokio::test]
+async fn over_http2_faults_hit_their_own_stream_not_the_connection() {
+    let sim = sim().await;
+    let h2 = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    let send = |fault: Option<&'static str>| {
+        let mut request =
+            h2.post(sim.url("/v1/chat/completions")).json(&streaming(openai_body("over h2")));
+        if let Some(fault) = fault {
+            request = request.header("x-sim-fault", fault);
+        }
+        request.send()
+    };
+    // One connection: the first request opens it, the rest share it at once.
+    let first = send(None).await.unwrap();
+    assert_eq!(first.version(), reqwest::Version::HTTP_2);
+    let (text, clean) = read_all(first).await;
+    assert!(clean && text.contains("[DONE]"), "{text}");
+    let (reset, cut, whole_a, whole_b) =
+        tokio::join!(send(Some("reset")), send(Some("cut:after=2")), send(None), send(None));
+    let error = reset.unwrap_err();
+    assert!(!error.is_status() && !error.is_timeout(), "{error:?}");
+    let (text, clean) = read_all(cut.unwrap()).await;
+    assert!(!clean && !text.contains("[DONE]"), "a cut body ends in an error: {text}");
+    for whole in [whole_a, whole_b] {
+        let (text, clean) = read_all(whole.unwrap()).await;
+        assert!(clean && text.contains("[DONE]"), "{text}");
+    }
+    let faults: Vec<_> = sim.handle.log().iter().map(|e| e.fault.clone()).collect();
+    assert_eq!(faults.iter().filter(|f| f.as_str() == "reset").count(), 1, "{faults:?}");
+    assert_eq!(sim.handle.log().len(), 5);
+}
+
 #[tokio::test]
 async fn hang_never_answers() {
     let sim = sim().await;

@@ -14,4 +14,5 @@ mod eval;
 mod judge;
 mod record;
 mod upstream_caps;
+mod upstream_http2;
 mod upstream_wire;
