@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Memory per open stream: N slow SSE streams (`rein sim` with a token delay, each lasting
 # HOLD seconds) opened within RAMP seconds and held, through a bare nginx reverse proxy and
-# through `rein serve` (passthrough and checked routes). At the plateau (every stream open,
+# through `rein serve` (passthrough and checked routes, to the sims over HTTP/1.1 and over
+# cleartext HTTP/2). At the plateau (every stream open,
 # none ended) it samples the proxy's RSS; per stream = (plateau - idle) / N. Then every stream
 # is read to its end and counted whole (200, every token, `[DONE]`) or failed. Also rein's idle
 # RSS (1 s after start, no request). Each measurement starts the proxy afresh. Writes markdown
@@ -14,7 +15,8 @@
 #   NS            stream counts to measure, space-separated (default "1000 10000")
 #   HOLD          seconds each stream lasts (the sim's token delay is set from it; default 25)
 #   RAMP          seconds over which the N streams are opened (default 5)
-#   TARGETS       what to measure (default "nginx rein-pt rein-checked")
+#   TARGETS       what to measure (default "nginx rein-pt rein-checked rein-pt-h2
+#                 rein-checked-h2"; `-h2`: rein speaks HTTP/2 to the sims, `http_version`)
 #   CLIENT_PROCS  client processes sharing the streams (default 4)
 #   SIMS          `rein sim` processes the streams are spread over (default 2: a sim holds two
 #                 descriptors per connection, so one cannot hold 10000 under a 20000 limit)
@@ -31,7 +33,7 @@ LIB="$BENCH_DIR/lib"
 NS=${NS:-"1000 10000"}
 HOLD=${HOLD:-25}
 RAMP=${RAMP:-5}
-TARGETS=${TARGETS:-"nginx rein-pt rein-checked"}
+TARGETS=${TARGETS:-"nginx rein-pt rein-checked rein-pt-h2 rein-checked-h2"}
 CLIENT_PROCS=${CLIENT_PROCS:-4}
 SIMS=${SIMS:-2}
 OUT=${OUT:-$BENCH_DIR/results/streams.md}
@@ -198,8 +200,9 @@ EOF
 }
 # rein: per sim a provider, a passthrough route `sim-pt-I` and a checked route `sim-checked-I`
 # (the client takes them in turn); clocks long enough for a HOLD-second stream, one attempt (a
-# failure shows as one); max_connections above the largest N (the default is 4096).
-write_rein() { # dir port
+# failure shows as one); max_connections above the largest N (the default is 4096); the sims
+# spoken to in HTTP version $3 (http1 or http2).
+write_rein() { # dir port http_version
   local long=$(((HOLD + 60) * 1000)) i mode release
   {
     cat <<EOF
@@ -217,6 +220,7 @@ EOF
 [providers.sim-$i]
 kind = "openai_compatible"
 base_url = "http://127.0.0.1:${SIM_PORTS[$((i - 1))]}/v1"
+http_version = "$3"
 EOF
       for mode in pt checked; do
         release=""
@@ -257,11 +261,14 @@ measure() { # target n
       pid=$!
       model=$SIM_MODEL
       ;;
-    rein-pt | rein-checked)
-      write_rein "$dir" "$port"
+    rein-pt | rein-checked | rein-pt-h2 | rein-checked-h2)
+      local version=http1
+      [[ "$target" == *-h2 ]] && version=http2
+      write_rein "$dir" "$port" "$version"
       RUST_LOG=${RUST_LOG:-warn,rein_gateway::server::chat=info} "$REIN_BIN" serve --config "$dir/rein.toml" >"$dir/stdout.log" 2>"$dir/stderr.log" &
       pid=$!
-      model=$(for i in $(seq 1 "$SIMS"); do printf '%s-%s,' "${target/rein-/sim-}" "$i"; done)
+      local route=${target%-h2}
+      model=$(for i in $(seq 1 "$SIMS"); do printf '%s-%s,' "${route/rein-/sim-}" "$i"; done)
       model=${model%,}
       ;;
     *) die "unknown target $target" ;;

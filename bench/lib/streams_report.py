@@ -11,7 +11,13 @@ import argparse
 import json
 import statistics
 
-NAMES = {"nginx": "nginx proxy", "rein-pt": "rein passthrough", "rein-checked": "rein checked"}
+NAMES = {
+    "nginx": "nginx proxy",
+    "rein-pt": "rein passthrough",
+    "rein-checked": "rein checked",
+    "rein-pt-h2": "rein passthrough, HTTP/2 upstream",
+    "rein-checked-h2": "rein checked, HTTP/2 upstream",
+}
 PER_STREAM_TARGET_KIB = 50
 IDLE_TARGET_MIB = 30
 SETTLE_S = 1.0
@@ -107,7 +113,8 @@ def main():
             f"{r['late_opens']} late)" for r in behind) + ".")
     # A proxy holds two sockets per stream (the caller's and the upstream's): rein in one
     # process, nginx spread over its workers.
-    tight = [r for r in rows if r["target"].startswith("rein") and args.nofile
+    tight = [r for r in rows if r["target"].startswith("rein")
+             and not r["target"].endswith("-h2") and args.nofile
              and 2 * r["n"] + 32 > args.nofile]
     if tight:
         w("")
@@ -115,7 +122,8 @@ def main():
           f"{2 * tight[0]['n']} plus its own (listeners, store, event loops), over the open-files "
           f"limit of {args.nofile} every process here runs with (the hard limit, which the "
           "script could not raise): the last streams cannot connect upstream. nginx's two "
-          "workers each hold half.")
+          "workers each hold half. With an HTTP/2 upstream (`http_version = \"http2\"`) rein "
+          "holds one descriptor per stream and a connection per event-loop thread upstream.")
     errs = [r for r in rows if r["errors"] or r.get("proxy_log") or r.get("sim_log")]
     if errs:
         w("")
