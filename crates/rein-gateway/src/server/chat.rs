@@ -27,7 +27,7 @@ use rein_runtime::config::ServerConfig;
 // The whole request is taken (not a `HeaderMap` extractor, which clones the headers).
 pub(super) async fn openai_chat(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    handle(gateway, Api::OpenAi, parts.headers, body).await
+    handle(gateway, Api::OpenAi, headers_alone(parts), body).await
 }
 
 pub(super) async fn openai_responses(
@@ -35,7 +35,7 @@ pub(super) async fn openai_responses(
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    handle(gateway, Api::Responses, parts.headers, body).await
+    handle(gateway, Api::Responses, headers_alone(parts), body).await
 }
 
 pub(super) async fn anthropic_messages(
@@ -43,7 +43,16 @@ pub(super) async fn anthropic_messages(
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    handle(gateway, Api::Anthropic, parts.headers, body).await
+    handle(gateway, Api::Anthropic, headers_alone(parts), body).await
+}
+
+/// The request's headers; the rest of its head (the URI, and axum's copy of it in the
+/// extensions) is dropped here. hyper parses a request's URI and header values as slices of the
+/// connection's 8 KiB read buffer, and reads into a new buffer while the answer is made:
+/// anything of the head kept through the call would keep the first buffer alive beside it, 8 KiB
+/// more for every call in flight. [`handle`] drops the headers as soon as it has read them.
+fn headers_alone(parts: axum::http::request::Parts) -> HeaderMap {
+    parts.headers
 }
 
 struct Parsed {
@@ -67,6 +76,8 @@ async fn handle(gateway: Arc<Gateway>, api: Api, headers: HeaderMap, body: Body)
             pinned(&runtime, &headers, api, &parsed.route, &ctx, &request_id)?;
             Ok((parsed, ctx))
         });
+    // Everything the call needs of the headers is in its context now (see `headers_alone`).
+    drop(headers);
     let prepared = match prepared {
         Ok((parsed, ctx)) => {
             let (route, request) = (&parsed.route, &parsed.request);

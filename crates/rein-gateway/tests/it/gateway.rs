@@ -491,6 +491,38 @@ async fn passthrough_forwards_a_slow_stream_as_it_comes() {
     gw.stop().await.unwrap();
 }
 
+/// hyper parses a request's URI and header values as slices of the connection's read buffer,
+/// and reads into a new buffer while the answer is made. A call in flight keeps nothing of the
+/// request's head, so that first buffer is freed (8 KiB a call in flight: a stream's memory is
+/// measured in bench/streams.sh). Here the head is made of slices of one buffer the way hyper
+/// makes it, and the buffer must be the test's alone while the call waits on a slow answer.
+#[tokio::test]
+async fn a_call_in_flight_keeps_nothing_of_the_requests_head() {
+    use bytes::Bytes;
+    use http::{HeaderValue, Uri};
+    let gw = start().await;
+    let head = Bytes::from(b"/v1/chat/completionsBearer client-secret-1application/json".to_vec());
+    let mut request = http::Request::new(axum::body::Body::from(
+        json!({"model": "slow", "messages": [{"role": "user", "content": "hi"}]}).to_string(),
+    ));
+    *request.method_mut() = http::Method::POST;
+    *request.uri_mut() = Uri::from_maybe_shared(head.slice(0..20)).unwrap();
+    let headers = request.headers_mut();
+    headers.insert("authorization", HeaderValue::from_maybe_shared(head.slice(20..42)).unwrap());
+    headers.insert("content-type", HeaderValue::from_maybe_shared(head.slice(42..)).unwrap());
+    assert!(!head.is_unique(), "the request's head shares the buffer");
+
+    let mut router = rein_gateway::server::router(gw.gateway.clone());
+    let call = tokio::spawn(tower_service::Service::call(&mut router, request));
+    // The route's answer takes about two seconds (a token every 100 ms).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!call.is_finished(), "the call is still in flight");
+    assert!(head.is_unique(), "a call in flight holds a slice of the request's head");
+    let response = call.await.unwrap().unwrap();
+    assert_eq!(response.status(), 200);
+    gw.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn shutdown_drains_an_open_stream_to_its_end() {
     let gw = start().await;
