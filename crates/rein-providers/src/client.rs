@@ -135,21 +135,29 @@ impl HttpClient {
         http.enforce_http(false);
         http.set_nodelay(true);
         http.set_keepalive(keepalive);
-        let tls_builder = || match &tls {
-            Some(tls) => {
-                Ok(hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls.clone()))
+        // One TLS config (one load of the platform's roots) for the connectors and reqwest.
+        let connector_tls = match &tls {
+            Some(tls) => tls.clone(),
+            None => {
+                use hyper_rustls::ConfigBuilderExt;
+                rustls::ClientConfig::builder_with_provider(Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()
+                .and_then(|builder| builder.try_with_platform_verifier())
+                .map_err(|error| ClientBuildError { detail: error_chain(&error) })?
+                .with_no_client_auth()
             }
-            None => hyper_rustls::HttpsConnectorBuilder::new()
-                .with_provider_and_platform_verifier(rustls::crypto::ring::default_provider())
-                .map_err(|error| ClientBuildError { detail: error_chain(&error) }),
         };
+        let tls_builder =
+            || hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(connector_tls.clone());
         let limit = config.connect_timeout();
         let http1 = Bounded {
-            inner: tls_builder()?.https_or_http().enable_http1().wrap_connector(http.clone()),
+            inner: tls_builder().https_or_http().enable_http1().wrap_connector(http.clone()),
             limit,
         };
         let http2 = Bounded {
-            inner: tls_builder()?.https_or_http().enable_http2().wrap_connector(http),
+            inner: tls_builder().https_or_http().enable_http2().wrap_connector(http),
             limit,
         };
         crate::install_crypto_provider();
@@ -158,9 +166,12 @@ impl HttpClient {
             if let Some(proxy) = proxy.clone() {
                 proxied = proxied.no_proxy().proxy(proxy);
             }
-            if let Some(tls) = tls.clone() {
-                proxied = proxied.tls_backend_preconfigured(tls);
+            // The connectors' TLS config (reqwest takes its ALPN as given).
+            let mut tls = connector_tls.clone();
+            if version == HttpVersion::Http2 {
+                tls.alpn_protocols = vec![b"h2".to_vec()];
             }
+            proxied = proxied.tls_backend_preconfigured(tls);
             proxied = match version {
                 HttpVersion::Http1 => proxied.http1_only(),
                 HttpVersion::Http2 => proxied.http2_prior_knowledge(),
@@ -221,7 +232,6 @@ impl HttpClient {
                 .pool_timer(TokioTimer::new())
                 .pool_idle_timeout(self.pool_idle_timeout)
                 .pool_max_idle_per_host(self.pool_max_idle_per_host)
-                .timer(TokioTimer::new())
                 .http2_only(version == HttpVersion::Http2)
                 .build(connector);
             if clients.len() >= MAX_THREAD_CLIENTS {
