@@ -344,6 +344,13 @@ pub struct ToolCallInfo {
     pub notes: Notes,
 }
 
+impl ToolCallInfo {
+    /// When its trace's root span ends: the call's end, or its last rung's when that is later.
+    pub fn end_ms(&self) -> u64 {
+        self.notes.spans.iter().map(|span| span.end_ms).fold(self.elapsed_ms, u64::max)
+    }
+}
+
 fn skip_reason(reason: &SkipReason) -> &'static str {
     match reason {
         SkipReason::CoolingDown => "cooling_down",
@@ -624,8 +631,7 @@ impl Trace {
     /// span per rung that ran, and the ladder's events.
     pub fn of_tool_call(info: ToolCallInfo) -> Trace {
         let ids = info.ids.clone().unwrap_or_else(|| TraceIds::for_call(None));
-        let end_ms =
-            info.notes.spans.iter().map(|span| span.end_ms).fold(info.elapsed_ms, u64::max);
+        let end_ms = info.end_ms();
         let name = format!("execute_tool {}", info.tool);
         let mut root = Span {
             span_id: ids.span_id.clone(),

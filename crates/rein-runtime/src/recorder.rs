@@ -4,8 +4,11 @@
 //! builds each call's trace and writes the queue to the store in batches ([`RecordedCall`]s), and another exports the traces over OTLP through a
 //! [`TraceSink`], in batches, each export bounded by its timeout. Nothing waits for the store or
 //! the exporter: when a queue is full the call's record or trace is dropped and counted
-//! ([`RecorderStats`]), never blocking the caller. The store worker also prunes what `[traces]`
-//! no longer keeps.
+//! ([`RecorderStats`]), never blocking the caller. Every call's record is written; a routine
+//! call's trace (answered on the first try, as it was) only while its route or tool is under
+//! `[traces] routine_per_second` ([`RoutineTraces`]), so a busy gateway does not write thousands
+//! of traces a second that the newest-`keep_last` rule throws away minutes later. Traces are
+//! exported whether written or not. The store worker also prunes what `[traces]` no longer keeps.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -174,7 +177,8 @@ impl Recorder {
             tokio::spawn(export_loop(sink, rx, self.config.batch, self.stats.clone()));
             tx
         });
-        let writer = Writer { store, kinds, stats: self.stats.clone(), exports };
+        let routine = RoutineTraces::new(self.config.routine_per_second);
+        let writer = Writer { store, kinds, stats: self.stats.clone(), exports, routine };
         tokio::spawn(write_loop(writer, rx, self.config.clone(), stop));
     }
 }
@@ -188,10 +192,78 @@ struct Writer {
     kinds: ProviderKinds,
     stats: Arc<RecorderStats>,
     exports: Option<mpsc::Sender<Trace>>,
+    routine: RoutineTraces,
+}
+
+/// Which routine calls' traces are written: a token bucket per route (model calls) and per tool
+/// (tool calls), refilled at `per_second` tokens a second by the calls' own clock (their
+/// `at_unix_ms`) and holding at most `per_second`, so a quiet route keeps every trace and a busy
+/// one writes at most `per_second` a second.
+struct RoutineTraces {
+    per_second: u32,
+    routes: std::collections::HashMap<String, Bucket>,
+    tools: std::collections::HashMap<String, Bucket>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at_unix_ms: i64,
+}
+
+/// Routes and tools come from the config; past this many buckets (a config reloaded many times
+/// over) the maps start again, full.
+const MAX_BUCKETS: usize = 4_096;
+
+impl RoutineTraces {
+    fn new(per_second: u32) -> Self {
+        Self { per_second, routes: Default::default(), tools: Default::default() }
+    }
+
+    /// Whether the routine call of `route` at `at_unix_ms` writes its trace.
+    fn route(&mut self, route: &str, at_unix_ms: i64) -> bool {
+        Self::take(&mut self.routes, self.per_second, route, at_unix_ms)
+    }
+
+    /// Whether the routine call of `tool` at `at_unix_ms` writes its trace.
+    fn tool(&mut self, tool: &str, at_unix_ms: i64) -> bool {
+        Self::take(&mut self.tools, self.per_second, tool, at_unix_ms)
+    }
+
+    fn take(
+        buckets: &mut std::collections::HashMap<String, Bucket>,
+        per_second: u32,
+        key: &str,
+        at_unix_ms: i64,
+    ) -> bool {
+        if per_second == 0 {
+            return false;
+        }
+        let rate = f64::from(per_second);
+        let bucket = match buckets.get_mut(key) {
+            Some(bucket) => bucket,
+            None => {
+                if buckets.len() >= MAX_BUCKETS {
+                    buckets.clear();
+                }
+                buckets.entry(key.to_string()).or_insert(Bucket { tokens: rate, at_unix_ms })
+            }
+        };
+        // Calls of one batch may come slightly out of order: time never runs back.
+        let elapsed_ms = at_unix_ms.saturating_sub(bucket.at_unix_ms).max(0);
+        bucket.tokens = (bucket.tokens + elapsed_ms as f64 * rate / 1_000.0).min(rate);
+        bucket.at_unix_ms = bucket.at_unix_ms.max(at_unix_ms);
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 async fn write_loop(
-    writer: Writer,
+    mut writer: Writer,
     mut rx: mpsc::Receiver<Item>,
     config: TracesConfig,
     mut stop: watch::Receiver<bool>,
@@ -270,58 +342,110 @@ async fn fill(
 }
 
 impl Writer {
-    async fn write(&self, items: Vec<Item>) {
-        let Writer { store, kinds, stats, exports } = self;
-        let kinds = kinds();
+    async fn write(&mut self, items: Vec<Item>) {
+        let kinds = (self.kinds)();
+        let export = self.exports.is_some();
         let mut calls = Vec::with_capacity(items.len());
         let mut tools = Vec::new();
         let mut flushes = Vec::new();
+        let mut traces = Vec::new();
         for item in items {
             match item {
-                Item::Call(call) => calls.push(recorded(*call, &kinds)),
-                Item::Tool(call) => tools.push(recorded_tool(*call)),
+                Item::Call(call) => {
+                    let keep = call.pinned
+                        || RecordedCall::is_notable(&call.record)
+                        || self.routine.route(&call.record.route, call.at_unix_ms);
+                    let (row, trace) = recorded(*call, &kinds, keep, export);
+                    calls.push(row);
+                    traces.extend(trace);
+                }
+                Item::Tool(call) => {
+                    let keep = call.notable || self.routine.tool(&call.info.tool, call.at_unix_ms);
+                    let (row, trace) = recorded_tool(*call, keep, export);
+                    tools.push(row);
+                    traces.extend(trace);
+                }
                 Item::Flush(done) => flushes.push(done),
             }
         }
-        let batch = Batch { calls, tools, flushes };
-        write_batch(&**store, batch, stats, exports.as_ref()).await;
+        let batch = Batch { calls, tools, flushes, traces };
+        write_batch(&*self.store, batch, &self.stats, self.exports.as_ref()).await;
     }
 }
 
-/// A finished call's row: its record and its trace.
-fn recorded(call: Finished, kinds: &std::collections::BTreeMap<String, String>) -> RecordedCall {
+/// A finished call's row: its record, and its trace when `keep`; the trace to export too when
+/// `export`. A trace neither kept nor exported is never built.
+fn recorded(
+    call: Finished,
+    kinds: &std::collections::BTreeMap<String, String>,
+    keep: bool,
+    export: bool,
+) -> (RecordedCall, Option<Trace>) {
     let Finished { at_unix_ms, report, mut info, record, pinned } = call;
-    info.provider_kinds = kinds.clone();
     let request_id = info.request_id.clone();
-    let trace = Trace::of_call(&report, info);
-    RecordedCall {
+    let notable = RecordedCall::is_notable(&record);
+    let (trace_id, trace) = if keep || export {
+        info.provider_kinds = kinds.clone();
+        let trace = Trace::of_call(&report, info);
+        (trace.trace_id.clone(), Some(trace))
+    } else {
+        (trace_id_of(info.ids), None)
+    };
+    let (kept, exported) = split(trace, keep, export);
+    let row = RecordedCall {
         at_unix_ms,
         request_id,
-        trace_id: trace.trace_id.clone(),
-        notable: RecordedCall::is_notable(&record),
+        trace_id,
+        notable,
         record,
-        trace: Some(trace),
+        trace: kept,
         eval: pinned,
-    }
+    };
+    (row, exported)
 }
 
-/// A finished tool call's row: its trace, and what a list shows of it.
-fn recorded_tool(call: FinishedTool) -> RecordedTool {
+/// A finished tool call's row: what a list shows of it, and its trace when `keep`; the trace to
+/// export too when `export`.
+fn recorded_tool(call: FinishedTool, keep: bool, export: bool) -> (RecordedTool, Option<Trace>) {
     let FinishedTool { at_unix_ms, info, notable } = call;
     let (tool, status, rung) = (info.tool.clone(), info.status.clone(), info.served_by.clone());
-    let trace = Trace::of_tool_call(info);
-    let rungs = trace.spans.len().saturating_sub(1);
-    RecordedTool {
+    let request_id = info.request_id.clone();
+    let (trace_id, rungs, elapsed_ms, trace) = if keep || export {
+        let trace = Trace::of_tool_call(info);
+        let rungs = trace.spans.len().saturating_sub(1);
+        (trace.trace_id.clone(), rungs, trace.elapsed_ms(), Some(trace))
+    } else {
+        // What the trace would say: a span per rung that ran, ending with the last of them.
+        (trace_id_of(info.ids.clone()), info.notes.spans.len(), info.end_ms(), None)
+    };
+    let (kept, exported) = split(trace, keep, export);
+    let row = RecordedTool {
         at_unix_ms,
-        request_id: trace.request_id.clone(),
-        trace_id: trace.trace_id.clone(),
+        request_id,
+        trace_id,
         tool,
         status,
         rung,
         rungs: i64::try_from(rungs).unwrap_or(i64::MAX),
-        elapsed_ms: i64::try_from(trace.elapsed_ms()).unwrap_or(i64::MAX),
+        elapsed_ms: i64::try_from(elapsed_ms).unwrap_or(i64::MAX),
         notable,
-        trace: Some(trace),
+        trace: kept,
+    };
+    (row, exported)
+}
+
+/// A call's trace id when its trace is not built: the one it was given, or a new one.
+fn trace_id_of(ids: Option<rein_core::trace::TraceIds>) -> String {
+    ids.unwrap_or_else(|| rein_core::trace::TraceIds::for_call(None)).trace_id
+}
+
+/// The trace for the store and the trace for the exporter (cloned only when both want it).
+fn split(trace: Option<Trace>, keep: bool, export: bool) -> (Option<Trace>, Option<Trace>) {
+    match (trace, keep, export) {
+        (Some(trace), true, true) => (Some(trace.clone()), Some(trace)),
+        (trace, true, false) => (trace, None),
+        (trace, false, true) => (None, trace),
+        _ => (None, None),
     }
 }
 
@@ -330,6 +454,8 @@ struct Batch {
     calls: Vec<RecordedCall>,
     tools: Vec<RecordedTool>,
     flushes: Vec<oneshot::Sender<()>>,
+    /// Every call's trace, kept or not, when traces are exported.
+    traces: Vec<Trace>,
 }
 
 async fn write_batch(
@@ -338,12 +464,12 @@ async fn write_batch(
     stats: &RecorderStats,
     exports: Option<&mpsc::Sender<Trace>>,
 ) {
-    let Batch { calls, tools, flushes } = batch;
+    let Batch { calls, tools, flushes, traces } = batch;
     if let Some(exports) = exports {
-        let traces = calls.iter().filter_map(|c| c.trace.as_ref());
-        for trace in traces.chain(tools.iter().filter_map(|t| t.trace.as_ref())) {
-            if exports.try_send(trace.clone()).is_err() {
-                stats.spans_dropped_queue.fetch_add(trace.spans.len() as u64, Ordering::Relaxed);
+        for trace in traces {
+            let spans = trace.spans.len() as u64;
+            if exports.try_send(trace).is_err() {
+                stats.spans_dropped_queue.fetch_add(spans, Ordering::Relaxed);
             }
         }
     }
@@ -416,6 +542,7 @@ mod tests {
 
     use rein_core::Outcome;
     use rein_core::sli::CallRecord;
+    use rein_core::trace::ToolCallInfo;
 
     use super::*;
 
@@ -594,6 +721,144 @@ mod tests {
         }
         assert_eq!(recorder.stats().spans_dropped_export.load(Ordering::Relaxed), 2);
         assert_eq!(recorder.stats().spans_exported.load(Ordering::Relaxed), 0);
+    }
+
+    /// `call(n)` for `route` at `at_unix_ms`, notable (answered after a retry) when asked.
+    fn call_at(n: u32, route: &str, at_unix_ms: i64, notable: bool) -> Finished {
+        let mut call = call(n);
+        call.at_unix_ms = at_unix_ms;
+        call.record.route = route.into();
+        call.report.route = route.into();
+        if notable {
+            call.record.attempts = 2;
+        }
+        call
+    }
+
+    async fn kept(store: &Arc<dyn ToolStore>, request_id: &str) -> bool {
+        !store.trace_get(request_id).await.unwrap().is_empty()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn routine_traces_are_written_up_to_the_rate_per_route_and_notable_ones_always() {
+        let (_dir, store) = store().await;
+        let sink = Arc::new(Slow { got: Mutex::new(vec![]), fail: false, delay: Duration::ZERO });
+        let config = TracesConfig { routine_per_second: 2, batch: 64, ..config(64) };
+        let recorder = Recorder::new(&config, Some(sink.clone()));
+        let (_stop_tx, stop) = watch::channel(false);
+        recorder.spawn(store.clone(), kinds(), stop);
+        let t0 = rein_core::clock::unix_ms() as i64;
+        // Five routine calls of one route in the same millisecond: a burst of two is written.
+        for n in 0..5 {
+            assert!(recorder.submit(call_at(n, "support", t0, false)));
+        }
+        // A notable call past the rate, and another route's routine call.
+        assert!(recorder.submit(call_at(5, "support", t0, true)));
+        assert!(recorder.submit(call_at(6, "billing", t0, false)));
+        // Half a second later one token is back; a second later the bucket is full (two).
+        assert!(recorder.submit(call_at(7, "support", t0 + 500, false)));
+        assert!(recorder.submit(call_at(8, "support", t0 + 500, false)));
+        for n in 9..12 {
+            assert!(recorder.submit(call_at(n, "support", t0 + 5_000, false)));
+        }
+        // A pinned (eval) call keeps its trace whatever the rate.
+        let mut pinned = call_at(12, "support", t0 + 5_000, false);
+        pinned.pinned = true;
+        assert!(recorder.submit(pinned));
+        recorder.flush(Duration::from_secs(10)).await;
+
+        let mut written = Vec::new();
+        for n in 0..13 {
+            if kept(&store, &format!("req_{n}")).await {
+                written.push(n);
+            }
+        }
+        assert_eq!(written, vec![0, 1, 5, 6, 7, 9, 10, 12]);
+        // Every record (the eval's is no SLI's).
+        assert_eq!(store.calls_since(0, None, 100).await.unwrap().len(), 12);
+        let listed = store.traces_list(&Default::default(), 100).await.unwrap();
+        assert_eq!(listed.len(), 8, "a list shows the written traces only");
+        for _ in 0..100 {
+            if sink.got.lock().unwrap().len() == 13 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(sink.got.lock().unwrap().len(), 13, "every trace exported, written or not");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn routine_traces_off_writes_only_notable_ones_and_the_rows_keep_their_trace_ids() {
+        let (_dir, store) = store().await;
+        let config = TracesConfig { routine_per_second: 0, ..config(64) };
+        let recorder = Recorder::new(&config, None);
+        let (_stop_tx, stop) = watch::channel(false);
+        recorder.spawn(store.clone(), kinds(), stop);
+        let t0 = rein_core::clock::unix_ms() as i64;
+        assert!(recorder.submit(call_at(1, "support", t0, false)));
+        assert!(recorder.submit(call_at(2, "support", t0 + 10_000, true)));
+        let tool = |n: u32, notable: bool| FinishedTool {
+            at_unix_ms: t0,
+            info: ToolCallInfo {
+                request_id: format!("tool_{n}"),
+                tool: "lookup".into(),
+                status: if notable { "refused".into() } else { "ok".into() },
+                elapsed_ms: 7,
+                ..ToolCallInfo::default()
+            },
+            notable,
+        };
+        assert!(recorder.submit_tool(tool(1, false)));
+        assert!(recorder.submit_tool(tool(2, true)));
+        recorder.flush(Duration::from_secs(10)).await;
+        assert!(!kept(&store, "req_1").await);
+        assert!(kept(&store, "req_2").await);
+        assert!(!kept(&store, "tool_1").await);
+        assert!(kept(&store, "tool_2").await);
+        let rows = store.calls_since(0, None, 100).await.unwrap();
+        assert_eq!(rows.len(), 2, "both model calls' records");
+        let listed = store.traces_list(&Default::default(), 100).await.unwrap();
+        assert_eq!(listed.len(), 2);
+        assert!(listed.iter().all(|summary| summary.notable));
+    }
+
+    #[test]
+    fn a_trace_neither_kept_nor_exported_is_not_built_and_its_row_keeps_the_calls_trace_id() {
+        let kinds = BTreeMap::new();
+        let mut routine = call(1);
+        let ids = rein_core::trace::TraceIds::for_call(None);
+        routine.info.ids = Some(ids.clone());
+        let (row, exported) = recorded(routine.clone(), &kinds, false, false);
+        assert_eq!((row.trace, exported, row.trace_id.as_str()), (None, None, &*ids.trace_id));
+        let (row, exported) = recorded(routine.clone(), &kinds, false, true);
+        assert_eq!(row.trace, None);
+        assert_eq!(exported.map(|t| t.trace_id), Some(ids.trace_id.clone()));
+        let (row, exported) = recorded(routine, &kinds, true, true);
+        assert_eq!(row.trace.map(|t| t.trace_id), Some(ids.trace_id.clone()));
+        assert!(exported.is_some());
+
+        // A tool call's row says what its trace would have: the rungs and the end.
+        let mut info = ToolCallInfo { request_id: "t".into(), elapsed_ms: 5, ..Default::default() };
+        info.notes.span("rung", rein_core::trace::SpanKind::Client, 1, 9);
+        let tool = FinishedTool { at_unix_ms: 0, info, notable: false };
+        let (built, _) = recorded_tool(tool.clone(), true, false);
+        let (bare, _) = recorded_tool(tool, false, false);
+        assert!(bare.trace.is_none());
+        assert_eq!((bare.rungs, bare.elapsed_ms), (built.rungs, built.elapsed_ms));
+        assert_eq!((bare.rungs, bare.elapsed_ms), (1, 9));
+    }
+
+    #[test]
+    fn a_routine_bucket_refills_by_the_calls_clock_and_never_runs_back() {
+        let mut routine = RoutineTraces::new(3);
+        let t0 = 10_000;
+        let taken = |r: &mut RoutineTraces, at| (0..5).filter(|_| r.route("a", at)).count();
+        assert_eq!(taken(&mut routine, t0), 3, "a full bucket: the burst");
+        assert_eq!(taken(&mut routine, t0 - 2_000), 0, "an earlier call refills nothing");
+        assert_eq!(taken(&mut routine, t0 + 1_000), 3, "a second refills the rate, no more");
+        assert_eq!(taken(&mut routine, t0 + 100_000), 3, "never more than the burst");
+        assert!(routine.tool("a", t0), "tools have buckets of their own");
+        assert!(!RoutineTraces::new(0).route("a", t0), "0: no routine trace");
     }
 
     #[tokio::test]

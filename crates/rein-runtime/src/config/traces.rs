@@ -1,8 +1,9 @@
 //! `[traces]`: what rein keeps of finished calls and where their traces go. Every call's SLI
 //! record is written to the store (for `rein sli` and `/admin/sli`) and kept for
-//! `records_retention_hours`; its trace is kept in the embedded trace store when it is among the
-//! newest `keep_last`, or for the whole `retention_hours` when it was not answered on the first
-//! try. `[traces.otlp]` exports every trace over OTLP (HTTP/protobuf or gRPC), batched off the
+//! `records_retention_hours`. The trace of a call not answered on the first try (notable) is
+//! always written and kept for the whole `retention_hours`; a routine call's trace is written
+//! while its route (or tool) has written fewer than `routine_per_second` a second, and kept while
+//! it is among the newest `keep_last`. `[traces.otlp]` exports every trace over OTLP (HTTP/protobuf or gRPC), batched off the
 //! request path: a call waits for neither the store nor the exporter, and what a full queue or a
 //! failed export loses is counted. Header values for the collector come from the environment and
 //! are secrets.
@@ -24,6 +25,10 @@ pub struct RawTraces {
     pub enabled: bool,
     /// How many of the newest traces are kept (beyond them, only notable ones).
     pub keep_last: u32,
+    /// The most traces of routine calls (answered on the first try, as they were) written a
+    /// second, per route or tool, with a burst of as many; `0` writes none. Notable calls'
+    /// traces are always written.
+    pub routine_per_second: u32,
     /// How long traces are kept.
     pub retention_hours: u32,
     /// How long calls' SLI records are kept (the longest `rein sli --window`).
@@ -44,6 +49,7 @@ impl Default for RawTraces {
         Self {
             enabled: true,
             keep_last: 1_000,
+            routine_per_second: 10,
             retention_hours: 72,
             records_retention_hours: 24 * 30,
             queue: 4_096,
@@ -100,6 +106,7 @@ pub struct OtlpSettings {
 pub struct TracesConfig {
     pub enabled: bool,
     pub keep_last: u32,
+    pub routine_per_second: u32,
     #[serde(rename = "retention_ms", with = "rein_core::clock::millis")]
     pub retention: Duration,
     #[serde(rename = "records_retention_ms", with = "rein_core::clock::millis")]
@@ -189,6 +196,7 @@ pub(super) fn validate_traces(
     TracesConfig {
         enabled: raw.enabled,
         keep_last: raw.keep_last,
+        routine_per_second: raw.routine_per_second,
         retention: hours(raw.retention_hours.max(1)),
         records_retention: hours(raw.records_retention_hours.max(1)),
         queue: raw.queue.max(1) as usize,
