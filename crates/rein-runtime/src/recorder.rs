@@ -1,14 +1,15 @@
 //! The recorder: finished calls leave the request path here. A model call hands its report, its
-//! [`CallInfo`] and its SLI record ([`Finished`]) to a bounded queue and returns, and a tool
-//! call its [`ToolCallInfo`] ([`FinishedTool`]); one worker
-//! builds each call's trace and writes the queue to the store in batches ([`RecordedCall`]s), and another exports the traces over OTLP through a
-//! [`TraceSink`], in batches, each export bounded by its timeout. Nothing waits for the store or
-//! the exporter: when a queue is full the call's record or trace is dropped and counted
-//! ([`RecorderStats`]), never blocking the caller. Every call's record is written; a routine
-//! call's trace (answered on the first try, as it was) only while its route or tool is under
-//! `[traces] routine_per_second` ([`RoutineTraces`]), so a busy gateway does not write thousands
-//! of traces a second that the newest-`keep_last` rule throws away minutes later. Traces are
-//! exported whether written or not. The store worker also prunes what `[traces]` no longer keeps.
+//! [`CallInfo`] and its SLI record ([`Finished`]) to a bounded queue and returns, and a tool call
+//! its [`ToolCallInfo`] ([`FinishedTool`]); one worker builds each call's trace and writes the
+//! queue to the store in batches ([`RecordedCall`]s), and another exports the traces over OTLP
+//! through a [`TraceSink`], in batches, each export bounded by its timeout. Nothing waits for the
+//! store or the exporter: when a queue is full the call's record or trace is dropped and counted
+//! ([`RecorderStats`]), never blocking the caller. Every call's record is written; a routine call's
+//! trace (answered on the first try, as it was) only while its route or tool is under `[traces]
+//! routine_per_second` (a token bucket per route and per tool), so a busy gateway does not write
+//! thousands of traces a second that the newest-`keep_last` rule throws away minutes later. Traces
+//! are exported whether written or not. The store worker also prunes what `[traces]` no longer
+//! keeps.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
