@@ -1,6 +1,6 @@
 //! The recorder: finished calls leave the request path here. A model call hands its report, its
 //! [`CallInfo`] and its SLI record ([`Finished`]) to a bounded queue and returns, and a tool call
-//! its [`ToolCallInfo`] ([`FinishedTool`]); one worker builds each call's trace and writes the
+//! its [`ToolCallInfo`] ([`FinishedTool`]); one worker builds the calls' traces and writes the
 //! queue to the store in batches ([`RecordedCall`]s), and another exports the traces over OTLP
 //! through a [`TraceSink`], in batches, each export bounded by its timeout. Nothing waits for the
 //! store or the exporter: when a queue is full the call's record or trace is dropped and counted
@@ -43,6 +43,9 @@ pub struct RecorderStats {
     pub spans_dropped_queue: AtomicU64,
     /// Spans in batches the exporter failed to send (down, slow past its timeout, refused).
     pub spans_dropped_export: AtomicU64,
+    /// Times the store worker woke to look at the queue while a batch filled: about one a
+    /// batch (its deadline, a full batch, a flush), not one a call.
+    pub writer_wakeups: AtomicU64,
 }
 
 /// A finished call, as the request path hands it over.
@@ -80,6 +83,11 @@ enum Item {
 /// The queue finished calls go to.
 pub struct Recorder {
     tx: Option<mpsc::Sender<Item>>,
+    /// Wakes the store worker while a batch fills: the batch is full (or the queue half full,
+    /// if that comes first), or a flush waits.
+    wake: Arc<tokio::sync::Notify>,
+    /// How many queued calls ring `wake`.
+    wake_at: usize,
     rx: std::sync::Mutex<Option<mpsc::Receiver<Item>>>,
     stats: Arc<RecorderStats>,
     config: TracesConfig,
@@ -107,6 +115,8 @@ impl Recorder {
         };
         Self {
             tx,
+            wake: Arc::new(tokio::sync::Notify::new()),
+            wake_at: config.batch.min(config.queue.div_ceil(2)).max(1),
             rx: std::sync::Mutex::new(rx),
             stats: Arc::new(RecorderStats::default()),
             config: config.clone(),
@@ -142,7 +152,13 @@ impl Recorder {
     fn queue(&self, item: Item) -> bool {
         let Some(tx) = &self.tx else { return false };
         match tx.try_send(item) {
-            Ok(()) => true,
+            Ok(()) => {
+                // A filling batch is not woken by each call, only once enough are queued.
+                if tx.max_capacity() - tx.capacity() >= self.wake_at {
+                    self.wake.notify_one();
+                }
+                true
+            }
             Err(_) => {
                 self.stats.records_dropped.fetch_add(1, Ordering::Relaxed);
                 false
@@ -158,6 +174,7 @@ impl Recorder {
         let send = tx.send(Item::Flush(done));
         let _ = tokio::time::timeout(wait, async {
             if send.await.is_ok() {
+                self.wake.notify_one();
                 let _ = written.await;
             }
         })
@@ -180,7 +197,8 @@ impl Recorder {
         });
         let routine = RoutineTraces::new(self.config.routine_per_second);
         let writer = Writer { store, kinds, stats: self.stats.clone(), exports, routine };
-        tokio::spawn(write_loop(writer, rx, self.config.clone(), stop));
+        let queue = Queue { rx, wake: self.wake.clone() };
+        tokio::spawn(write_loop(writer, queue, self.config.clone(), stop));
     }
 }
 
@@ -263,9 +281,15 @@ impl RoutineTraces {
     }
 }
 
+/// The store worker's end of the queue.
+struct Queue {
+    rx: mpsc::Receiver<Item>,
+    wake: Arc<tokio::sync::Notify>,
+}
+
 async fn write_loop(
     mut writer: Writer,
-    mut rx: mpsc::Receiver<Item>,
+    mut queue: Queue,
     config: TracesConfig,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -273,7 +297,7 @@ async fn write_loop(
     prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let first = tokio::select! {
-            item = rx.recv() => match item {
+            item = queue.rx.recv() => match item {
                 Some(item) => item,
                 None => return,
             },
@@ -288,16 +312,16 @@ async fn write_loop(
                 continue;
             }
         };
-        let (batch, stopping) = fill(first, &mut rx, &config, &mut stop).await;
+        let (batch, stopping) = fill(first, &mut queue, &config, &mut stop, &writer.stats).await;
         writer.write(batch).await;
         if stopping {
             break;
         }
     }
-    rx.close();
+    queue.rx.close();
     // Write what is already queued, then end.
     let mut rest = Vec::new();
-    while let Ok(item) = rx.try_recv() {
+    while let Ok(item) = queue.rx.try_recv() {
         rest.push(item);
     }
     writer.write(rest).await;
@@ -306,40 +330,55 @@ async fn write_loop(
 /// A batch that starts with `first`: the queue's next items, until the batch holds
 /// `[traces] batch` items, `flush_ms` has passed since `first`, a flush is asked for or the
 /// recorder stops (then `true`). One write, one transaction, then carries the calls of
-/// `flush_ms` instead of one each.
+/// `flush_ms` instead of one each. While it fills, the worker does not wait on the queue (which
+/// would wake it for every call) but on its deadline and on [`Recorder`]'s wake, which a full
+/// batch or a flush rings; then it takes what is queued.
 async fn fill(
     first: Item,
-    rx: &mut mpsc::Receiver<Item>,
+    queue: &mut Queue,
     config: &TracesConfig,
     stop: &mut watch::Receiver<bool>,
+    stats: &RecorderStats,
 ) -> (Vec<Item>, bool) {
     let mut flush = matches!(first, Item::Flush(_));
     let mut batch = vec![first];
     let due = tokio::time::sleep(config.flush);
     tokio::pin!(due);
-    while batch.len() < config.batch && !flush {
+    loop {
         // What is queued already goes in without waiting.
-        let item = match rx.try_recv() {
-            Ok(item) => item,
-            Err(mpsc::error::TryRecvError::Disconnected) => break,
-            Err(mpsc::error::TryRecvError::Empty) => tokio::select! {
-                item = rx.recv() => match item {
-                    Some(item) => item,
-                    None => break,
-                },
-                _ = &mut due => break,
-                changed = stop.changed() => {
-                    if changed.is_err() || *stop.borrow() {
-                        return (batch, true);
-                    }
-                    continue;
+        while batch.len() < config.batch && !flush {
+            match queue.rx.try_recv() {
+                Ok(item) => {
+                    flush = matches!(item, Item::Flush(_));
+                    batch.push(item);
                 }
-            },
-        };
-        flush = matches!(item, Item::Flush(_));
-        batch.push(item);
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => return (batch, false),
+            }
+        }
+        if batch.len() >= config.batch || flush {
+            return (batch, false);
+        }
+        tokio::select! {
+            _ = &mut due => {}
+            _ = queue.wake.notified() => {}
+            changed = stop.changed() => {
+                if changed.is_err() || *stop.borrow() {
+                    return (batch, true);
+                }
+            }
+        }
+        stats.writer_wakeups.fetch_add(1, Ordering::Relaxed);
+        if due.is_elapsed() {
+            // Past the deadline: what is queued now still goes in, then the batch is written.
+            while batch.len() < config.batch && !flush {
+                let Ok(item) = queue.rx.try_recv() else { break };
+                flush = matches!(item, Item::Flush(_));
+                batch.push(item);
+            }
+            return (batch, false);
+        }
     }
-    (batch, false)
 }
 
 impl Writer {
@@ -677,6 +716,59 @@ mod tests {
         stop_tx.send_replace(true);
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(store.calls_since(0, None, 100).await.unwrap().len(), 5, "written on stop");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_queued_while_a_batch_fills_do_not_wake_the_writer_each() {
+        let (_dir, store) = store().await;
+        let config = TracesConfig { batch: 256, flush: Duration::from_secs(5), ..config(4_096) };
+        let recorder = Recorder::new(&config, None);
+        let (_stop_tx, stop) = watch::channel(false);
+        recorder.spawn(store.clone(), kinds(), stop);
+        assert!(recorder.submit(call(0)));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        for n in 1..=100 {
+            assert!(recorder.submit(call(n)));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(store.calls_since(0, None, 1_000).await.unwrap().len(), 0, "still filling");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(store.calls_since(0, None, 1_000).await.unwrap().len(), 101, "one batch");
+        let wakeups = recorder.stats().writer_wakeups.load(Ordering::Relaxed);
+        assert!(wakeups <= 2, "the writer woke {wakeups} times for one batch of 101 calls");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_queue_half_full_is_taken_into_the_filling_batch_and_drops_nothing() {
+        let (_dir, store) = store().await;
+        // A batch larger than the queue: the queue alone would fill and drop calls.
+        let config = TracesConfig { batch: 64, flush: Duration::from_secs(60), ..config(8) };
+        let recorder = Recorder::new(&config, None);
+        let (_stop_tx, stop) = watch::channel(false);
+        recorder.spawn(store.clone(), kinds(), stop);
+        for n in 0..40 {
+            assert!(recorder.submit(call(n)), "call {n} was dropped");
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(recorder.stats().records_dropped.load(Ordering::Relaxed), 0);
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        assert_eq!(store.calls_since(0, None, 100).await.unwrap().len(), 40);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flush_is_answered_without_waiting_for_flush_ms() {
+        let (_dir, store) = store().await;
+        let config = TracesConfig { batch: 64, flush: Duration::from_secs(60), ..config(64) };
+        let recorder = Recorder::new(&config, None);
+        let (_stop_tx, stop) = watch::channel(false);
+        recorder.spawn(store.clone(), kinds(), stop);
+        assert!(recorder.submit(call(0)));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(recorder.submit(call(1)));
+        let started = tokio::time::Instant::now();
+        recorder.flush(Duration::from_secs(30)).await;
+        assert!(started.elapsed() < Duration::from_secs(1), "the flush waited for the batch");
+        assert_eq!(store.calls_since(0, None, 100).await.unwrap().len(), 2);
     }
 
     #[tokio::test(start_paused = true)]
