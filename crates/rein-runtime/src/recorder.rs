@@ -656,6 +656,19 @@ mod tests {
         TracesConfig { queue, batch: 4, ..TracesConfig::default() }
     }
 
+    /// A recorder for `config` writing to a new SQLite store, started; the test keeps the
+    /// directory and the stop sender alive.
+    async fn started(
+        config: &TracesConfig,
+        sink: Option<Arc<dyn TraceSink>>,
+    ) -> (tempfile::TempDir, Arc<dyn ToolStore>, Recorder, watch::Sender<bool>) {
+        let (dir, store) = store().await;
+        let recorder = Recorder::new(config, sink);
+        let (stop_tx, stop) = watch::channel(false);
+        recorder.spawn(store.clone(), kinds(), stop);
+        (dir, store, recorder, stop_tx)
+    }
+
     async fn store() -> (tempfile::TempDir, Arc<dyn ToolStore>) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("rein.sqlite");
@@ -665,11 +678,8 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn calls_are_written_in_batches_and_a_flush_makes_them_readable() {
-        let (_dir, store) = store().await;
         let sink = Arc::new(Slow { got: Mutex::new(vec![]), fail: false, delay: Duration::ZERO });
-        let recorder = Recorder::new(&config(64), Some(sink.clone()));
-        let (_stop_tx, stop) = watch::channel(false);
-        recorder.spawn(store.clone(), kinds(), stop);
+        let (_dir, store, recorder, _stop_tx) = started(&config(64), Some(sink.clone())).await;
         for n in 0..10 {
             assert!(recorder.submit(call(n)));
         }
@@ -695,11 +705,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_batch_waits_flush_ms_to_fill_then_is_written_in_one_write() {
-        let (_dir, store) = store().await;
         let config = TracesConfig { batch: 64, flush: Duration::from_secs(5), ..config(64) };
-        let recorder = Recorder::new(&config, None);
-        let (stop_tx, stop) = watch::channel(false);
-        recorder.spawn(store.clone(), kinds(), stop);
+        let (_dir, store, recorder, stop_tx) = started(&config, None).await;
         for n in 0..3 {
             assert!(recorder.submit(call(n)));
         }
@@ -720,11 +727,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn calls_queued_while_a_batch_fills_do_not_wake_the_writer_each() {
-        let (_dir, store) = store().await;
         let config = TracesConfig { batch: 256, flush: Duration::from_secs(5), ..config(4_096) };
-        let recorder = Recorder::new(&config, None);
-        let (_stop_tx, stop) = watch::channel(false);
-        recorder.spawn(store.clone(), kinds(), stop);
+        let (_dir, store, recorder, _stop_tx) = started(&config, None).await;
         assert!(recorder.submit(call(0)));
         tokio::time::sleep(Duration::from_millis(10)).await;
         for n in 1..=100 {
@@ -740,12 +744,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_queue_half_full_is_taken_into_the_filling_batch_and_drops_nothing() {
-        let (_dir, store) = store().await;
         // A batch larger than the queue: the queue alone would fill and drop calls.
         let config = TracesConfig { batch: 64, flush: Duration::from_secs(60), ..config(8) };
-        let recorder = Recorder::new(&config, None);
-        let (_stop_tx, stop) = watch::channel(false);
-        recorder.spawn(store.clone(), kinds(), stop);
+        let (_dir, store, recorder, _stop_tx) = started(&config, None).await;
         for n in 0..40 {
             assert!(recorder.submit(call(n)), "call {n} was dropped");
             tokio::task::yield_now().await;
@@ -757,11 +758,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_flush_is_answered_without_waiting_for_flush_ms() {
-        let (_dir, store) = store().await;
         let config = TracesConfig { batch: 64, flush: Duration::from_secs(60), ..config(64) };
-        let recorder = Recorder::new(&config, None);
-        let (_stop_tx, stop) = watch::channel(false);
-        recorder.spawn(store.clone(), kinds(), stop);
+        let (_dir, store, recorder, _stop_tx) = started(&config, None).await;
         assert!(recorder.submit(call(0)));
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(recorder.submit(call(1)));
@@ -773,11 +771,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_full_batch_is_written_without_waiting_for_flush_ms() {
-        let (_dir, store) = store().await;
         let config = TracesConfig { batch: 4, flush: Duration::from_secs(60), ..config(64) };
-        let recorder = Recorder::new(&config, None);
-        let (_stop_tx, stop) = watch::channel(false);
-        recorder.spawn(store.clone(), kinds(), stop);
+        let (_dir, store, recorder, _stop_tx) = started(&config, None).await;
         for n in 0..5 {
             assert!(recorder.submit(call(n)));
         }
@@ -797,11 +792,8 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failing_exporter_loses_spans_counted_and_the_records_still_land() {
-        let (_dir, store) = store().await;
         let sink = Arc::new(Slow { got: Mutex::new(vec![]), fail: true, delay: Duration::ZERO });
-        let recorder = Recorder::new(&config(64), Some(sink));
-        let (_stop_tx, stop) = watch::channel(false);
-        recorder.spawn(store.clone(), kinds(), stop);
+        let (_dir, store, recorder, _stop_tx) = started(&config(64), Some(sink)).await;
         let with_spans = call(1);
         recorder.submit(with_spans);
         recorder.flush(Duration::from_secs(10)).await;
@@ -834,12 +826,9 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn routine_traces_are_written_up_to_the_rate_per_route_and_notable_ones_always() {
-        let (_dir, store) = store().await;
         let sink = Arc::new(Slow { got: Mutex::new(vec![]), fail: false, delay: Duration::ZERO });
         let config = TracesConfig { routine_per_second: 2, batch: 64, ..config(64) };
-        let recorder = Recorder::new(&config, Some(sink.clone()));
-        let (_stop_tx, stop) = watch::channel(false);
-        recorder.spawn(store.clone(), kinds(), stop);
+        let (_dir, store, recorder, _stop_tx) = started(&config, Some(sink.clone())).await;
         let t0 = rein_core::clock::unix_ms() as i64;
         // Five routine calls of one route in the same millisecond: a burst of two is written.
         for n in 0..5 {
@@ -882,11 +871,8 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn routine_traces_off_writes_only_notable_ones_and_the_rows_keep_their_trace_ids() {
-        let (_dir, store) = store().await;
         let config = TracesConfig { routine_per_second: 0, ..config(64) };
-        let recorder = Recorder::new(&config, None);
-        let (_stop_tx, stop) = watch::channel(false);
-        recorder.spawn(store.clone(), kinds(), stop);
+        let (_dir, store, recorder, _stop_tx) = started(&config, None).await;
         let t0 = rein_core::clock::unix_ms() as i64;
         assert!(recorder.submit(call_at(1, "support", t0, false)));
         assert!(recorder.submit(call_at(2, "support", t0 + 10_000, true)));
