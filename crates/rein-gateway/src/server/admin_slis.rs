@@ -231,7 +231,7 @@ async fn trace(State(gateway): State<Arc<Gateway>>, Path(id): Path<String>) -> R
         Ok(traces) if traces.is_empty() => error(
             StatusCode::NOT_FOUND,
             format!(
-                "no kept trace `{id}` (only the newest traces, and for the retention window every call not answered on the first try, are kept)"
+                "no kept trace `{id}` (every call not answered on the first try keeps its trace for the retention window; a routine call's is written while its route is under `[traces] routine_per_second` and kept among the newest `keep_last`)"
             ),
         ),
         Ok(traces) => {

@@ -200,6 +200,36 @@ async fn a_call_without_a_traceparent_starts_its_own_trace() {
 }
 
 #[tokio::test]
+async fn routine_traces_past_the_rate_are_not_written_but_every_call_counts() {
+    let gw = start_with(&config("[traces]\nroutine_per_second = 1"), None).await;
+    let mut request_ids = Vec::new();
+    for _ in 0..3 {
+        let response = ask(&gw, "steady", "hello").await;
+        assert_eq!(response.status(), 200);
+        request_ids.push(response.headers()["x-rein-request-id"].to_str().unwrap().to_string());
+    }
+    assert_eq!(ask(&gw, "flaky", "where is my parcel?").await.status(), 200);
+
+    // The route's bucket holds one: the first routine call's trace is written (the three calls
+    // come well inside a second of each other), the next two are not; the notable one is.
+    let (status, _) = admin(&gw, &format!("/admin/traces/{}", request_ids[0])).await;
+    assert_eq!(status, 200);
+    for request_id in &request_ids[1..] {
+        let (status, body) = admin(&gw, &format!("/admin/traces/{request_id}")).await;
+        assert_eq!(status, 404, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("routine_per_second"), "{message}");
+    }
+    let (_, list) = admin(&gw, "/admin/traces").await;
+    let listed: Vec<&str> =
+        list["traces"].as_array().unwrap().iter().map(|t| t["route"].as_str().unwrap()).collect();
+    assert_eq!(listed, ["flaky", "steady"], "{list}");
+    let (_, slis) = admin(&gw, "/admin/sli?window=1h").await;
+    assert_eq!(slis["calls"], 4, "every call's record is written: {slis}");
+    gw.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn bad_queries_are_400s_naming_what_is_wrong_and_the_admin_key_guards_them() {
     let gw = start_with(&config(""), None).await;
     let (status, body) = admin(&gw, "/admin/sli?window=soon").await;
