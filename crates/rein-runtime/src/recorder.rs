@@ -356,7 +356,8 @@ async fn fill(
                 Err(mpsc::error::TryRecvError::Disconnected) => return (batch, false),
             }
         }
-        if batch.len() >= config.batch || flush {
+        // Full, flushed, or past the deadline (what was queued by then went in above).
+        if batch.len() >= config.batch || flush || due.is_elapsed() {
             return (batch, false);
         }
         tokio::select! {
@@ -369,15 +370,6 @@ async fn fill(
             }
         }
         stats.writer_wakeups.fetch_add(1, Ordering::Relaxed);
-        if due.is_elapsed() {
-            // Past the deadline: what is queued now still goes in, then the batch is written.
-            while batch.len() < config.batch && !flush {
-                let Ok(item) = queue.rx.try_recv() else { break };
-                flush = matches!(item, Item::Flush(_));
-                batch.push(item);
-            }
-            return (batch, false);
-        }
     }
 }
 
