@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Loopback overhead benchmark: the same fixed upstream (nginx answering a fixed chat completion)
-# hit directly, through a bare nginx reverse proxy and through `rein serve`, interleaved in
+# hit directly, through a bare nginx reverse proxy, through a proxy of hyper alone (bench/floor:
+# rein's HTTP stack with nothing of rein's own) and through `rein serve`, interleaved in
 # rounds, non-streaming and streaming. Prints a markdown table and writes it to
 # bench/results/latest.md. See bench/README.md for what is measured and how to read it.
 #
@@ -17,6 +18,7 @@
 #   INSTRUCTIONS  1: count rein's user-space instructions per request under callgrind
 #                 (needs valgrind); a stable measure to compare two builds by
 #   REIN_BIN      use this rein binary instead of building one
+#   FLOOR_BIN     use this floor-proxy binary (bench/floor) instead of building one
 #   OUT           where to write the markdown (default bench/results/latest.md)
 #   KEEP_TMP      1: keep the temp dir with configs, logs and raw numbers
 set -euo pipefail
@@ -60,6 +62,12 @@ else
   REIN_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/rein"
 fi
 [ -x "$REIN_BIN" ] || die "no rein binary at $REIN_BIN"
+if [ -z "${FLOOR_BIN:-}" ]; then
+  log "building the floor proxy (release)"
+  (cd "$ROOT" && cargo build --release -p rein-bench-floor --quiet)
+  FLOOR_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/floor-proxy"
+fi
+[ -x "$FLOOR_BIN" ] || die "no floor-proxy binary at $FLOOR_BIN"
 
 # --- temp dir, ports, cleanup ------------------------------------------------------------------
 TMP=$(mktemp -d /tmp/rein-bench.XXXXXX)
@@ -67,6 +75,8 @@ chmod 755 "$TMP" # nginx workers run as nobody when started by root
 # A private copy: a concurrent `cargo build` must not swap the binary under the run.
 cp "$REIN_BIN" "$TMP/rein-bin"
 REIN_BIN="$TMP/rein-bin"
+cp "$FLOOR_BIN" "$TMP/floor-bin"
+FLOOR_BIN="$TMP/floor-bin"
 PIDS=()
 cleanup() {
   local pid
@@ -77,9 +87,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-read -r UP_PORT PROXY_PORT REIN_PORT SIM_PORT < <(python3 - <<'EOF'
+read -r UP_PORT PROXY_PORT REIN_PORT SIM_PORT FLOOR_PORT < <(python3 - <<'EOF'
 import socket
-socks = [socket.socket() for _ in range(4)]
+socks = [socket.socket() for _ in range(5)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in socks])
@@ -259,6 +269,10 @@ SIM_PID=$!; PIDS+=("$SIM_PID")
 wait_port "$UP_PORT" "upstream nginx" "$UP_PID"
 wait_port "$PROXY_PORT" "nginx proxy" "$PROXY_PID"
 wait_port "$SIM_PORT" "rein sim" "$SIM_PID"
+# (4) the floor: hyper's server and pooled client, an event loop a core, as in rein.
+"$FLOOR_BIN" "127.0.0.1:$FLOOR_PORT" "http://127.0.0.1:$UP_PORT" 2>"$TMP/floor.log" &
+FLOOR_PID=$!; PIDS+=("$FLOOR_PID")
+wait_port "$FLOOR_PORT" "floor proxy" "$FLOOR_PID"
 
 RUST_LOG=${RUST_LOG:-warn} "$REIN_BIN" serve --config "$TMP/rein/rein.toml" \
   >"$TMP/rein/stdout.log" 2>"$TMP/rein/stderr.log" &
@@ -291,6 +305,7 @@ pids_of() {
   case "$1" in
     direct | s-direct) echo "$UP_WORKERS" ;;
     nginx | s-nginx) echo "$PROXY_WORKERS" ;;
+    floor | s-floor) echo "$FLOOR_PID" ;;
     *) echo "$REIN_PID" ;;
   esac
 }
@@ -309,6 +324,7 @@ record 0 mem rein - idle_rss_kib "$(mem_kib VmRSS "$REIN_PID")"
 record 0 mem nginx - idle_rss_kib "$(mem_kib VmRSS "$PROXY_PID" $PROXY_WORKERS)"
 # shellcheck disable=SC2086
 record 0 mem direct - idle_rss_kib "$(mem_kib VmRSS "$UP_PID" $UP_WORKERS)"
+record 0 mem floor - idle_rss_kib "$(mem_kib VmRSS "$FLOOR_PID")"
 
 # --- targets -----------------------------------------------------------------------------------
 body() { # model stream
@@ -323,16 +339,18 @@ target_of() {
   case "$1" in
     direct) echo "$UP_PORT /v1/chat/completions bench 0" ;;
     nginx) echo "$PROXY_PORT /v1/chat/completions bench 0" ;;
+    floor) echo "$FLOOR_PORT /v1/chat/completions bench 0" ;;
     rein) echo "$REIN_PORT /v1/chat/completions bench 0" ;;
     rein-sse) echo "$REIN_PORT /v1/chat/completions bench-sse 0" ;;
     s-direct) echo "$UP_PORT /sse/v1/chat/completions bench 1" ;;
     s-nginx) echo "$PROXY_PORT /sse/v1/chat/completions bench 1" ;;
+    s-floor) echo "$FLOOR_PORT /sse/v1/chat/completions bench 1" ;;
     s-rein-pt) echo "$REIN_PORT /v1/chat/completions bench-pt 1" ;;
     s-rein-checked) echo "$REIN_PORT /v1/chat/completions bench-sse 1" ;;
   esac
 }
-NONSTREAM=(direct nginx rein rein-sse)
-STREAMING=(s-direct s-nginx s-rein-pt s-rein-checked)
+NONSTREAM=(direct nginx floor rein rein-sse)
+STREAMING=(s-direct s-nginx s-floor s-rein-pt s-rein-checked)
 
 # --- sanity: every path answers 200 with the expected body -------------------------------------
 check() {
@@ -354,7 +372,7 @@ check() {
   fi
 }
 for t in "${NONSTREAM[@]}" "${STREAMING[@]}"; do check "$t"; done
-log "all paths answer; upstream :$UP_PORT, nginx proxy :$PROXY_PORT, rein :$REIN_PORT, sim :$SIM_PORT"
+log "all paths answer; upstream :$UP_PORT, nginx proxy :$PROXY_PORT, floor :$FLOOR_PORT, rein :$REIN_PORT, sim :$SIM_PORT"
 
 # --- measurements ------------------------------------------------------------------------------
 wrk_run() { # target conns threads duration -> BENCH line
@@ -405,7 +423,7 @@ probe() { # round target count [port path body]
 busy_total() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
 own_ticks() {
   # shellcheck disable=SC2086
-  echo $(($(cpu_ticks "$UP_PID" $UP_WORKERS "$PROXY_PID" $PROXY_WORKERS "$SIM_PID" "$REIN_PID") \
+  echo $(($(cpu_ticks "$UP_PID" $UP_WORKERS "$PROXY_PID" $PROXY_WORKERS "$SIM_PID" "$REIN_PID" "$FLOOR_PID") \
     + $(sed 's/^.*) //' /proc/$$/stat | awk '{print $14 + $15}')))
 }
 read -r BUSY0 TOTAL0 < <(busy_total)
@@ -449,6 +467,8 @@ if awk -v x="$OTHERS" 'BEGIN {exit !(x > 5)}'; then
 fi
 record 0 mem rein - peak_rss_kib "$(mem_kib VmHWM "$REIN_PID")"
 record 0 mem rein - after_rss_kib "$(mem_kib VmRSS "$REIN_PID")"
+record 0 mem floor - peak_rss_kib "$(mem_kib VmHWM "$FLOOR_PID")"
+record 0 mem floor - after_rss_kib "$(mem_kib VmRSS "$FLOOR_PID")"
 # shellcheck disable=SC2086
 record 0 mem nginx - peak_rss_kib "$(mem_kib VmHWM "$PROXY_PID" $PROXY_WORKERS)"
 # shellcheck disable=SC2086
@@ -505,23 +525,38 @@ if [ "$INSTRUCTIONS" = 1 ]; then
     echo
     echo "rein serve with one worker under \`valgrind --tool=callgrind\`, \`wrk -t1 -c4\` for 4 s per target after a"
     echo "2 s warm-up; the kernel's share (syscalls, TCP) is not counted. Stable to < 1% between runs."
+    echo "\`floor\` / \`s-floor\`: the hyper proxy of bench/floor (rein's HTTP stack alone), counted the same way"
+    echo "(one event loop a core under valgrind, which runs one thread at a time); the JSON and the SSE upstream."
     echo
     echo "| target | requests counted | instructions per request |"
     echo "|---|--:|--:|"
   } >"$TMP/ir/report.md"
-  dump=0
-  for t in rein rein-sse s-rein-pt; do
-    read -r _ path model stream <<<"$(target_of "$t")"
-    url="http://127.0.0.1:$IR_PORT$path"
-    BENCH_BODY=$(body "$model" "$stream") wrk -t1 -c4 -d2s -s "$LIB/post.lua" "$url" >/dev/null
-    callgrind_control -z "$IR_PID" >/dev/null
-    line=$(BENCH_BODY=$(body "$model" "$stream") wrk -t1 -c4 -d4s -s "$LIB/post.lua" "$url" | grep '^BENCH ')
-    callgrind_control --dump="$t" "$IR_PID" >/dev/null
-    dump=$((dump + 1))
-    requests=$(sed 's/.*requests=\([0-9]*\).*/\1/' <<<"$line")
-    ir=$(awk '/^summary:/ {print $2}' "$TMP/ir/cg.out.$dump")
-    echo "| $t | $requests | $(awk -v i="$ir" -v r="$requests" 'BEGIN {printf "%d", i / r}') |" >>"$TMP/ir/report.md"
-  done
+  count_ir() { # pid port out-prefix targets... -> a table row each
+    local pid=$1 port=$2 prefix=$3 t dump=0 path model stream url line requests ir
+    shift 3
+    for t in "$@"; do
+      read -r _ path model stream <<<"$(target_of "$t")"
+      url="http://127.0.0.1:$port$path"
+      BENCH_BODY=$(body "$model" "$stream") wrk -t1 -c4 -d2s -s "$LIB/post.lua" "$url" >/dev/null
+      callgrind_control -z "$pid" >/dev/null
+      line=$(BENCH_BODY=$(body "$model" "$stream") wrk -t1 -c4 -d4s -s "$LIB/post.lua" "$url" | grep '^BENCH ')
+      callgrind_control --dump="$t" "$pid" >/dev/null
+      dump=$((dump + 1))
+      requests=$(sed 's/.*requests=\([0-9]*\).*/\1/' <<<"$line")
+      ir=$(awk '/^summary:/ {print $2}' "$prefix.$dump")
+      echo "| $t | $requests | $(awk -v i="$ir" -v r="$requests" 'BEGIN {printf "%d", i / r}') |" >>"$TMP/ir/report.md"
+    done
+  }
+  count_ir "$IR_PID" "$IR_PORT" "$TMP/ir/cg.out" rein rein-sse s-rein-pt
+  kill -TERM "$IR_PID" 2>/dev/null || true
+  # The floor (hyper alone) the same way: what rein's own work adds is the difference.
+  FLOOR_IR_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  valgrind --tool=callgrind --callgrind-out-file="$TMP/ir/cg-floor.out" \
+    "$FLOOR_BIN" "127.0.0.1:$FLOOR_IR_PORT" "http://127.0.0.1:$UP_PORT" 2>"$TMP/ir/floor.log" &
+  FLOOR_IR_PID=$!; PIDS+=("$FLOOR_IR_PID")
+  for _ in $(seq 1 300); do (exec 3<>"/dev/tcp/127.0.0.1/$FLOOR_IR_PORT") 2>/dev/null && break; sleep 0.2; done
+  count_ir "$FLOOR_IR_PID" "$FLOOR_IR_PORT" "$TMP/ir/cg-floor.out" floor s-floor
+  kill -TERM "$FLOOR_IR_PID" 2>/dev/null || true
   {
     echo
     echo "## Where the instructions of \`rein\` (non-streaming, JSON upstream) go: exclusive, top 30"
@@ -532,7 +567,6 @@ if [ "$INSTRUCTIONS" = 1 ]; then
       | sed -n '3,32p' | sed -E 's#[^ ]*/\.cargo/registry/src/[^/]+/##; s#/rustc/[0-9a-f]+/##' | sed "s#$ROOT/##" | sed -E 's/ \[[^]]*\]$//' | cut -c1-200
     echo '```'
   } >>"$TMP/ir/report.md"
-  kill -TERM "$IR_PID" 2>/dev/null || true
   cp "$TMP/ir/report.md" "$BENCH_DIR/results/instructions.md"
   cat "$BENCH_DIR/results/instructions.md" >&2
   log "wrote bench/results/instructions.md"

@@ -18,12 +18,14 @@ STREAM_ADDED_MS = 0.2
 NONSTREAM = [
     ("direct", "direct to the upstream"),
     ("nginx", "bare nginx proxy"),
+    ("floor", "hyper proxy (rein's HTTP stack alone)"),
     ("rein", "rein serve (checked, JSON upstream)"),
     ("rein-sse", "rein serve (checked, SSE upstream)"),
 ]
 STREAMING = [
     ("s-direct", "direct to the upstream"),
     ("s-nginx", "bare nginx proxy (unbuffered)"),
+    ("s-floor", "hyper proxy (rein's HTTP stack alone)"),
     ("s-rein-pt", "rein serve (passthrough)"),
     ("s-rein-checked", "rein serve (checked)"),
 ]
@@ -89,6 +91,31 @@ def verdict(ok):
     return "**pass**" if ok else "**MISS**"
 
 
+def relative(w, r, section, direct, nginx, rows, c):
+    """Ratios of each row to the bare nginx proxy and to the floor (hyper alone) in one table."""
+    floor = "s-floor" if section == "stream" else "floor"
+    w(
+        "Relative to the bare nginx proxy, and to the floor (a proxy of hyper alone: what rein costs above it is "
+        "rein's own work). 1.00× = as cheap; lower is better except req/s:"
+    )
+    w("")
+    w(f"| path | added p50 @1 | req/s @{c} | CPU/req @{c} | req/s @{c} vs floor | CPU/req @{c} vs floor |")
+    w("|---|--:|--:|--:|--:|--:|")
+    for target, label in rows:
+        w(
+            "| {} | {} | {} | {} | {} | {} |".format(
+                label,
+                ratio(r.added(section, target, direct, 1, "p50_us"), r.added(section, nginx, direct, 1, "p50_us")),
+                ratio(r.median(section, target, c, "rps"), r.median(section, nginx, c, "rps")),
+                ratio(r.median(section, target, c, "cpu_us_per_req"), r.median(section, nginx, c, "cpu_us_per_req")),
+                "—" if target == floor else ratio(r.median(section, target, c, "rps"), r.median(section, floor, c, "rps")),
+                "—" if target == floor else ratio(
+                    r.median(section, target, c, "cpu_us_per_req"), r.median(section, floor, c, "cpu_us_per_req")),
+            )
+        )
+    w("")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("raw")
@@ -149,29 +176,14 @@ def main():
             )
         )
     w("")
-    w("rein relative to the bare nginx proxy (1.00× = as cheap as nginx; lower is better except req/s):")
-    w("")
-    w(f"| path | added p50 | added p99 | req/s @{c} | p99 @{c} | CPU/req @{c} |")
-    w("|---|--:|--:|--:|--:|--:|")
-    for target, label in NONSTREAM[2:]:
-        w(
-            "| {} | {} | {} | {} | {} | {} |".format(
-                label,
-                ratio(r.added("nonstream", target, "direct", 1, "p50_us"), r.added("nonstream", "nginx", "direct", 1, "p50_us")),
-                ratio(r.added("nonstream", target, "direct", 1, "p99_us"), r.added("nonstream", "nginx", "direct", 1, "p99_us")),
-                ratio(r.median("nonstream", target, c, "rps"), r.median("nonstream", "nginx", c, "rps")),
-                ratio(r.median("nonstream", target, c, "p99_us"), r.median("nonstream", "nginx", c, "p99_us")),
-                ratio(r.median("nonstream", target, c, "cpu_us_per_req"), r.median("nonstream", "nginx", c, "cpu_us_per_req")),
-            )
-        )
-    w("")
+    relative(w, r, "nonstream", "direct", "nginx", NONSTREAM[2:], c)
 
     # --- memory ------------------------------------------------------------------------------
     w("## Memory (MiB)")
     w("")
     w("| process | idle RSS (after start) | RSS after the run | peak RSS (VmHWM) |")
     w("|---|--:|--:|--:|")
-    for target, label in (("rein", "rein serve"), ("nginx", "nginx proxy (master + workers)"), ("direct", "upstream nginx (master + workers)")):
+    for target, label in (("rein", "rein serve"), ("floor", "hyper proxy (floor)"), ("nginx", "nginx proxy (master + workers)"), ("direct", "upstream nginx (master + workers)")):
         def mib(key):
             v = r.median("mem", target, "-", key)
             return "—" if v is None else f"{v / 1024:.1f}"
@@ -211,6 +223,7 @@ def main():
         "stream arrives at once, so first event ≈ last byte; the behaviour check below separates them."
     )
     w("")
+    relative(w, r, "stream", "s-direct", "s-nginx", STREAMING[2:], c)
 
     # --- behaviour ---------------------------------------------------------------------------
     delay = float(args.sim_delay)
