@@ -9,7 +9,8 @@
 //! routine_per_second` (a token bucket per route and per tool), so a busy gateway does not write
 //! thousands of traces a second that the newest-`keep_last` rule throws away minutes later. Traces
 //! are exported whether written or not. The store worker also prunes what `[traces]` no longer
-//! keeps.
+//! keeps. The gateway runs both workers on a thread of their own, so a batch's work never holds
+//! an event loop's connections, and stops them after its connections have drained.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,6 +93,10 @@ pub struct Recorder {
     stats: Arc<RecorderStats>,
     config: TracesConfig,
     sink: Option<Arc<dyn TraceSink>>,
+    /// The stop of workers started by [`Recorder::spawn_on_own_thread`] (dropped with the
+    /// recorder, which stops them too), and what tells they ended.
+    own_stop: std::sync::Mutex<Option<watch::Sender<bool>>>,
+    ended: std::sync::Mutex<Option<oneshot::Receiver<()>>>,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -121,6 +126,8 @@ impl Recorder {
             stats: Arc::new(RecorderStats::default()),
             config: config.clone(),
             sink,
+            own_stop: std::sync::Mutex::new(None),
+            ended: std::sync::Mutex::new(None),
         }
     }
 
@@ -181,24 +188,127 @@ impl Recorder {
         .await;
     }
 
-    /// Start the store writer (with the pruning) and the exporter; both end when `stop` turns
-    /// true, the writer after writing what is queued. A second call starts nothing.
+    /// Start the store writer (with the pruning) and the exporter on the current tokio runtime;
+    /// both end when `stop` turns true, the writer after writing what is queued. A second call
+    /// (of this or [`Recorder::spawn_on_own_thread`]) starts nothing.
     pub fn spawn(
         &self,
         store: Arc<dyn ToolStore>,
         kinds: ProviderKinds,
         stop: watch::Receiver<bool>,
     ) {
-        let Some(rx) = self.rx.lock().ok().and_then(|mut rx| rx.take()) else { return };
-        let exports = self.sink.clone().map(|sink| {
-            let (tx, rx) = mpsc::channel::<Trace>(self.config.queue);
-            tokio::spawn(export_loop(sink, rx, self.config.batch, self.stats.clone()));
-            tx
+        if let Some(workers) = self.workers(store, kinds, stop) {
+            tokio::spawn(workers.run());
+        }
+    }
+
+    /// As [`Recorder::spawn`], on a thread of its own (`rein-recorder`, with a current-thread
+    /// tokio runtime and that runtime's blocking pool), so the batches' work (each call's row,
+    /// its trace, the store's transaction, the export's encoding) never runs on an event loop
+    /// that serves requests: on one, a batch of 256 held every connection of that loop for
+    /// milliseconds. The workers run until [`Recorder::stop`] (or until the recorder is
+    /// dropped), not with the server's stop, so calls that end while connections drain are
+    /// written too. Falls back to the current runtime when the runtime or the thread cannot be
+    /// made.
+    pub fn spawn_on_own_thread(&self, store: Arc<dyn ToolStore>, kinds: ProviderKinds) {
+        let (stop_tx, stop) = watch::channel(false);
+        let Some(workers) = self.workers(store, kinds, stop) else { return };
+        let (ended_tx, ended) = oneshot::channel::<()>();
+        if let (Ok(mut own_stop), Ok(mut own_ended)) = (self.own_stop.lock(), self.ended.lock()) {
+            *own_stop = Some(stop_tx);
+            *own_ended = Some(ended);
+        }
+        let workers = async move {
+            workers.run().await;
+            drop(ended_tx);
+        };
+        let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(runtime) => runtime,
+            Err(error) => {
+                tracing::warn!(%error, "the recorder runs on the serving runtime: no runtime of its own");
+                tokio::spawn(workers);
+                return;
+            }
+        };
+        // The thread takes the workers from the slot; if it cannot be started, they are still
+        // there.
+        let slot = Arc::new(std::sync::Mutex::new(Some(workers)));
+        let theirs = slot.clone();
+        let started = std::thread::Builder::new().name("rein-recorder".into()).spawn(move || {
+            let workers = theirs.lock().ok().and_then(|mut workers| workers.take());
+            if let Some(workers) = workers {
+                runtime.block_on(workers);
+            }
         });
+        if let Err(error) = started {
+            tracing::warn!(%error, "the recorder runs on the serving runtime: no thread of its own");
+            if let Some(workers) = slot.lock().ok().and_then(|mut workers| workers.take()) {
+                tokio::spawn(workers);
+            }
+        }
+    }
+
+    /// Stop the workers [`Recorder::spawn_on_own_thread`] started once they have written what
+    /// is queued, waiting at most `wait` for them; calls submitted after this are dropped
+    /// (counted). Nothing to do for workers started otherwise.
+    pub async fn stop(&self, wait: Duration) {
+        if let Some(stop) = self.own_stop.lock().ok().and_then(|mut stop| stop.take()) {
+            stop.send_replace(true);
+        }
+        let ended = self.ended.lock().ok().and_then(|mut ended| ended.take());
+        if let Some(ended) = ended
+            && tokio::time::timeout(wait, ended).await.is_err()
+        {
+            tracing::warn!(
+                wait_ms = wait.as_millis() as u64,
+                "the recorder did not finish writing in time; calls still queued are not written"
+            );
+        }
+    }
+
+    /// The workers, once: `None` when recording is off or they were taken already.
+    fn workers(
+        &self,
+        store: Arc<dyn ToolStore>,
+        kinds: ProviderKinds,
+        stop: watch::Receiver<bool>,
+    ) -> Option<Workers> {
+        let rx = self.rx.lock().ok().and_then(|mut rx| rx.take())?;
+        let (exports, export) = match self.sink.clone() {
+            Some(sink) => {
+                let (tx, rx) = mpsc::channel::<Trace>(self.config.queue);
+                (Some(tx), Some((sink, rx)))
+            }
+            None => (None, None),
+        };
         let routine = RoutineTraces::new(self.config.routine_per_second);
         let writer = Writer { store, kinds, stats: self.stats.clone(), exports, routine };
         let queue = Queue { rx, wake: self.wake.clone() };
-        tokio::spawn(write_loop(writer, queue, self.config.clone(), stop));
+        Some(Workers { writer, queue, config: self.config.clone(), stop, export })
+    }
+}
+
+/// The recorder's two workers, ready to run wherever they are put.
+struct Workers {
+    writer: Writer,
+    queue: Queue,
+    config: TracesConfig,
+    stop: watch::Receiver<bool>,
+    export: Option<(Arc<dyn TraceSink>, mpsc::Receiver<Trace>)>,
+}
+
+impl Workers {
+    /// Both workers; ends when the writer has written what was queued at the stop and the
+    /// exporter has sent what the writer handed it.
+    async fn run(self) {
+        let Self { writer, queue, config, stop, export } = self;
+        let stats = writer.stats.clone();
+        let export = export
+            .map(|(sink, rx)| tokio::spawn(export_loop(sink, rx, config.batch, stats.clone())));
+        write_loop(writer, queue, config, stop).await;
+        if let Some(export) = export {
+            let _ = export.await;
+        }
     }
 }
 
@@ -782,6 +892,42 @@ mod tests {
         assert!(recorder.submit(call(2)));
         assert!(!recorder.submit(call(3)));
         assert_eq!(recorder.stats().records_dropped.load(Ordering::Relaxed), 1);
+    }
+
+    /// A sink that notes the thread each export runs on.
+    struct Threads(Mutex<Vec<String>>);
+
+    #[async_trait]
+    impl TraceSink for Threads {
+        async fn export(&self, traces: &[Trace]) -> Result<usize, String> {
+            let name = std::thread::current().name().unwrap_or("unnamed").to_string();
+            self.0.lock().unwrap().push(name);
+            Ok(traces.iter().map(|t| t.spans.len()).sum())
+        }
+    }
+
+    #[tokio::test]
+    async fn on_a_thread_of_its_own_the_recorder_works_off_the_serving_loop_until_stopped() {
+        let sink = Arc::new(Threads(Mutex::new(vec![])));
+        let (_dir, store) = store().await;
+        let recorder = Recorder::new(&config(64), Some(sink.clone()));
+        recorder.spawn_on_own_thread(store.clone(), kinds());
+        for n in 0..3 {
+            assert!(recorder.submit(call(n)));
+        }
+        recorder.flush(Duration::from_secs(10)).await;
+        assert_eq!(store.calls_since(0, None, 100).await.unwrap().len(), 3);
+
+        // Queued before the stop: written by the time it returns; after it: dropped, counted.
+        assert!(recorder.submit(call(3)));
+        recorder.stop(Duration::from_secs(10)).await;
+        assert_eq!(store.calls_since(0, None, 100).await.unwrap().len(), 4);
+        assert!(!recorder.submit(call(4)), "the queue is closed");
+        assert_eq!(recorder.stats().records_dropped.load(Ordering::Relaxed), 1);
+
+        let threads = sink.0.lock().unwrap().clone();
+        assert!(!threads.is_empty(), "traces were exported");
+        assert!(threads.iter().all(|name| name == "rein-recorder"), "exported on {threads:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -469,8 +469,10 @@ impl Runtime {
     }
 
     /// Start the background workers (the outbox replay, the kill-switch and route-to sync, the
-    /// recorder, the online judge) on the current
-    /// tokio runtime; they stop when `stop` turns true.
+    /// online judge) on the current tokio runtime, which stop when `stop` turns true, and the
+    /// recorder on a thread of its own
+    /// ([`crate::recorder::Recorder::spawn_on_own_thread`]), which records until
+    /// [`crate::recorder::Recorder::stop`] or until this runtime is dropped.
     pub fn spawn_workers(self: &Arc<Self>, stop: tokio::sync::watch::Receiver<bool>) {
         tokio::spawn(crate::workers::replay_outbox(self.clone(), stop.clone()));
         let current = self.current.clone();
@@ -483,7 +485,7 @@ impl Runtime {
                 .map(|(name, provider)| (name.clone(), provider.genai_name().to_string()))
                 .collect()
         });
-        self.recorder.spawn(self.tools.store.clone(), kinds, stop.clone());
+        self.recorder.spawn_on_own_thread(self.tools.store.clone(), kinds);
         self.judge.spawn(self.clone(), stop.clone());
         tokio::spawn(crate::workers::sync_kill_switch(self.clone(), stop));
     }

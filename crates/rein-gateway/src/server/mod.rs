@@ -220,23 +220,33 @@ impl Gateway {
         };
         tokio::pin!(all);
         let mut stopping = stop_rx;
-        tokio::select! {
-            result = &mut all => return result,
-            _ = stopping.wait_for(|stop| *stop) => {}
-        }
         let drain = self.current().config.server.drain_timeout;
-        match tokio::time::timeout(drain, all).await {
-            Ok(result) => result,
-            Err(_) => {
-                tracing::warn!(
-                    drain_ms = drain.as_millis() as u64,
-                    "drain timeout: closing the remaining connections"
-                );
-                Ok(())
-            }
-        }
+        let ended = tokio::select! {
+            result = &mut all => Some(result),
+            _ = stopping.wait_for(|stop| *stop) => None,
+        };
+        let result = match ended {
+            Some(result) => result,
+            None => match tokio::time::timeout(drain, all).await {
+                Ok(result) => result,
+                Err(_) => {
+                    tracing::warn!(
+                        drain_ms = drain.as_millis() as u64,
+                        "drain timeout: closing the remaining connections"
+                    );
+                    Ok(())
+                }
+            },
+        };
+        // The calls that ended while the connections drained are queued: write them, then end.
+        self.runtime.recorder.stop(RECORDER_STOP_WAIT).await;
+        result
     }
 }
+
+/// How long a shutdown waits, after the connections are drained, for the recorder to write the
+/// calls still queued.
+const RECORDER_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The listening socket's accept queue. tokio's default (1,024) drops connections when thousands
 /// of clients connect within a few seconds; the kernel caps it at `net.core.somaxconn`.

@@ -551,6 +551,15 @@ async fn shutdown_drains_an_open_stream_to_its_end() {
         client.get(format!("http://{addr}/healthz")).send().await.is_err(),
         "no longer accepting"
     );
+    // The call ended while the connections drained; the shutdown wrote its record before it
+    // returned.
+    let recorded = gateway.runtime.tool_store().calls_since(0, Some("slow"), 100).await.unwrap();
+    assert_eq!(recorded.len(), 1, "the drained call's record was written");
+    assert_eq!(recorded[0].1.outcome, rein_core::Outcome::Answered);
+    assert_eq!(
+        gateway.runtime.recorder.stats().records_dropped.load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
 }
 
 #[tokio::test]
