@@ -20,7 +20,7 @@ use rein_core::{
 };
 
 use super::evidence::{REIN_FIELD, caller_options, rein_options};
-use super::json::{TextOr, extra, parse_object, require, typed};
+use super::json::{TextOr, extra, may_hold_a_number_out_of_range, parse_object, require, typed};
 use super::{ErrorKind, ResponseMeta, WireError, rein_summary};
 
 pub use super::anthropic_stream::AnthropicStream;
@@ -154,6 +154,10 @@ pub fn parse_request(body: &[u8]) -> Result<AnthropicRequest, WireError> {
     let Ok(text) = std::str::from_utf8(body) else {
         return parse_tree(body);
     };
+    // Nor does it read their numbers, which the tree path does.
+    if may_hold_a_number_out_of_range(text) {
+        return parse_tree(body);
+    }
     match serde_json::from_str::<RawRequest>(text) {
         Ok(mut raw) => {
             let options = rein_options(raw.rein.take())?;

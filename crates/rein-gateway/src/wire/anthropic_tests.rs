@@ -383,3 +383,15 @@ fn fuzz_anthropic_request_text_not_utf8_in_an_unknown_field_is_refused() {
     assert!(matches!(refused, WireError::MalformedJson { .. }), "{refused:?}");
     assert!(refused.to_string().contains("column 130"), "{refused}");
 }
+
+/// The `openai_request` finding (`crash-80854e6e…`) in a Messages body: a number no `f64` holds,
+/// in a field the one-pass path skips unread (a block's unknown key), refused by the tree path.
+/// Both refuse it as malformed JSON.
+#[test]
+fn fuzz_anthropic_request_a_number_out_of_range_in_a_skipped_field_is_refused_as_by_the_tree() {
+    let body = br#"{"model":"m","max_tokens":10,"messages":[{"role":"user","content":[{"type":"text","text":"hi","later":4e400}]}]}"#;
+    let refused = parse_bytes(body).unwrap_err();
+    assert!(matches!(refused, WireError::MalformedJson { .. }), "{refused:?}");
+    assert!(refused.to_string().contains("number out of range"), "{refused}");
+    assert_eq!(parse_bytes(body), parse_request_tree(body));
+}

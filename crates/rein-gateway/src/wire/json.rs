@@ -12,6 +12,74 @@ use serde_json::{Map, Value};
 
 use super::WireError;
 
+/// Whether `text` (JSON, or what is meant to be) may hold a number outside the range of an
+/// `f64` (`1e999`, or 400 digits): such a number fails the tree path (`serde_json::Value` reads
+/// every number), while the one pass skips the fields it does not know without reading their
+/// numbers. A parser that finds one takes the tree path, so both paths answer alike. Errs on the
+/// side of yes (`0e999`, a tiny fraction with a large exponent): that only costs the slow path.
+/// Strings are stepped over with `memchr`, so a body of long messages costs little.
+pub(crate) fn may_hold_a_number_out_of_range(text: &str) -> bool {
+    /// A number whose integer digits and exponent add up to this may exceed `f64::MAX`
+    /// (1.8e308).
+    const LARGE: u64 = 300;
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                // To the string's closing quote: the next quote not escaped.
+                i += 1;
+                loop {
+                    match memchr::memchr2(b'"', b'\\', &bytes[i..]) {
+                        Some(at) if bytes[i + at] == b'\\' => i += at + 2,
+                        Some(at) => {
+                            i += at + 1;
+                            break;
+                        }
+                        None => return false,
+                    }
+                }
+            }
+            b'0'..=b'9' => {
+                let mut magnitude = 0u64;
+                while i < bytes.len() && bytes[i] == b'0' {
+                    i += 1;
+                }
+                while i < bytes.len() && bytes[i].is_ascii_digit() {
+                    magnitude += 1;
+                    i += 1;
+                }
+                if i < bytes.len() && bytes[i] == b'.' {
+                    i += 1;
+                    while i < bytes.len() && bytes[i].is_ascii_digit() {
+                        i += 1;
+                    }
+                }
+                if i < bytes.len() && matches!(bytes[i], b'e' | b'E') {
+                    i += 1;
+                    let negative = i < bytes.len() && bytes[i] == b'-';
+                    if i < bytes.len() && matches!(bytes[i], b'+' | b'-') {
+                        i += 1;
+                    }
+                    let mut exponent = 0u64;
+                    while i < bytes.len() && bytes[i].is_ascii_digit() {
+                        exponent = (exponent * 10 + u64::from(bytes[i] - b'0')).min(LARGE);
+                        i += 1;
+                    }
+                    if !negative {
+                        magnitude += exponent;
+                    }
+                }
+                if magnitude >= LARGE {
+                    return true;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    false
+}
+
 /// Parse the body as a JSON object.
 pub(crate) fn parse_object(body: &[u8]) -> Result<Map<String, Value>, WireError> {
     let value: Value = serde_json::from_slice(body)
@@ -183,6 +251,29 @@ pub(crate) fn sse_frame(event: Option<&str>, data: &Value) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_number_out_of_range_is_told_from_one_in_range_and_from_text() {
+        let big_integer = format!("{{\"a\":{}}}", "9".repeat(400));
+        for (text, expected) in [
+            (r#"{"a":1e999}"#, true),
+            (r#"{"a":[0.5E+400]}"#, true),
+            (big_integer.as_str(), true),
+            (r#"{"a":1e300}"#, true), // near the limit: the slow path decides
+            (r#"{"a":1e298,"b":-7.25e10}"#, false),
+            (r#"{"a":1e-999,"b":0.000001}"#, false),
+            (r#"{"a":"1e999"}"#, false),
+            (r#"{"a":"say \"1e999\" \\","b":2}"#, false),
+            (r#"{"a":"\\"}1e999"#, true),
+            (r#"{"a":"unterminated 1e999"#, false),
+        ] {
+            assert_eq!(may_hold_a_number_out_of_range(text), expected, "{text}");
+            if expected && serde_json::from_str::<Value>(text).is_ok() {
+                // Only the borderline case may parse: it is within f64's range.
+                assert_eq!(text, r#"{"a":1e300}"#);
+            }
+        }
+    }
 
     #[derive(Debug, Deserialize)]
     struct Body {

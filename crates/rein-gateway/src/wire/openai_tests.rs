@@ -517,3 +517,30 @@ fn fuzz_openai_request_text_not_utf8_in_an_unknown_field_is_refused() {
     assert!(matches!(refused, WireError::MalformedJson { .. }), "{refused:?}");
     assert!(refused.to_string().contains("column 103"), "{refused}");
 }
+
+/// Found by the `openai_request` fuzz target (`crash-80854e6e…`): a number no `f64` holds
+/// (`…e999…`), among keys `response_format` does not know, was skipped unread by the one-pass
+/// path, which then refused the body for another reason (no `json_schema`), while the tree path
+/// refused it as malformed JSON. A body whose only fault is that number was accepted by one path
+/// and refused by the other. Both now refuse it as malformed, saying where.
+#[test]
+fn fuzz_openai_request_a_number_out_of_range_in_a_skipped_field_is_refused_as_by_the_tree() {
+    let found: &[u8] = include_bytes!(
+        "../../../../fuzz/corpus/openai_request/crash-80854e6ed8f0a6f58c8db2598da5344e4375b10a"
+    );
+    assert_eq!(parse_bytes(found), parse_request_tree(found));
+    assert!(matches!(parse_bytes(found), Err(WireError::MalformedJson { .. })));
+
+    let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object","later":1.5e999}}"#;
+    let refused = parse_bytes(body).unwrap_err();
+    assert!(refused.to_string().contains("number out of range"), "{refused}");
+    assert_eq!(parse_bytes(body), parse_request_tree(body));
+    // In range, or inside a string, it is no fault.
+    for fine in [
+        br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object","later":1.5e300}}"#.as_slice(),
+        br#"{"model":"m","messages":[{"role":"user","content":"1e999 \"2e999\""}],"response_format":{"type":"json_object","later":-1e-999}}"#,
+    ] {
+        assert!(parse_bytes(fine).is_ok(), "{}", String::from_utf8_lossy(fine));
+        assert_eq!(parse_bytes(fine), parse_request_tree(fine));
+    }
+}
