@@ -395,3 +395,14 @@ fn fuzz_anthropic_request_a_number_out_of_range_in_a_skipped_field_is_refused_as
     assert!(refused.to_string().contains("number out of range"), "{refused}");
     assert_eq!(parse_bytes(body), parse_request_tree(body));
 }
+
+/// Found by the `anthropic_request` fuzz target in CI (`crash-edd33763…`) the day the number
+/// scan came in: a body ending in a backslash inside a string made the scan step past the text's
+/// end and panic. It is malformed JSON, refused by both paths.
+#[test]
+fn fuzz_anthropic_request_a_body_cut_after_a_backslash_in_a_string_is_refused() {
+    let found: &[u8] = include_bytes!(
+        "../../../../fuzz/corpus/anthropic_request/crash-edd337633dce553931bc87623d6a11a73549b572"
+    );
+    assert!(matches!(parse_bytes(found), Err(WireError::MalformedJson { .. })));
+}

@@ -30,7 +30,9 @@ pub(crate) fn may_hold_a_number_out_of_range(text: &str) -> bool {
                 // To the string's closing quote: the next quote not escaped.
                 i += 1;
                 loop {
-                    match memchr::memchr2(b'"', b'\\', &bytes[i..]) {
+                    // An escape's backslash may be the text's last byte.
+                    let Some(rest) = bytes.get(i..) else { return false };
+                    match memchr::memchr2(b'"', b'\\', rest) {
                         Some(at) if bytes[i + at] == b'\\' => i += at + 2,
                         Some(at) => {
                             i += at + 1;
@@ -266,6 +268,8 @@ mod tests {
             (r#"{"a":"say \"1e999\" \\","b":2}"#, false),
             (r#"{"a":"\\"}1e999"#, true),
             (r#"{"a":"unterminated 1e999"#, false),
+            (r#"{"a":"ends in an escape\"#, false),
+            (r#"{"a":"\"#, false),
         ] {
             assert_eq!(may_hold_a_number_out_of_range(text), expected, "{text}");
             if expected && serde_json::from_str::<Value>(text).is_ok() {

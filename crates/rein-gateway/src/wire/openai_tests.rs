@@ -544,3 +544,16 @@ fn fuzz_openai_request_a_number_out_of_range_in_a_skipped_field_is_refused_as_by
         assert_eq!(parse_bytes(fine), parse_request_tree(fine));
     }
 }
+
+/// Found by the `openai_request` fuzz target in CI (`crash-35dfa93a…`) the day the number scan
+/// came in: a body cut off just after a backslash inside a string made the scan step past the
+/// text's end and panic. A body ending in an escape is malformed JSON, refused by both paths.
+#[test]
+fn fuzz_openai_request_a_body_cut_after_a_backslash_in_a_string_is_refused() {
+    let found: &[u8] = include_bytes!(
+        "../../../../fuzz/corpus/openai_request/crash-35dfa93a29893027b4f8cb9fcd1c5eff9e479cd4"
+    );
+    assert!(matches!(parse_bytes(found), Err(WireError::MalformedJson { .. })));
+    let cut = br#"{"model":"m","messages":[{"role":"user","content":"hi\"#;
+    assert!(matches!(parse_bytes(cut), Err(WireError::MalformedJson { .. })));
+}
