@@ -95,8 +95,7 @@ pub struct Recorder {
     sink: Option<Arc<dyn TraceSink>>,
     /// The stop of workers started by [`Recorder::spawn_on_own_thread`] (dropped with the
     /// recorder, which stops them too), and what tells they ended.
-    own_stop: std::sync::Mutex<Option<watch::Sender<bool>>>,
-    ended: std::sync::Mutex<Option<oneshot::Receiver<()>>>,
+    own: std::sync::Mutex<Option<(watch::Sender<bool>, oneshot::Receiver<()>)>>,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -126,8 +125,7 @@ impl Recorder {
             stats: Arc::new(RecorderStats::default()),
             config: config.clone(),
             sink,
-            own_stop: std::sync::Mutex::new(None),
-            ended: std::sync::Mutex::new(None),
+            own: std::sync::Mutex::new(None),
         }
     }
 
@@ -214,9 +212,8 @@ impl Recorder {
         let (stop_tx, stop) = watch::channel(false);
         let Some(workers) = self.workers(store, kinds, stop) else { return };
         let (ended_tx, ended) = oneshot::channel::<()>();
-        if let (Ok(mut own_stop), Ok(mut own_ended)) = (self.own_stop.lock(), self.ended.lock()) {
-            *own_stop = Some(stop_tx);
-            *own_ended = Some(ended);
+        if let Ok(mut own) = self.own.lock() {
+            *own = Some((stop_tx, ended));
         }
         let workers = async move {
             workers.run().await;
@@ -252,13 +249,10 @@ impl Recorder {
     /// is queued, waiting at most `wait` for them; calls submitted after this are dropped
     /// (counted). Nothing to do for workers started otherwise.
     pub async fn stop(&self, wait: Duration) {
-        if let Some(stop) = self.own_stop.lock().ok().and_then(|mut stop| stop.take()) {
-            stop.send_replace(true);
-        }
-        let ended = self.ended.lock().ok().and_then(|mut ended| ended.take());
-        if let Some(ended) = ended
-            && tokio::time::timeout(wait, ended).await.is_err()
-        {
+        let own = self.own.lock().ok().and_then(|mut own| own.take());
+        let Some((stop, ended)) = own else { return };
+        stop.send_replace(true);
+        if tokio::time::timeout(wait, ended).await.is_err() {
             tracing::warn!(
                 wait_ms = wait.as_millis() as u64,
                 "the recorder did not finish writing in time; calls still queued are not written"
