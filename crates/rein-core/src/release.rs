@@ -89,7 +89,7 @@ fn floor_char_boundary(text: &str, at: usize) -> usize {
 pub(crate) fn spawn(
     engine: Engine,
     handle: RouteHandle,
-    ctx: CallContext,
+    mut ctx: CallContext,
     request: ChatRequest,
 ) -> ReleaseStream {
     let (tx, rx) = mpsc::channel(64);
@@ -99,31 +99,9 @@ pub(crate) fn spawn(
         let run = async {
             let mut forwarder = Forwarder::new(tx.clone(), handle.continuation());
             let forward = passthrough.then_some(&mut forwarder);
-            let result = engine.run(ctx, &handle, request, forward).await;
-            match result {
-                Ok(completion) => {
-                    if !forwarder.forwarded() {
-                        for event in completion.response.to_events() {
-                            let events = match event {
-                                StreamEvent::Done => continue,
-                                StreamEvent::TextDelta { text } => pieces(&text)
-                                    .map(|piece| StreamEvent::TextDelta { text: piece.into() })
-                                    .collect(),
-                                other => vec![other],
-                            };
-                            for event in events {
-                                if tx.send(Released::Event(event)).await.is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                    }
-                    let _ = tx.send(Released::Completed(Box::new(completion))).await;
-                }
-                Err(error) => {
-                    let _ = tx.send(Released::Failed(Box::new(error))).await;
-                }
-            }
+            let result = engine.run(&mut ctx, &handle, &request, forward).await;
+            // Moved on whole, so the outcome takes no room of its own beside the call's state.
+            deliver(&tx, result, forwarder.forwarded()).await;
         };
         tokio::select! {
             _ = closed.closed() => {}
@@ -131,6 +109,39 @@ pub(crate) fn spawn(
         }
     });
     ReleaseStream { rx }
+}
+
+/// Send a finished call's outcome down its stream: the held answer in pieces (unless it went
+/// out as it came), then the completion; or the failure. Stops when the caller has gone.
+async fn deliver(
+    tx: &mpsc::Sender<Released>,
+    result: Result<Completion, CallError>,
+    forwarded: bool,
+) {
+    let completion = match result {
+        Ok(completion) => completion,
+        Err(error) => {
+            let _ = tx.send(Released::Failed(Box::new(error))).await;
+            return;
+        }
+    };
+    if !forwarded {
+        for event in completion.response.to_events() {
+            let events = match event {
+                StreamEvent::Done => continue,
+                StreamEvent::TextDelta { text } => pieces(&text)
+                    .map(|piece| StreamEvent::TextDelta { text: piece.into() })
+                    .collect(),
+                other => vec![other],
+            };
+            for event in events {
+                if tx.send(Released::Event(event)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = tx.send(Released::Completed(Box::new(completion))).await;
 }
 
 #[cfg(test)]

@@ -254,14 +254,20 @@ impl Engine {
 
     /// Run one call to completion, holding the answer until it is whole. The call ends by the
     /// context's deadline or the route's, whichever comes first.
-    pub async fn complete(
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn would hold the context and the request twice for the whole call"
+    )]
+    pub fn complete(
         &self,
-        ctx: CallContext,
+        mut ctx: CallContext,
         route: &str,
         request: ChatRequest,
-    ) -> Result<Completion, CallError> {
-        let state = self.route_state(route)?;
-        self.run(ctx, &state, request, None).await
+    ) -> impl Future<Output = Result<Completion, CallError>> + Send {
+        async move {
+            let state = self.route_state(route)?;
+            self.run(&mut ctx, &state, &request, None).await
+        }
     }
 
     /// Start a streamed call in the route's release mode. The call runs on its own task and
@@ -286,35 +292,27 @@ impl Engine {
 
     /// The chain itself. With a forwarder (passthrough streams) events reach the caller as they
     /// arrive, and a failure after the first one ends the call as `Interrupted`.
+    ///
+    /// The caller's future owns the context and the request; the chain borrows them, so a call's
+    /// state holds one copy of each however deep the chain's futures nest (an `async fn` keeps
+    /// an argument it owns twice: once as it came and once as its local).
     pub(crate) async fn run(
         &self,
-        mut ctx: CallContext,
+        ctx: &mut CallContext,
         state: &RouteHandle,
-        request: ChatRequest,
+        request: &ChatRequest,
         forward: Option<&mut Forwarder>,
     ) -> Result<Completion, CallError> {
         let route = &state.0.route;
         ctx.narrow(route.clocks.deadline);
-        let mut call = CallState::new(route, &ctx);
+        let mut call = CallState::new(route, ctx);
         let structured = request
             .response_format
             .as_ref()
             .is_some_and(|format| !matches!(format, crate::model::ResponseFormat::Text));
-        let result = self.run_tiers(&ctx, state, &mut call, &request, forward).await;
-        let result = match result {
-            Ok(done) => Ok(done),
-            Err(Ended::Error(error)) => Err(error),
-            Err(Ended::Degraded) => match (&self.inner.acts, request.last_user_text()) {
-                (Some(acts), Some(message)) => match acts.act(&route.name, &ctx, message).await {
-                    Some(acted) => call.acted(route, &ctx, structured, acted),
-                    None => call.degraded(route, &ctx, structured),
-                },
-                _ => call.degraded(route, &ctx, structured),
-            },
-            Err(Ended::Stopped) => call.stopped(route, &ctx, structured),
-            Err(Ended::Decided) => call.decided(route, &ctx, structured),
-            Err(Ended::Declined) => call.declined(route, &ctx, structured),
-        };
+        let ended = self.run_tiers(ctx, state, &mut call, request, forward).await;
+        // Moved on whole: the outcome takes no room beside the tiers' state while they run.
+        let result = self.settle(ctx, route, call, structured, request, ended).await;
         let report = match &result {
             Ok(completion) => Some(&completion.report),
             Err(error) => error.report(),
@@ -323,6 +321,35 @@ impl Engine {
             observer.on_call(report);
         }
         result
+    }
+
+    /// What the chain's end makes of the call: the answer, the error, or the reply the route
+    /// gives when no tier answered (after its degraded acts, if any), was stopped, decided or
+    /// declined.
+    async fn settle(
+        &self,
+        ctx: &CallContext,
+        route: &Route,
+        mut call: CallState,
+        structured: bool,
+        request: &ChatRequest,
+        ended: Result<Completion, Ended>,
+    ) -> Result<Completion, CallError> {
+        match ended {
+            Ok(done) => Ok(done),
+            Err(Ended::Error(error)) => Err(error),
+            Err(Ended::Degraded) => {
+                if let (Some(acts), Some(message)) = (&self.inner.acts, request.last_user_text())
+                    && let Some(acted) = acts.act(&route.name, ctx, message).await
+                {
+                    return call.acted(route, ctx, structured, acted);
+                }
+                call.degraded(route, ctx, structured)
+            }
+            Err(Ended::Stopped) => call.stopped(route, ctx, structured),
+            Err(Ended::Decided) => call.decided(route, ctx, structured),
+            Err(Ended::Declined) => call.declined(route, ctx, structured),
+        }
     }
 
     /// The chain: the kill switch, then each tier in this call's order until one answers or the

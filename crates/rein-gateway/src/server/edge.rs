@@ -134,25 +134,13 @@ pub(super) async fn serve_connections(
         tokio::spawn(async move {
             let conn = Arc::new(ConnClock::new(limits));
             let service = Tracked { router, conn: conn.clone() };
+            // A task's state is as large as its largest branch, and every open connection holds
+            // one: the TLS branch (over twice a cleartext connection's state) is boxed, so a
+            // cleartext connection does not carry its room.
             let result = match tls {
                 None => serve(Watched::new(tcp, conn.clone()), service, watcher, stop).await,
                 Some(acceptor) => {
-                    let handshake =
-                        tokio::time::timeout(limits.header_read_timeout, acceptor.accept(tcp));
-                    match handshake.await {
-                        Ok(Ok(stream)) => {
-                            serve(Watched::new(stream, conn.clone()), service, watcher, stop).await
-                        }
-                        Ok(Err(error)) => {
-                            tracing::debug!("TLS handshake failed: {error}");
-                            conn.close(CloseReason::TlsHandshake);
-                            Ok(())
-                        }
-                        Err(_) => {
-                            conn.close(CloseReason::TlsHandshake);
-                            Ok(())
-                        }
-                    }
+                    Box::pin(serve_tls(acceptor, tcp, &conn, service, watcher, stop)).await
                 }
             };
             if let Err(error) = result {
@@ -167,6 +155,30 @@ pub(super) async fn serve_connections(
     }
     graceful.shutdown().await;
     Ok(())
+}
+
+/// Serve a connection that begins with a TLS handshake, bounded by `header_read_timeout`.
+async fn serve_tls(
+    acceptor: tokio_rustls::TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+    conn: &Arc<ConnClock>,
+    service: Tracked,
+    watcher: Watcher,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), hyper::Error> {
+    let handshake = tokio::time::timeout(conn.limits.header_read_timeout, acceptor.accept(tcp));
+    match handshake.await {
+        Ok(Ok(stream)) => serve(Watched::new(stream, conn.clone()), service, watcher, stop).await,
+        Ok(Err(error)) => {
+            tracing::debug!("TLS handshake failed: {error}");
+            conn.close(CloseReason::TlsHandshake);
+            Ok(())
+        }
+        Err(_) => {
+            conn.close(CloseReason::TlsHandshake);
+            Ok(())
+        }
+    }
 }
 
 /// Serve one connection in the protocol its first bytes name, until it ends or, once the
@@ -197,8 +209,9 @@ where
     match protocol {
         Protocol::Http1 => watcher.watch(http1::Builder::new().serve_connection(io, service)).await,
         Protocol::Http2 => {
+            // Boxed, like the TLS branch: an HTTP/2 connection's state is twice an HTTP/1.1 one's.
             let builder = http2::Builder::new(TokioExecutor::new());
-            watcher.watch(builder.serve_connection(io, service)).await
+            Box::pin(watcher.watch(builder.serve_connection(io, service))).await
         }
     }
 }
