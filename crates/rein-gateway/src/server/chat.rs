@@ -66,45 +66,53 @@ struct Parsed {
     echo: Option<wire::responses::Echo>,
 }
 
+/// A call's handler future lives as long as the call and is moved on its way to the
+/// connection, so what it keeps across its awaits is kept small: each step's result is matched
+/// where it is made (a named result would keep its room to the end), and the parsed request is
+/// boxed, so it is kept once and moved as a pointer.
 async fn handle(gateway: Arc<Gateway>, api: Api, headers: HeaderMap, body: Body) -> Response {
     let runtime = gateway.current();
     let (request_id, admitted) = intake::admit(&runtime, &headers, body).await;
-    let prepared = admitted
+    let (parsed, ctx) = match admitted
         .map_err(|refusal| refused(api, refusal, &runtime.config.server, &request_id))
         .and_then(|call| prepare(api, call, &request_id))
         .and_then(|(parsed, ctx)| {
             pinned(&runtime, &headers, api, &parsed.route, &ctx, &request_id)?;
-            Ok((parsed, ctx))
-        });
+            Ok((Box::new(parsed), ctx))
+        }) {
+        Ok(call) => call,
+        Err(error) => return failed(&gateway, api, error),
+    };
     // Everything the call needs of the headers is in its context now (see `headers_alone`).
     drop(headers);
-    let prepared = match prepared {
-        Ok((parsed, ctx)) => {
-            let (route, request) = (&parsed.route, &parsed.request);
-            run::before(&gateway, &runtime, api, route, request, ctx, &request_id)
-                .await
-                .map(|(ctx, followup)| (parsed, ctx, followup))
-        }
-        Err(error) => Err(error),
+    let (route, request) = (&parsed.route, &parsed.request);
+    let (ctx, followup) =
+        match run::before(&gateway, &runtime, api, route, request, ctx, &request_id).await {
+            Ok(before) => before,
+            Err(error) => return failed(&gateway, api, error),
+        };
+    drop(runtime);
+    let (ctx, mut abandoned, after) = {
+        // Borrowed under a binding of its own: a local once borrowed keeps its room to the end
+        // of its scope, which for the first binding is the whole call.
+        let started = ctx;
+        let abandoned = Abandoned::new(&gateway, &parsed.route, &request_id);
+        let recording = Recording::start(&gateway, api, &parsed.route, &started, &parsed.request);
+        (started, abandoned, After { followup, recording })
     };
-    match prepared {
-        Ok((parsed, ctx, followup)) => {
-            let mut abandoned = Abandoned::new(&gateway, &parsed.route, &request_id);
-            let recording = Recording::start(&gateway, api, &parsed.route, &ctx, &parsed.request);
-            let after = After { followup, recording };
-            if parsed.stream {
-                stream(gateway, api, parsed, ctx, request_id, abandoned, after).await
-            } else {
-                let response = complete(gateway, api, parsed, ctx, request_id, after).await;
-                abandoned.finished();
-                response
-            }
-        }
-        Err(error) => {
-            gateway.metrics.http_error(api.label(), error.status.as_u16());
-            error.into_response()
-        }
+    if parsed.stream {
+        stream(gateway, api, parsed, ctx, request_id, abandoned, after).await
+    } else {
+        let response = complete(gateway, api, parsed, ctx, request_id, after).await;
+        abandoned.finished();
+        response
     }
+}
+
+/// A call refused before it ran: counted by status, answered in the caller's format.
+fn failed(gateway: &Gateway, api: Api, error: ApiError) -> Response {
+    gateway.metrics.http_error(api.label(), error.status.as_u16());
+    error.into_response()
 }
 
 /// The admitted call's body parsed in the caller's format, and its evidence in the context.
@@ -306,7 +314,7 @@ struct After {
 async fn complete(
     gateway: Arc<Gateway>,
     api: Api,
-    parsed: Parsed,
+    parsed: Box<Parsed>,
     ctx: CallContext,
     request_id: String,
     after: After,
@@ -395,7 +403,7 @@ impl Encoder {
 async fn stream(
     gateway: Arc<Gateway>,
     api: Api,
-    parsed: Parsed,
+    parsed: Box<Parsed>,
     ctx: CallContext,
     request_id: String,
     mut abandoned: Abandoned,
@@ -758,4 +766,41 @@ fn not_served_reason(report: &CallReport) -> String {
         }
     }
     if reasons.is_empty() { "no tier answered".into() } else { reasons.join("; ") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A call's handler future lives as long as the call, and is moved into a box on its way to
+    /// the connection: it stays small. It was 7,000 bytes while it kept each step's result beside
+    /// the awaits after it and the parsed request by value; 2,752 now, in a test build.
+    #[tokio::test]
+    async fn a_calls_handler_keeps_little_across_its_awaits() {
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = dir.path().join("rein.sqlite");
+        let toml = format!(
+            r#"
+[store]
+sqlite_path = "{}"
+
+[providers.sim]
+kind = "openai_compatible"
+base_url = "http://127.0.0.1:9/v1"
+
+[routes.r]
+[[routes.r.tiers]]
+name = "primary"
+provider = "sim"
+model = "m"
+"#,
+            sqlite.display()
+        );
+        let env: rein_runtime::EnvSource = Arc::new(|_: &str| None);
+        let config = rein_runtime::config::Config::from_toml(&toml, &*env).unwrap();
+        let gateway = Gateway::from_config(config, None, None, env).await.unwrap();
+        let handler = openai_chat(State(gateway), Request::new(Body::empty()));
+        let size = std::mem::size_of_val(&handler);
+        assert!(size <= 4096, "a call's handler future is {size} bytes");
+    }
 }
