@@ -20,7 +20,9 @@ use rein_core::{
 };
 
 use super::evidence::{REIN_FIELD, caller_options, rein_options};
-use super::json::{TextOr, extra, may_hold_a_number_out_of_range, parse_object, require, typed};
+use super::json::{
+    TextOr, extra, may_hold_what_only_the_tree_refuses, parse_object, require, typed,
+};
 use super::{ErrorKind, ResponseMeta, WireError, rein_summary};
 
 pub use super::anthropic_stream::AnthropicStream;
@@ -155,7 +157,7 @@ pub fn parse_request(body: &[u8]) -> Result<AnthropicRequest, WireError> {
         return parse_tree(body);
     };
     // Nor does it read their numbers, which the tree path does.
-    if may_hold_a_number_out_of_range(text) {
+    if may_hold_what_only_the_tree_refuses(text) {
         return parse_tree(body);
     }
     match serde_json::from_str::<RawRequest>(text) {

@@ -406,3 +406,15 @@ fn fuzz_anthropic_request_a_body_cut_after_a_backslash_in_a_string_is_refused() 
     );
     assert!(matches!(parse_bytes(found), Err(WireError::MalformedJson { .. })));
 }
+
+/// The `openai_request` target's lone-surrogate finding (`crash-f5617f61…`) in a `/v1/messages`
+/// body: refused by both paths; a surrogate pair parses by both.
+#[test]
+fn fuzz_anthropic_request_a_lone_surrogate_in_an_unknown_field_is_refused_as_by_the_tree() {
+    let lone = br#"{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi","cl$e":"\udE119nt"}]}"#;
+    assert_eq!(parse_bytes(lone), parse_request_tree(lone));
+    assert!(matches!(parse_bytes(lone), Err(WireError::MalformedJson { .. })));
+    let pair = br#"{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi \ud83d\ude00","note":"\uD83D\uDE00"}]}"#;
+    assert!(parse_bytes(pair).is_ok());
+    assert_eq!(parse_bytes(pair), parse_request_tree(pair));
+}

@@ -12,13 +12,14 @@ use serde_json::{Map, Value};
 
 use super::WireError;
 
-/// Whether `text` (JSON, or what is meant to be) may hold a number outside the range of an
-/// `f64` (`1e999`, or 400 digits): such a number fails the tree path (`serde_json::Value` reads
-/// every number), while the one pass skips the fields it does not know without reading their
-/// numbers. A parser that finds one takes the tree path, so both paths answer alike. Errs on the
-/// side of yes (`0e999`, a tiny fraction with a large exponent): that only costs the slow path.
+/// Whether `text` (JSON, or what is meant to be) may hold what the tree path refuses and the
+/// one pass may skip unread in a field it does not know: a number outside the range of an `f64`
+/// (`1e999`, or 400 digits; `serde_json::Value` reads every number) or a string escape of a
+/// UTF-16 surrogate (`\udc00`, which `Value` refuses when it stands alone). A parser that finds
+/// one takes the tree path, so both paths answer alike. Errs on the side of yes (`0e999`, a
+/// surrogate pair, which the tree reads as one character): that only costs the slow path.
 /// Strings are stepped over with `memchr`, so a body of long messages costs little.
-pub(crate) fn may_hold_a_number_out_of_range(text: &str) -> bool {
+pub(crate) fn may_hold_what_only_the_tree_refuses(text: &str) -> bool {
     /// A number whose integer digits and exponent add up to this may exceed `f64::MAX`
     /// (1.8e308).
     const LARGE: u64 = 300;
@@ -33,7 +34,15 @@ pub(crate) fn may_hold_a_number_out_of_range(text: &str) -> bool {
                     // An escape's backslash may be the text's last byte.
                     let Some(rest) = bytes.get(i..) else { return false };
                     match memchr::memchr2(b'"', b'\\', rest) {
-                        Some(at) if bytes[i + at] == b'\\' => i += at + 2,
+                        Some(at) if bytes[i + at] == b'\\' => {
+                            // `\uD800` to `\uDFFF`: half of a UTF-16 surrogate pair.
+                            if let Some(&[b'u', b'd' | b'D', half, ..]) = bytes.get(i + at + 1..)
+                                && matches!(half, b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F')
+                            {
+                                return true;
+                            }
+                            i += at + 2
+                        }
                         Some(at) => {
                             i += at + 1;
                             break;
@@ -270,11 +279,14 @@ mod tests {
             (r#"{"a":"unterminated 1e999"#, false),
             (r#"{"a":"ends in an escape\"#, false),
             (r#"{"a":"\"#, false),
+            (r#"{"a":"\udE11"}"#, true), // a lone surrogate: the tree refuses it
+            (r#"{"a":"\ud83d\ude00"}"#, true), // a pair: the tree decides (and reads it)
+            (r#"{"a":"\u00e9 \\ud800 \uE000"}"#, false),
         ] {
-            assert_eq!(may_hold_a_number_out_of_range(text), expected, "{text}");
+            assert_eq!(may_hold_what_only_the_tree_refuses(text), expected, "{text}");
             if expected && serde_json::from_str::<Value>(text).is_ok() {
-                // Only the borderline case may parse: it is within f64's range.
-                assert_eq!(text, r#"{"a":1e300}"#);
+                // Only the borderline cases may parse: within f64's range, a surrogate pair.
+                assert!(text == r#"{"a":1e300}"# || text.contains("ude00"), "{text}");
             }
         }
     }
