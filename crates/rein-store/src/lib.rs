@@ -271,6 +271,13 @@ const MIGRATIONS: &[&str] = &[
     // 12: recognising a caller's re-issue of a write (`key_recent`): its keys by tool and
     // arguments.
     "CREATE INDEX tool_keys_by_call ON tool_keys (tool, args_hash, created_unix_ms);",
+    // 13: a call is looked up by its trace or request id only while its trace is kept, so those
+    // two indexes hold only the calls with a trace: a routine call's record (most of them)
+    // costs the table and `calls_at`, not four B-trees.
+    "DROP INDEX calls_trace;
+    DROP INDEX calls_request;
+    CREATE INDEX calls_trace_kept ON calls (trace_id) WHERE trace IS NOT NULL;
+    CREATE INDEX calls_request_kept ON calls (request_id) WHERE trace IS NOT NULL;",
 ];
 
 /// How long a writer waits for another connection's write transaction (another process on the
@@ -486,6 +493,55 @@ mod tests {
         store.conn().execute("INSERT INTO rein_schema VALUES (999, 0)", []).unwrap();
         drop(store);
         assert!(matches!(Store::open(&path), Err(StoreError::TooNew { found: 999, .. })));
+    }
+
+    #[test]
+    fn a_routine_calls_record_stays_out_of_the_trace_lookup_indexes() {
+        let store = Store::open_in_memory().unwrap();
+        let conn = store.conn();
+        let insert = "INSERT INTO calls (at_unix_ms, request_id, trace_id, route, outcome,
+                          attempts, elapsed_ms, notable, record, trace)
+                      VALUES (?1, ?2, ?3, 'r', 'answered', 1, 5, 0, '{}', ?4)";
+        for n in 0..40 {
+            let trace = (n % 10 == 0).then(|| format!("{{\"n\":{n}}}"));
+            conn.execute(insert, rusqlite::params![n, format!("req_{n}"), format!("t{n}"), trace])
+                .unwrap();
+        }
+        // rein never runs ANALYZE: the plan is the one a store without statistics gets.
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {}", tools_sqlite::TRACE_BY_ID))
+            .unwrap()
+            .query_map(["t10"], |row| row.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(plan.contains("USING INDEX calls_trace_kept"), "{plan}");
+        assert!(plan.contains("USING INDEX calls_request_kept"), "{plan}");
+        assert!(!plan.contains("SCAN"), "a lookup reads no whole table or index: {plan}");
+        let found = |id: &str| -> Vec<String> {
+            conn.prepare(tools_sqlite::TRACE_BY_ID)
+                .unwrap()
+                .query_map([id], |row| row.get(0))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        };
+        assert_eq!(found("t10"), ["{\"n\":10}"]);
+        assert_eq!(found("req_20"), ["{\"n\":20}"]);
+        assert!(found("t11").is_empty(), "a call whose trace is not kept has none to find");
+        conn.execute_batch("ANALYZE").unwrap();
+        let entries = |index: &str| -> i64 {
+            let stat: String = conn
+                .query_row("SELECT stat FROM sqlite_stat1 WHERE idx = ?1", [index], |row| {
+                    row.get(0)
+                })
+                .unwrap();
+            stat.split(' ').next().unwrap().parse().unwrap()
+        };
+        assert_eq!(entries("calls_at"), 40);
+        assert_eq!(entries("calls_trace_kept"), 4, "only the calls whose trace is kept");
+        assert_eq!(entries("calls_request_kept"), 4, "only the calls whose trace is kept");
     }
 
     #[test]

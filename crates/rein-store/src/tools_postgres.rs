@@ -1152,8 +1152,12 @@ impl ToolStore for PostgresToolStore {
             let client = self.pool.get().await?;
             let found = query(
                 &client,
-                "SELECT trace FROM calls
-                 WHERE (trace_id = $1 OR request_id = $1) AND trace IS NOT NULL ORDER BY id",
+                // Each id by its own partial index (an OR of the two would not use them).
+                "SELECT trace FROM calls WHERE trace IS NOT NULL AND id IN (
+                     SELECT id FROM calls WHERE trace_id = $1 AND trace IS NOT NULL
+                     UNION ALL
+                     SELECT id FROM calls WHERE request_id = $1 AND trace IS NOT NULL)
+                 ORDER BY id",
                 &[&id],
             )
             .await?;

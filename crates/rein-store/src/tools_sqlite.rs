@@ -233,6 +233,14 @@ fn item_standing(tx: &Transaction<'_>, id: i64) -> Result<Option<ItemStanding>, 
     Ok(tx.query_row(&sql, [id], |row| rows::item_standing(row)).optional()?)
 }
 
+/// A call's kept traces by trace id or request id, each id through its own partial index (an
+/// `OR` of the two would not use them).
+pub(crate) const TRACE_BY_ID: &str = "SELECT trace FROM calls WHERE id IN (
+        SELECT id FROM calls WHERE trace_id = ?1 AND trace IS NOT NULL
+        UNION ALL
+        SELECT id FROM calls WHERE request_id = ?1 AND trace IS NOT NULL)
+    ORDER BY id";
+
 #[async_trait]
 impl ToolStore for SqliteToolStore {
     async fn key_begin(
@@ -1035,10 +1043,7 @@ impl ToolStore for SqliteToolStore {
     async fn trace_get(&self, id: &str) -> Result<Vec<Trace>, StoreError> {
         let id = id.to_owned();
         self.run(move |conn| {
-            let mut statement = conn.prepare_cached(
-                "SELECT trace FROM calls
-                 WHERE (trace_id = ?1 OR request_id = ?1) AND trace IS NOT NULL ORDER BY id",
-            )?;
+            let mut statement = conn.prepare_cached(TRACE_BY_ID)?;
             let found = statement
                 .query_map([id], |row| rows::typed::<_, Trace>(row, 0))?
                 .collect::<Result<Vec<_>, _>>()?;

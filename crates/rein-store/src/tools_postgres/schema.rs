@@ -201,6 +201,13 @@ const MIGRATIONS: &[&str] = &[
     // 11: recognising a caller's re-issue of a write (`key_recent`): its keys by tool and
     // arguments.
     "CREATE INDEX tool_keys_by_call ON tool_keys (tool, args_hash, created_unix_ms);",
+    // 12: a call is looked up by its trace or request id only while its trace is kept, so those
+    // two indexes hold only the calls with a trace: a routine call's record (most of them)
+    // costs the table and `calls_at`, not four B-trees.
+    "DROP INDEX calls_trace;
+    DROP INDEX calls_request;
+    CREATE INDEX calls_trace_kept ON calls (trace_id) WHERE trace IS NOT NULL;
+    CREATE INDEX calls_request_kept ON calls (request_id) WHERE trace IS NOT NULL;",
 ];
 
 /// The advisory lock key that serializes migrations ("reinschm" in ASCII).
