@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, StatusCode, header};
 use http_body_util::BodyExt;
 use rand::RngExt;
 use rein_core::{CallContext, TraceParent};
@@ -175,6 +175,22 @@ pub(super) const SKIP_COVERAGE_HEADER: &str = "x-rein-skip-coverage";
 /// The admin key, beside the client key, for what only an operator may ask of a call.
 pub(super) const ADMIN_KEY_HEADER: &str = "x-rein-admin-key";
 
+/// The context headers' names, parsed once: a lookup by `&str` parses the name on every call.
+mod context_names {
+    use axum::http::HeaderName;
+
+    pub(super) static DEADLINE: HeaderName = HeaderName::from_static(super::DEADLINE_HEADER);
+    pub(super) static RUN: HeaderName = HeaderName::from_static(super::RUN_HEADER);
+    pub(super) static CONVERSATION: HeaderName =
+        HeaderName::from_static(super::CONVERSATION_HEADER);
+    pub(super) static IDEMPOTENCY: HeaderName = HeaderName::from_static(super::IDEMPOTENCY_HEADER);
+    pub(super) static TRACEPARENT: HeaderName = HeaderName::from_static(super::TRACEPARENT_HEADER);
+    pub(super) static LABELS: HeaderName = HeaderName::from_static(super::LABELS_HEADER);
+    pub(super) static PIN_TIER: HeaderName = HeaderName::from_static(super::PIN_TIER_HEADER);
+    pub(super) static SKIP_COVERAGE: HeaderName =
+        HeaderName::from_static(super::SKIP_COVERAGE_HEADER);
+}
+
 /// A context header the caller got wrong: which one, and what it must be.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct HeaderProblem {
@@ -188,7 +204,7 @@ pub(super) struct HeaderProblem {
 /// (`run_id`, `conversation_id`, `idempotency_key`). A `traceparent` that breaks the W3C format
 /// is ignored, as that format says.
 pub(super) fn call_context(headers: &HeaderMap) -> Result<CallContext, HeaderProblem> {
-    let mut ctx = match text(headers, DEADLINE_HEADER)? {
+    let mut ctx = match text(headers, &context_names::DEADLINE)? {
         None => CallContext::new(),
         Some(value) => match value.trim().parse::<u64>().ok().filter(|ms| *ms > 0) {
             Some(ms) => CallContext::with_deadline(Duration::from_millis(ms)),
@@ -202,11 +218,11 @@ pub(super) fn call_context(headers: &HeaderMap) -> Result<CallContext, HeaderPro
             }
         },
     };
-    ctx.run_id = text(headers, RUN_HEADER)?.map(str::to_string);
-    ctx.conversation_id = text(headers, CONVERSATION_HEADER)?.map(str::to_string);
-    ctx.pin_tier = text(headers, PIN_TIER_HEADER)?.map(|tier| tier.trim().to_string());
-    ctx.idempotency_key = text(headers, IDEMPOTENCY_HEADER)?.map(str::to_string);
-    ctx.skip_coverage = match text(headers, SKIP_COVERAGE_HEADER)?.map(str::trim) {
+    ctx.run_id = text(headers, &context_names::RUN)?.map(str::to_string);
+    ctx.conversation_id = text(headers, &context_names::CONVERSATION)?.map(str::to_string);
+    ctx.pin_tier = text(headers, &context_names::PIN_TIER)?.map(|tier| tier.trim().to_string());
+    ctx.idempotency_key = text(headers, &context_names::IDEMPOTENCY)?.map(str::to_string);
+    ctx.skip_coverage = match text(headers, &context_names::SKIP_COVERAGE)?.map(str::trim) {
         None => false,
         Some(value) if value.eq_ignore_ascii_case("true") => true,
         Some(value) if value.eq_ignore_ascii_case("false") => false,
@@ -226,25 +242,28 @@ pub(super) fn call_context(headers: &HeaderMap) -> Result<CallContext, HeaderPro
             ctx.vars.insert(var.to_string(), value.clone());
         }
     }
-    if let Some(text) = text(headers, LABELS_HEADER)? {
+    if let Some(text) = text(headers, &context_names::LABELS)? {
         ctx.labels = rein_core::context::parse_labels(text).map_err(|why| HeaderProblem {
             header: LABELS_HEADER,
             message: format!("Header `{LABELS_HEADER}`: {why}."),
         })?;
     }
     let parent = headers
-        .get(TRACEPARENT_HEADER)
+        .get(&context_names::TRACEPARENT)
         .and_then(|value| value.to_str().ok())
         .and_then(TraceParent::parse);
     ctx.trace = Some(rein_core::trace::TraceIds::for_call(parent.as_ref()));
     Ok(ctx)
 }
 
-fn text<'a>(headers: &'a HeaderMap, name: &'static str) -> Result<Option<&'a str>, HeaderProblem> {
+fn text<'a>(
+    headers: &'a HeaderMap,
+    name: &'static HeaderName,
+) -> Result<Option<&'a str>, HeaderProblem> {
     match headers.get(name) {
         None => Ok(None),
         Some(value) => value.to_str().map(Some).map_err(|_| HeaderProblem {
-            header: name,
+            header: name.as_str(),
             message: format!("Header `{name}` must be printable ASCII text."),
         }),
     }
