@@ -317,6 +317,9 @@ impl Store {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
+        // Room for every statement the store prepares once and keeps (the calls' inserts of
+        // each chunk size among them), so none is prepared again for being pushed out.
+        conn.set_prepared_statement_cache_capacity(64);
         migrate(&mut conn)?;
         Ok(Self { conn: Mutex::new(conn) })
     }

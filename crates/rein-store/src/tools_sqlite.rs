@@ -233,6 +233,40 @@ fn item_standing(tx: &Transaction<'_>, id: i64) -> Result<Option<ItemStanding>, 
     Ok(tx.query_row(&sql, [id], |row| rows::item_standing(row)).optional()?)
 }
 
+/// The most calls' rows one `INSERT` carries: 32 rows of 12 values, far below SQLite's limit on
+/// a statement's parameters (32,766).
+const ROWS_A_STATEMENT: usize = 32;
+
+/// The `INSERT` of `rows` calls' rows (`rows` a power of two up to [`ROWS_A_STATEMENT`]), built
+/// once for each size.
+fn insert_calls_sql(rows: usize) -> &'static str {
+    static SQL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    let all = SQL.get_or_init(|| {
+        (0..=ROWS_A_STATEMENT.ilog2())
+            .map(|power| {
+                let rows = 1usize << power;
+                let mut sql = String::from(
+                    "INSERT INTO calls (at_unix_ms, request_id, trace_id, route, outcome, tier, \
+                     attempts, elapsed_ms, notable, record, trace, kind) VALUES ",
+                );
+                for row in 0..rows {
+                    sql.push_str(if row == 0 { "(" } else { ", (" });
+                    for column in 0..12 {
+                        if column > 0 {
+                            sql.push_str(", ");
+                        }
+                        sql.push('?');
+                        sql.push_str(&(row * 12 + column + 1).to_string());
+                    }
+                    sql.push(')');
+                }
+                sql
+            })
+            .collect()
+    });
+    &all[rows.ilog2() as usize]
+}
+
 /// A call's kept traces by trace id or request id, each id through its own partial index (an
 /// `OR` of the two would not use them).
 pub(crate) const TRACE_BY_ID: &str = "SELECT trace FROM calls WHERE id IN (
@@ -964,26 +998,35 @@ impl ToolStore for SqliteToolStore {
             return Ok(());
         }
         self.write(move |tx| {
-            let mut insert = tx.prepare_cached(
-                "INSERT INTO calls (at_unix_ms, request_id, trace_id, route, outcome, tier,
-                     attempts, elapsed_ms, notable, record, trace, kind)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            )?;
-            for row in &rows {
-                insert.execute(params![
-                    row.at_unix_ms,
-                    row.request_id,
-                    row.trace_id,
-                    row.route,
-                    row.outcome,
-                    row.tier,
-                    row.attempts,
-                    row.elapsed_ms,
-                    row.notable,
-                    row.record,
-                    row.trace,
-                    row.kind
-                ])?;
+            // Up to `ROWS_A_STATEMENT` rows a statement, the rest in statements of halving size:
+            // one run of the statement (and one update of the id sequence) a chunk, not a row.
+            let mut rest = &rows[..];
+            while !rest.is_empty() {
+                let take = if rest.len() >= ROWS_A_STATEMENT {
+                    ROWS_A_STATEMENT
+                } else {
+                    1 << rest.len().ilog2()
+                };
+                let (chunk, tail) = rest.split_at(take);
+                let mut insert = tx.prepare_cached(insert_calls_sql(take))?;
+                let values = chunk.iter().flat_map(|row| -> [&dyn rusqlite::ToSql; 12] {
+                    [
+                        &row.at_unix_ms,
+                        &row.request_id,
+                        &row.trace_id,
+                        &row.route,
+                        &row.outcome,
+                        &row.tier,
+                        &row.attempts,
+                        &row.elapsed_ms,
+                        &row.notable,
+                        &row.record,
+                        &row.trace,
+                        &row.kind,
+                    ]
+                });
+                insert.execute(rusqlite::params_from_iter(values))?;
+                rest = tail;
             }
             Ok(())
         })

@@ -104,6 +104,7 @@ on_both_backends!(
     concurrent_decisions_on_one_handoff_make_exactly_one,
     review_stats_count_canaries_apart,
     recorded_calls_come_back_by_window_and_route,
+    a_large_batch_of_calls_is_recorded_whole_and_in_order,
     the_trace_store_keeps_the_newest_and_every_notable_trace,
     verdicts_join_their_calls_records_once_each_and_go_with_them,
 );
@@ -1668,6 +1669,44 @@ fn recorded(n: i64, route: &str, outcome: rein_core::Outcome, attempts: u32) -> 
         record,
         trace: Some(trace),
         eval: false,
+    }
+}
+
+/// Batches of every size around the SQLite store's chunking (32 rows a statement, the rest in
+/// halving statements): each call is written once, in order, with its own values and trace.
+async fn a_large_batch_of_calls_is_recorded_whole_and_in_order(backend: Backend) {
+    use rein_core::Outcome;
+    let store = &*backend.store;
+    let mut written = Vec::new();
+    let mut n = 0;
+    for size in [1, 31, 32, 33, 70, 100] {
+        let batch: Vec<RecordedCall> = (0..size)
+            .map(|_| {
+                n += 1;
+                let outcome = if n % 3 == 0 { Outcome::Fallback } else { Outcome::Answered };
+                let mut call = recorded(n, "support", outcome, (n % 4) as u32 + 1);
+                if n % 5 != 0 {
+                    call.trace = None;
+                }
+                call
+            })
+            .collect();
+        store.calls_record(&batch, &[]).await.unwrap();
+        written.extend(batch);
+    }
+    let read = store.calls_since(T0, None, 1_000).await.unwrap();
+    let expected: Vec<_> =
+        written.iter().map(|call| (call.at_unix_ms, call.record.clone())).collect();
+    assert_eq!(read.len(), 267);
+    assert_eq!(read, expected, "every call once, oldest first, each with its own record");
+    for call in &written {
+        let found = store.trace_get(&call.request_id).await.unwrap();
+        assert_eq!(
+            found,
+            call.trace.clone().into_iter().collect::<Vec<_>>(),
+            "{}",
+            call.request_id
+        );
     }
 }
 
