@@ -376,6 +376,22 @@ fn tier_name(report: &CallReport, tier: usize) -> Option<String> {
 
 impl Trace {
     /// The trace of a finished model call.
+    /// How many spans [`Trace::of_call`] makes of `report` and `info`, without making them:
+    /// the call's, one per attempt and per wait, and the notes' own.
+    pub fn spans_of_call(report: &CallReport, info: &CallInfo) -> usize {
+        let steps = report
+            .steps
+            .iter()
+            .filter(|step| matches!(step, Step::Attempt(_) | Step::Wait { .. }))
+            .count();
+        1 + steps + info.notes.spans.len()
+    }
+
+    /// How many spans [`Trace::of_tool_call`] makes of `info`: the call's and the notes' own.
+    pub fn spans_of_tool_call(info: &ToolCallInfo) -> usize {
+        1 + info.notes.spans.len()
+    }
+
     pub fn of_call(report: &CallReport, info: CallInfo) -> Trace {
         let ids = info.ids.clone().unwrap_or_else(|| TraceIds::for_call(None));
         let kind_of = |provider: &str| {
@@ -844,6 +860,25 @@ mod tests {
             rejected_draft: None,
             labels: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn the_span_count_of_a_call_or_tool_call_is_the_built_traces() {
+        let mut info = CallInfo { request_id: "req_1".into(), ..CallInfo::default() };
+        assert_eq!(
+            Trace::spans_of_call(&report(), &info),
+            Trace::of_call(&report(), info.clone()).spans.len()
+        );
+        info.notes.span("lookup", SpanKind::Client, 1, 9);
+        info.notes.span("lookup", SpanKind::Client, 10, 19);
+        let counted = Trace::spans_of_call(&report(), &info);
+        assert_eq!(counted, Trace::of_call(&report(), info).spans.len());
+        assert_eq!(counted, 7, "the call's, three attempts, a wait, two of the notes'");
+
+        let mut tool = ToolCallInfo { request_id: "t".into(), elapsed_ms: 5, ..Default::default() };
+        tool.notes.span("rung", SpanKind::Client, 1, 9);
+        let counted = Trace::spans_of_tool_call(&tool);
+        assert_eq!((counted, Trace::of_tool_call(tool).spans.len()), (2, 2));
     }
 
     #[test]

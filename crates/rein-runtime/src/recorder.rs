@@ -480,7 +480,7 @@ async fn fill(
 impl Writer {
     async fn write(&mut self, items: Vec<Item>) {
         let kinds = (self.kinds)();
-        let export = self.exports.is_some();
+        let mut room = ExportRoom::now(self.exports.as_ref());
         let mut calls = Vec::with_capacity(items.len());
         let mut tools = Vec::new();
         let mut flushes = Vec::new();
@@ -491,12 +491,14 @@ impl Writer {
                     let keep = call.pinned
                         || RecordedCall::is_notable(&call.record)
                         || self.routine.route(&call.record.route, call.at_unix_ms);
+                    let export = room.take(|| Trace::spans_of_call(&call.report, &call.info));
                     let (row, trace) = recorded(*call, &kinds, keep, export);
                     calls.push(row);
                     traces.extend(trace);
                 }
                 Item::Tool(call) => {
                     let keep = call.notable || self.routine.tool(&call.info.tool, call.at_unix_ms);
+                    let export = room.take(|| Trace::spans_of_tool_call(&call.info));
                     let (row, trace) = recorded_tool(*call, keep, export);
                     tools.push(row);
                     traces.extend(trace);
@@ -504,8 +506,43 @@ impl Writer {
                 Item::Flush(done) => flushes.push(done),
             }
         }
+        if room.unbuilt > 0 {
+            self.stats.spans_dropped_queue.fetch_add(room.unbuilt, Ordering::Relaxed);
+        }
         let batch = Batch { calls, tools, flushes, traces };
         write_batch(&*self.store, batch, &self.stats, self.exports.as_ref()).await;
+    }
+}
+
+/// The exporter's room when a batch is written. A trace past it would only be dropped at the
+/// queue, so it is counted dropped there and never built: building every call's trace for an
+/// exporter that cannot keep up cost more CPU than the export itself.
+struct ExportRoom {
+    /// `None`: no exporter.
+    room: Option<usize>,
+    /// The spans of the traces not built for want of room.
+    unbuilt: u64,
+}
+
+impl ExportRoom {
+    fn now(exports: Option<&mpsc::Sender<Trace>>) -> Self {
+        Self { room: exports.map(|exports| exports.capacity()), unbuilt: 0 }
+    }
+
+    /// Whether the next call's trace is built for export; when there is no room, its `spans`
+    /// are counted and `false`.
+    fn take(&mut self, spans: impl FnOnce() -> usize) -> bool {
+        match &mut self.room {
+            None => false,
+            Some(0) => {
+                self.unbuilt += spans() as u64;
+                false
+            }
+            Some(room) => {
+                *room -= 1;
+                true
+            }
+        }
     }
 }
 
@@ -1059,6 +1096,71 @@ mod tests {
         assert!(bare.trace.is_none());
         assert_eq!((bare.rungs, bare.elapsed_ms), (built.rungs, built.elapsed_ms));
         assert_eq!((bare.rungs, bare.elapsed_ms), (1, 9));
+    }
+
+    #[test]
+    fn past_the_exporters_room_a_trace_is_counted_dropped_and_not_built() {
+        let (tx, _rx) = mpsc::channel::<Trace>(2);
+        let mut room = ExportRoom::now(Some(&tx));
+        let counted = std::cell::Cell::new(0);
+        let spans = || {
+            counted.set(counted.get() + 1);
+            3
+        };
+        assert!(room.take(spans), "room for two");
+        assert!(room.take(spans));
+        assert_eq!(counted.get(), 0, "a trace with room is not counted");
+        assert!(!room.take(spans), "no room: not built");
+        assert!(!room.take(spans));
+        assert_eq!((room.unbuilt, counted.get()), (6, 2));
+        let mut none = ExportRoom::now(None);
+        assert!(!none.take(|| unreachable!("no exporter: nothing to count")));
+        assert_eq!(none.unbuilt, 0);
+    }
+
+    /// A sink whose export never ends: the exporter holds what it took (counted), and the queue
+    /// behind it has its own room only.
+    struct Stuck(AtomicU64);
+
+    #[async_trait]
+    impl TraceSink for Stuck {
+        async fn export(&self, traces: &[Trace]) -> Result<usize, String> {
+            self.0.fetch_add(traces.len() as u64, Ordering::Relaxed);
+            std::future::pending().await
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_exporter_that_cannot_keep_up_loses_spans_counted_and_every_record_lands() {
+        let config = TracesConfig { batch: 64, ..config(4) };
+        let sink = Arc::new(Stuck(AtomicU64::new(0)));
+        let (_dir, store, recorder, _stop_tx) = started(&config, Some(sink.clone())).await;
+        let mut submitted = 0;
+        for round in 0..3 {
+            for n in 0..4 {
+                submitted += u64::from(recorder.submit(call(round * 4 + n)));
+            }
+            recorder.flush(Duration::from_secs(10)).await;
+        }
+        let stats = recorder.stats();
+        let written = stats.records_written.load(Ordering::Relaxed);
+        assert_eq!(written, submitted);
+        assert_eq!(store.calls_since(0, None, 100).await.unwrap().len() as u64, written);
+        for _ in 0..100 {
+            if sink.0.load(Ordering::Relaxed) > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Two spans a call. Every trace is in the stuck export, in the queue (room for four) or
+        // counted dropped, whether it was built or not: never more, never fewer.
+        let took = sink.0.load(Ordering::Relaxed);
+        let dropped = stats.spans_dropped_queue.load(Ordering::Relaxed);
+        assert_eq!(dropped % 2, 0);
+        let queued = written.checked_sub(took + dropped / 2).expect("no trace counted twice");
+        assert!(queued <= 4, "{written} written, {took} taken, {dropped} spans dropped");
+        assert!(dropped >= 2 * 4, "at least one batch found no room: {dropped}");
+        assert_eq!(stats.spans_exported.load(Ordering::Relaxed), 0);
     }
 
     #[test]
