@@ -6,8 +6,10 @@
 #   store      the default: every call's record and trace written to SQLite off the request path
 #   otlp-dead  store + [traces.otlp] pointing at a port nothing listens on (every export fails)
 #   otlp-live  store + export to a live Arize Phoenix (only with REIN_PHOENIX_BIN set)
+#   otlp-live-runs  otlp-live, and every 4 calls of a connection are one agent run (`x-rein-run-id`,
+#              lib/post_run.lua): the run guards count and check each call in the store
 # Reports req/s, p50/p99 latency and CPU per request at CONNS connections and p50 at 1, with the
-# ratio of each to `off`, and the dead exporter's dropped-span counter. A benchmark: it asserts
+# ratio of each to `off` and to `store` (the default), and what each dropped. A benchmark: it asserts
 # nothing; see bench/README.md.
 #
 #   bash bench/traces.sh                 # ~3 minutes on a 2-core machine, plus the first build
@@ -97,7 +99,7 @@ if [ -n "${REIN_PHOENIX_BIN:-}" ]; then
     PHOENIX_WORKING_DIR="$TMP/phoenix" "$REIN_PHOENIX_BIN" serve >"$TMP/phoenix.log" 2>&1 &
   PIDS+=($!)
   wait_port "$PHX_PORT" "phoenix"
-  VARIANTS+=(otlp-live)
+  VARIANTS+=(otlp-live otlp-live-runs)
 fi
 
 declare -A PORT PID
@@ -108,7 +110,7 @@ for v in "${VARIANTS[@]}"; do
   case "$v" in
     off) traces=$'[traces]\nenabled = false' ;;
     otlp-dead) traces=$'[traces.otlp]\nendpoint = "http://127.0.0.1:'"$DEAD_PORT"$'/v1/traces"\ntimeout_ms = 1000' ;;
-    otlp-live) traces=$'[traces.otlp]\nendpoint = "http://127.0.0.1:'"$PHX_PORT"$'/v1/traces"' ;;
+    otlp-live | otlp-live-runs) traces=$'[traces.otlp]\nendpoint = "http://127.0.0.1:'"$PHX_PORT"$'/v1/traces"' ;;
   esac
   cat >"$TMP/$v/rein.toml" <<EOF
 [server]
@@ -142,9 +144,10 @@ BODY='{"model":"bench","messages":[{"role":"user","content":"where is my order?"
 RAW="$TMP/raw.tsv"
 : >"$RAW"
 run() { # variant conns -> records rps, p50, p99, cpu
-  local v=$1 c=$2 c0 c1 line requests dur p50 p99
+  local v=$1 c=$2 c0 c1 line requests dur p50 p99 script=$LIB/post.lua
+  [ "$v" = otlp-live-runs ] && script=$LIB/post_run.lua
   c0=$(cpu_ticks "${PID[$v]}")
-  line=$(BENCH_BODY=$BODY wrk -t"$((c < 2 ? 1 : 2))" -c"$c" -d"${DURATION}s" --timeout 5s -s "$LIB/post.lua" \
+  line=$(BENCH_BODY=$BODY wrk -t"$((c < 2 ? 1 : 2))" -c"$c" -d"${DURATION}s" --timeout 5s -s "$script" \
     "http://127.0.0.1:${PORT[$v]}/v1/chat/completions" | grep '^BENCH ') || die "$v: wrk failed"
   c1=$(cpu_ticks "${PID[$v]}")
   requests=$(sed 's/.* requests=\([0-9]*\).*/\1/' <<<"$line")
@@ -166,21 +169,25 @@ for round in $(seq 1 "$ROUNDS"); do
   for v in "${VARIANTS[@]}"; do run "$v" "$CONNS"; done
 done
 
-dropped=$(curl -s "http://127.0.0.1:${PORT[otlp-dead]}/metrics" \
-  | awk '/^rein_trace_spans_dropped_total\{reason="export_failed"\}/ {print $2}')
-exported_live="-"
-if [ -n "${PORT[otlp-live]:-}" ]; then
-  sleep 3
-  exported_live=$(curl -s "http://127.0.0.1:${PORT[otlp-live]}/metrics" \
-    | awk '/^rein_trace_spans_exported_total/ {print $2}')
-fi
-records=$(curl -s "http://127.0.0.1:${PORT[store]}/metrics" \
-  | awk '/^rein_call_records_dropped_total/ {print $2}')
+# What each variant dropped, from its own metrics: call records (the recorder's queue was full),
+# spans (queue_full: the exporter fell behind; export_failed: the collector was down), spans
+# exported, and runs stopped (none is expected: a run here is 4 calls, under every limit).
+sleep 3
+COUNTERS="$TMP/counters.tsv"
+: >"$COUNTERS"
+metric() { awk -v m="$2" 'index($0, m) == 1 {sum += $2} END {printf "%d", sum}' <<<"$1"; }
+for v in "${VARIANTS[@]}"; do
+  m=$(curl -s "http://127.0.0.1:${PORT[$v]}/metrics")
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$v" "$(metric "$m" rein_call_records_dropped_total)" \
+    "$(metric "$m" 'rein_trace_spans_dropped_total{reason="queue_full"}')" \
+    "$(metric "$m" 'rein_trace_spans_dropped_total{reason="export_failed"}')" \
+    "$(metric "$m" rein_trace_spans_exported_total)" "$(metric "$m" rein_run_stops_total)" >>"$COUNTERS"
+done
 
 mkdir -p "$(dirname "$OUT")"
-python3 - "$RAW" "$CONNS" "$DURATION" "$ROUNDS" "${dropped:-?}" "$exported_live" "${records:-?}" >"$OUT" <<'PY'
+python3 - "$RAW" "$CONNS" "$DURATION" "$ROUNDS" "$COUNTERS" >"$OUT" <<'PY'
 import statistics, sys
-raw, conns, duration, rounds, dropped, exported, records = sys.argv[1:]
+raw, conns, duration, rounds, counters = sys.argv[1:]
 rows = {}
 for line in open(raw):
     v, c, rps, p50, p99, cpu = line.split()
@@ -193,15 +200,23 @@ for (v, _c) in rows:
 def col(v, c, i):
     return med([r[i] for r in rows[(v, c)]])
 print(f"# Traces: what recording and exporting cost a call ({rounds} rounds x {duration} s, medians)\n")
-print(f"| variant | req/s @{conns} | ratio | p50 ms @{conns} | p99 ms @{conns} | CPU µs/req @{conns} | ratio | p50 ms @1 | ratio |")
-print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
-base = "off"
+print("Ratios to `off` (no record, no trace) and to `store` (the default: every call's record, routine")
+print("traces up to a rate). Lower is better except req/s.\n")
+print(f"| variant | req/s @{conns} | vs off | vs store | p50 ms @{conns} | p99 ms @{conns} | CPU µs/req @{conns} | vs off | vs store | p50 ms @1 | vs off | vs store |")
+print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 for v in variants:
     rps, p50, p99, cpu = (col(v, conns, i) for i in range(4))
     p50_1 = col(v, "1", 1)
-    b_rps, b_cpu, b_p50_1 = col(base, conns, 0), col(base, conns, 3), col(base, "1", 1)
-    print(f"| {v} | {rps:.0f} | {rps / b_rps:.3f} | {p50 / 1000:.3f} | {p99 / 1000:.3f} | {cpu:.1f} | {cpu / b_cpu:.3f} | {p50_1 / 1000:.3f} | {p50_1 / b_p50_1:.3f} |")
-print(f"\nSpans the dead exporter dropped (export_failed): {dropped}. Spans the live exporter sent: {exported}. "
-      f"Call records dropped (store variant): {records}.")
+    o = ("off", "store")
+    r = [col(b, conns, 0) for b in o]
+    c = [col(b, conns, 3) for b in o]
+    l = [col(b, "1", 1) for b in o]
+    print(f"| {v} | {rps:.0f} | {rps / r[0]:.3f} | {rps / r[1]:.3f} | {p50 / 1000:.3f} | {p99 / 1000:.3f} "
+          f"| {cpu:.1f} | {cpu / c[0]:.3f} | {cpu / c[1]:.3f} | {p50_1 / 1000:.3f} | {p50_1 / l[0]:.3f} | {p50_1 / l[1]:.3f} |")
+print("\n| variant | call records dropped | spans dropped: queue full | spans dropped: export failed | spans exported | runs stopped |")
+print("|---|--:|--:|--:|--:|--:|")
+for line in open(counters):
+    v, *counts = line.split()
+    print(f"| {v} | " + " | ".join(f"{int(n):,}" for n in counts) + " |")
 PY
 cat "$OUT"

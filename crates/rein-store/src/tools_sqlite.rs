@@ -74,20 +74,49 @@ impl SqliteToolStore {
             .map_err(|e| StoreError::Task(e.to_string()))?
     }
 
-    /// Run `work` in one write transaction, committed when it returns `Ok`.
+    /// Run `work` in one write transaction, committed when it returns `Ok` and on disk when
+    /// this returns (`synchronous = FULL`): what must never be lost (the outbox, idempotency
+    /// keys, hand-offs and their decisions, levers).
     async fn write<T, F>(&self, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
     {
+        self.run(move |conn| transact(conn, work)).await
+    }
+
+    /// [`Self::write`] for bookkeeping that guards or measures (a run's counts, notes, evidence
+    /// and tool log, a conversation's spend and questions, call records, the tool cache): its
+    /// commit does not wait for the disk (`synchronous = NORMAL` for this transaction). It
+    /// survives rein's own crash, and only a crash of the machine in the moments after it can
+    /// lose it; the next `FULL` commit syncs it with its own. A run's model call made two such
+    /// commits, and waiting for the disk on each cost milliseconds a call.
+    async fn write_relaxed<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
+    {
         self.run(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let value = work(&tx)?;
-            tx.commit()?;
-            Ok(value)
+            conn.pragma_update(None, "synchronous", "NORMAL")?;
+            let written = transact(conn, work);
+            // Back to `FULL` whatever happened, so no later write is left relaxed.
+            conn.pragma_update(None, "synchronous", "FULL")?;
+            written
         })
         .await
     }
+}
+
+/// `work` in one write transaction taken up front (`BEGIN IMMEDIATE`), committed when it
+/// returns `Ok`.
+fn transact<T>(
+    conn: &mut Connection,
+    work: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let value = work(&tx)?;
+    tx.commit()?;
+    Ok(value)
 }
 
 /// A JSON value bound as its text: every value, `null` included, round-trips exactly (binding
@@ -597,7 +626,7 @@ impl ToolStore for SqliteToolStore {
         captured_unix_ms: i64,
     ) -> Result<(), StoreError> {
         let (tool, args_hash, result) = (tool.to_owned(), args_hash.to_owned(), result.clone());
-        self.write(move |tx| {
+        self.write_relaxed(move |tx| {
             tx.execute(
                 "INSERT INTO tool_cache (tool, args_hash, result, captured_unix_ms)
                  VALUES (?1, ?2, ?3, ?4)
@@ -679,7 +708,7 @@ impl ToolStore for SqliteToolStore {
     ) -> Result<RunCounts, StoreError> {
         let (run_id, conversation) = (run_id.to_owned(), conversation_id.map(str::to_owned));
         let event = OwnedEvent::of(event);
-        self.write(move |tx| {
+        self.write_relaxed(move |tx| {
             let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1");
             let stored = tx.query_row(&sql, [&run_id], |row| rows::run_row(row)).optional()?;
             let (row, fresh) =
@@ -739,7 +768,7 @@ impl ToolStore for SqliteToolStore {
         now_unix_ms: i64,
     ) -> Result<String, StoreError> {
         let (run_id, status) = (run_id.to_owned(), status.to_owned());
-        self.write(move |tx| {
+        self.write_relaxed(move |tx| {
             tx.execute(
                 "INSERT INTO runs (run_id, first_unix_ms, touched_unix_ms, model_calls, tool_calls,
                      same_error, stopped)
@@ -784,7 +813,7 @@ impl ToolStore for SqliteToolStore {
             return Ok(());
         }
         let (run_id, items) = (run_id.to_owned(), items.to_vec());
-        self.write(move |tx| {
+        self.write_relaxed(move |tx| {
             for item in &items {
                 tx.execute(
                     "INSERT INTO run_evidence (run_id, item, added_unix_ms) VALUES (?1, ?2, ?3)",
@@ -822,7 +851,7 @@ impl ToolStore for SqliteToolStore {
 
     async fn run_tool_log_add(&self, run_id: &str, call: &RunToolCall) -> Result<(), StoreError> {
         let (run_id, call) = (run_id.to_owned(), call.clone());
-        self.write(move |tx| {
+        self.write_relaxed(move |tx| {
             tx.execute(
                 "INSERT INTO run_tool_log (run_id, tool, args, status, result, at_unix_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -869,7 +898,7 @@ impl ToolStore for SqliteToolStore {
     ) -> Result<(), StoreError> {
         let (run_id, conversation) = (run_id.to_owned(), conversation_id.map(str::to_owned));
         let note = note.clone();
-        self.write(move |tx| {
+        self.write_relaxed(move |tx| {
             tx.execute(
                 "INSERT INTO runs (run_id, conversation_id, first_unix_ms, touched_unix_ms,
                      model_calls, tool_calls, same_error, route, message, draft, coverage)
@@ -913,7 +942,7 @@ impl ToolStore for SqliteToolStore {
         now_unix_ms: i64,
     ) -> Result<i64, StoreError> {
         let conversation = conversation_id.to_owned();
-        self.write(move |tx| {
+        self.write_relaxed(move |tx| {
             Ok(tx.query_row(
                 "INSERT INTO conversation_spend (conversation_id, micro_usd, touched_unix_ms)
                  VALUES (?1, ?2, ?3)
@@ -953,7 +982,7 @@ impl ToolStore for SqliteToolStore {
     ) -> Result<i64, StoreError> {
         let (conversation, run_id) = (conversation_id.to_owned(), run_id.to_owned());
         let question = question_hash.to_owned();
-        self.write(move |tx| {
+        self.write_relaxed(move |tx| {
             tx.execute(
                 "INSERT INTO conversation_questions (conversation_id, question_hash, run_id,
                      touched_unix_ms)
@@ -997,7 +1026,7 @@ impl ToolStore for SqliteToolStore {
         if rows.is_empty() {
             return Ok(());
         }
-        self.write(move |tx| {
+        self.write_relaxed(move |tx| {
             // Up to `ROWS_A_STATEMENT` rows a statement, the rest in statements of halving size:
             // one run of the statement (and one update of the id sequence) a chunk, not a row.
             let mut rest = &rows[..];
@@ -1427,5 +1456,33 @@ impl ToolStore for SqliteToolStore {
             get_hold(tx, id)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn synchronous(tx: &Transaction<'_>) -> Result<i64, StoreError> {
+        Ok(tx.query_row("PRAGMA synchronous", [], |row| row.get(0))?)
+    }
+
+    #[tokio::test]
+    async fn bookkeeping_commits_without_waiting_for_the_disk_and_leaves_every_other_write_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("rein.sqlite")).unwrap();
+        let tools = SqliteToolStore::new(Arc::new(store));
+        assert_eq!(tools.write(synchronous).await.unwrap(), 2, "FULL");
+        assert_eq!(tools.write_relaxed(synchronous).await.unwrap(), 1, "NORMAL for this one");
+        assert_eq!(tools.write(synchronous).await.unwrap(), 2, "and FULL again after it");
+        let failed = tools
+            .write_relaxed(|_tx: &Transaction<'_>| -> Result<(), StoreError> {
+                Err(StoreError::Task("refused".into()))
+            })
+            .await;
+        assert!(failed.is_err());
+        assert_eq!(tools.write(synchronous).await.unwrap(), 2, "FULL again after a failed one");
     }
 }
