@@ -10,10 +10,10 @@
 use std::sync::Arc;
 
 use rein_core::CallContext;
-use rein_core::run::{RunLimits, after_tool_result, before_model_call, before_tool_call};
+use rein_core::run::{RunLimits, after_tool_result, before_tool_call};
 use rein_core::validate::EvidenceItem;
 use rein_store::StoreError;
-use rein_store::runs::{RunEvent, RunInfo, RunNote, RunToolCall};
+use rein_store::runs::{ModelCall, ModelCallDone, RunEvent, RunInfo, RunNote, RunToolCall};
 use rein_store::tools::ToolStore;
 use serde_json::Value;
 
@@ -40,30 +40,60 @@ impl RunStops {
         Self { store }
     }
 
-    /// A model call in the call's run (none: nothing to count), held to `limits` (the route's):
-    /// stopped when the run is, or when this call passes a limit (the conversation's spend
-    /// included).
+    /// A model call in the call's run (none: nothing to count), held to `limits` (the route's)
+    /// in one store transaction: the run's evidence (its tool calls' returns) is read, the call
+    /// is counted and stopped when the run is, or when it passes a limit (the conversation's
+    /// spend included); a call that goes has `note` (its route and message) written on the run.
     pub async fn model_call(
         &self,
         config: &RunsConfig,
         limits: &RunLimits,
         ctx: &CallContext,
-    ) -> Result<RunStep, StoreError> {
-        let Some(run) = &ctx.run_id else { return Ok(RunStep::Go { same_call: 0 }) };
-        let now = now_ms();
-        let counts = self.count(config, ctx, run, RunEvent::ModelCall, now).await?;
-        if let Some(status) = counts.stopped.clone() {
-            return Ok(RunStep::Stopped { status, now: false });
-        }
-        let mut tally = counts.tally(now);
-        if limits.max_spend_micro_usd.is_some() {
-            let spent = self.store.spend_of(spender(ctx, run)).await?;
-            tally.spend_micro_usd = u64::try_from(spent).unwrap_or(0);
-        }
-        match before_model_call(tally, limits) {
-            Some(stop) => self.stop(run, stop.status(), now).await,
-            None => Ok(RunStep::Go { same_call: 0 }),
-        }
+        note: &RunNote,
+    ) -> Result<(RunStep, Vec<EvidenceItem>), StoreError> {
+        let Some(run) = &ctx.run_id else { return Ok((RunStep::Go { same_call: 0 }, Vec::new())) };
+        let call = ModelCall {
+            run_id: run,
+            conversation_id: ctx.conversation_id.as_deref(),
+            limits: *limits,
+            spender: spender(ctx, run),
+            note,
+            now_unix_ms: now_ms(),
+            idle_ms: i64::try_from(config.idle.as_millis()).unwrap_or(i64::MAX),
+        };
+        let step = self.store.run_model_call(&call).await?;
+        let evidence = evidence_items(step.evidence)?;
+        let step = match step.stopped {
+            None => RunStep::Go { same_call: 0 },
+            Some((status, now)) => {
+                if now {
+                    tracing::info!(run, status = %status, "run stopped");
+                }
+                RunStep::Stopped { status, now }
+            }
+        };
+        Ok((step, evidence))
+    }
+
+    /// A model call of the call's run was answered: what it cost (none: its model has no
+    /// price) is added to its conversation's spend (its run's, without a conversation) and its
+    /// text noted as the run's draft, in one store transaction.
+    pub async fn model_call_done(
+        &self,
+        ctx: &CallContext,
+        micro_usd: Option<u64>,
+        draft: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let Some(run) = &ctx.run_id else { return Ok(()) };
+        let done = ModelCallDone {
+            run_id: run,
+            conversation_id: ctx.conversation_id.as_deref(),
+            spender: spender(ctx, run),
+            micro_usd: micro_usd.map(|micro| i64::try_from(micro).unwrap_or(i64::MAX)),
+            draft,
+            now_unix_ms: now_ms(),
+        };
+        self.store.run_model_call_done(&done).await
     }
 
     /// A tool call in the call's run, before it runs.
@@ -117,13 +147,6 @@ impl RunStops {
         let idle = i64::try_from(config.conversation_idle.as_millis()).unwrap_or(i64::MAX);
         self.store.conversations_prune(now_ms().saturating_sub(idle)).await?;
         Ok(forgotten)
-    }
-
-    /// Add what an answer cost to its conversation's spend (its run's, without a conversation).
-    pub async fn spend(&self, ctx: &CallContext, micro_usd: u64) -> Result<(), StoreError> {
-        let Some(run) = &ctx.run_id else { return Ok(()) };
-        let micro = i64::try_from(micro_usd).unwrap_or(i64::MAX);
-        self.store.spend_add(spender(ctx, run), micro, now_ms()).await.map(|_| ())
     }
 
     /// Note on the call's run what its packet will need (the route, the customer's message, the
@@ -228,15 +251,7 @@ impl RunStops {
         now: i64,
     ) -> Result<Vec<EvidenceItem>, StoreError> {
         let idle = i64::try_from(config.idle.as_millis()).unwrap_or(i64::MAX);
-        let values = self.store.run_evidence(run, now.saturating_sub(idle)).await?;
-        values
-            .into_iter()
-            .map(|value| {
-                serde_json::from_value(value).map_err(|error| {
-                    StoreError::Corrupt(format!("run evidence is not an evidence item: {error}"))
-                })
-            })
-            .collect()
+        evidence_items(self.store.run_evidence(run, now.saturating_sub(idle)).await?)
     }
 
     async fn count(
@@ -256,6 +271,18 @@ impl RunStops {
         tracing::info!(run, status = %status, "run stopped");
         Ok(RunStep::Stopped { status, now: true })
     }
+}
+
+/// Evidence as the store keeps it, read back as items.
+fn evidence_items(values: Vec<Value>) -> Result<Vec<EvidenceItem>, StoreError> {
+    values
+        .into_iter()
+        .map(|value| {
+            serde_json::from_value(value).map_err(|error| {
+                StoreError::Corrupt(format!("run evidence is not an evidence item: {error}"))
+            })
+        })
+        .collect()
 }
 
 /// Whose spend a call adds to: its conversation's, else its run's.

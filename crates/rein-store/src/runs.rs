@@ -121,6 +121,21 @@ pub struct RunNote {
     pub coverage: Option<Value>,
 }
 
+impl RunNote {
+    /// Write this note on `kept`: each `Some` field overwrites the kept one.
+    fn write_on(&self, kept: &mut RunNote) {
+        fn overwrite<T: Clone>(kept: &mut Option<T>, note: &Option<T>) {
+            if note.is_some() {
+                kept.clone_from(note);
+            }
+        }
+        overwrite(&mut kept.route, &self.route);
+        overwrite(&mut kept.message, &self.message);
+        overwrite(&mut kept.draft, &self.draft);
+        overwrite(&mut kept.coverage, &self.coverage);
+    }
+}
+
 /// A run's row: its counts and its notes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunInfo {
@@ -199,6 +214,86 @@ pub(crate) fn step(
         }
     }
     (row, fresh)
+}
+
+/// A model call in a run, as [`crate::tools::ToolStore::run_model_call`] takes it: counted,
+/// judged against the run's limits (the conversation's spend included) and, when it goes, noted
+/// on the run's row, all in one transaction, with the run's evidence read in it.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelCall<'a> {
+    pub run_id: &'a str,
+    pub conversation_id: Option<&'a str>,
+    /// The route's limits.
+    pub limits: rein_core::run::RunLimits,
+    /// Whose spend a spend cap reads: the conversation's, else the run's.
+    pub spender: &'a str,
+    /// What to note on the run's row when the call goes (its route and the customer's
+    /// message).
+    pub note: &'a RunNote,
+    pub now_unix_ms: i64,
+    /// A run idle this long starts afresh, and evidence older than this is not read.
+    pub idle_ms: i64,
+}
+
+/// What the store decided of a model call in a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelCallStep {
+    /// The run's evidence added within its idle time, oldest first.
+    pub evidence: Vec<Value>,
+    /// `None`: the call goes (and was noted). Else the status the run is stopped with, and
+    /// whether this call stopped it (count it once).
+    pub stopped: Option<(String, bool)>,
+}
+
+/// An answered model call of a run, as [`crate::tools::ToolStore::run_model_call_done`] takes
+/// it: what it cost, added to its spender's spend, and its draft, noted on the run's row, in one
+/// transaction.
+#[derive(Debug, Clone, Copy)]
+pub struct ModelCallDone<'a> {
+    pub run_id: &'a str,
+    pub conversation_id: Option<&'a str>,
+    /// Whose spend the cost adds to: the conversation's, else the run's.
+    pub spender: &'a str,
+    /// What the answer cost, in micro-dollars (none: its model has no price).
+    pub micro_usd: Option<i64>,
+    /// The answer's text (none: nothing to note).
+    pub draft: Option<&'a str>,
+    pub now_unix_ms: i64,
+}
+
+/// Judge a model call counted in `row` (by [`step`]) against `limits`, with `spent` the
+/// spender's spend so far: the run stopped before it stays stopped; a limit this call passes
+/// stops the run now; a call that goes has `note` written on the row (its `Some` fields).
+pub(crate) fn judge_model_call(
+    row: &mut RunRow,
+    limits: &rein_core::run::RunLimits,
+    spent: i64,
+    note: &RunNote,
+    now_unix_ms: i64,
+) -> Option<(String, bool)> {
+    if let Some(status) = &row.stopped {
+        return Some((status.clone(), false));
+    }
+    let counted = RunCounts {
+        run_id: String::new(),
+        conversation_id: None,
+        model_calls: row.model_calls,
+        tool_calls: row.tool_calls,
+        same_call: 0,
+        same_error: row.same_error,
+        first_unix_ms: row.first_unix_ms,
+        last_unix_ms: row.touched_unix_ms,
+        stopped: None,
+    };
+    let mut tally = counted.tally(now_unix_ms);
+    tally.spend_micro_usd = u64::try_from(spent).unwrap_or(0);
+    if let Some(stop) = rein_core::run::before_model_call(tally, limits) {
+        let status = stop.status().to_string();
+        row.stopped = Some(status.clone());
+        return Some((status, true));
+    }
+    note.write_on(&mut row.note);
+    None
 }
 
 /// The counts a caller sees: `row` for `run_id`, with `same_call` for a tool call.

@@ -35,7 +35,9 @@ use crate::calls::{
 use crate::handoffs::{
     Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
 };
-use crate::runs::{RunCounts, RunEvent, RunInfo, RunNote, RunToolCall};
+use crate::runs::{
+    ModelCall, ModelCallDone, ModelCallStep, RunCounts, RunEvent, RunInfo, RunNote, RunToolCall,
+};
 
 // Kept at this path for callers that open a store through the trait's module; the function lives
 // in `crate::open`, which knows both backends.
@@ -538,6 +540,18 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
         note: &RunNote,
         now_unix_ms: i64,
     ) -> Result<(), StoreError>;
+
+    /// A model call in run `call.run_id`, in one transaction: the run's evidence is read,
+    /// the call counted as [`Self::run_record`] counts it, judged against `call.limits` (a run
+    /// stopped before stays stopped; a limit this call passes stops the run, the first stop
+    /// standing as in [`Self::run_stop`]) and, when it goes, `call.note` is written on the run's
+    /// row as [`Self::run_note`] writes it. One round trip where those were four.
+    async fn run_model_call(&self, call: &ModelCall<'_>) -> Result<ModelCallStep, StoreError>;
+
+    /// An answered model call of run `done.run_id`, in one transaction: its cost added to its
+    /// spender's spend as [`Self::spend_add`] adds it, and its draft noted as
+    /// [`Self::run_note`] notes it. Nothing to add or note: nothing is written.
+    async fn run_model_call_done(&self, done: &ModelCallDone<'_>) -> Result<(), StoreError>;
 
     /// Run `run_id`'s row, with its counts and notes, if it has one.
     async fn run_get(&self, run_id: &str) -> Result<Option<RunInfo>, StoreError>;

@@ -36,7 +36,10 @@ use crate::calls::{
 use crate::handoffs::{
     Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
 };
-use crate::runs::{self, RunCounts, RunEvent, RunInfo, RunNote, RunToolCall};
+use crate::runs::{
+    self, ModelCall, ModelCallDone, ModelCallStep, RunCounts, RunEvent, RunInfo, RunNote,
+    RunToolCall,
+};
 use crate::tools::rows::{
     self, CACHE_COLUMNS, CALL_RECORD_COLUMNS, Columns, HANDOFF_COLUMNS, HOLD_COLUMNS, KEY_COLUMNS,
     OUTBOX_COLUMNS, RUN_COLUMNS, STANDING_COLUMNS, TOOL_LOG_COLUMNS, Unreadable,
@@ -284,6 +287,140 @@ impl PostgresToolStore {
         })
         .await
     }
+}
+
+/// Count `event` in run `run_id` (of `conversation_id`) at `at` (now, the idle time) inside
+/// `tx`: the run's row after it, not yet written ([`write_run`]). The row exists from here on
+/// (made if need be) and is locked for the rest of the transaction, so two replicas counting
+/// one run take turns. A run that starts afresh has its per-call counts and tool log deleted.
+async fn count_run(
+    tx: &Transaction<'_>,
+    run_id: &str,
+    conversation_id: Option<&str>,
+    event: RunEvent<'_>,
+    (now_unix_ms, idle_ms): (i64, i64),
+) -> Result<runs::RunRow, Failure> {
+    static SELECT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let inserted = execute(
+        tx,
+        "INSERT INTO runs (run_id, conversation_id, first_unix_ms, touched_unix_ms,
+             model_calls, tool_calls, same_error)
+         VALUES ($1, $2, $3, $3, 0, 0, 0) ON CONFLICT (run_id) DO NOTHING",
+        &[&run_id, &conversation_id, &now_unix_ms],
+    )
+    .await?;
+    let select = SELECT
+        .get_or_init(|| format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = $1 FOR UPDATE"));
+    let stored = match query_opt(tx, select, &[&run_id]).await? {
+        Some(row) if inserted == 0 => Some(rows::run_row(&row)?),
+        _ => None,
+    };
+    let (row, fresh) = runs::step(stored, conversation_id, event, now_unix_ms, idle_ms);
+    if fresh {
+        execute(tx, "DELETE FROM run_calls WHERE run_id = $1", &[&run_id]).await?;
+        execute(tx, "DELETE FROM run_tool_log WHERE run_id = $1", &[&run_id]).await?;
+    }
+    Ok(row)
+}
+
+/// Write run `run_id`'s whole row (made by [`count_run`] in the same transaction).
+async fn write_run(tx: &Transaction<'_>, run_id: &str, row: &runs::RunRow) -> Result<(), Failure> {
+    let coverage = row.note.coverage.as_ref().map(Value::to_string);
+    execute(
+        tx,
+        "UPDATE runs SET conversation_id = $2, first_unix_ms = $3, touched_unix_ms = $4,
+             model_calls = $5, tool_calls = $6, last_error = $7, same_error = $8,
+             stopped = $9, route = $10, message = $11, draft = $12, coverage = $13
+         WHERE run_id = $1",
+        &[
+            &run_id,
+            &row.conversation_id,
+            &row.first_unix_ms,
+            &row.touched_unix_ms,
+            &row.model_calls,
+            &row.tool_calls,
+            &row.last_error,
+            &row.same_error,
+            &row.stopped,
+            &row.note.route,
+            &row.note.message,
+            &row.note.draft,
+            &coverage,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Write `note` on run `run_id`'s row in one statement ([`ToolStore::run_note`]).
+async fn note_run(
+    client: &impl GenericClient,
+    run_id: &str,
+    conversation_id: Option<&str>,
+    note: &RunNote,
+    now_unix_ms: i64,
+) -> Result<(), Failure> {
+    let coverage = note.coverage.as_ref().map(Value::to_string);
+    execute(
+        client,
+        "INSERT INTO runs (run_id, conversation_id, first_unix_ms, touched_unix_ms,
+             model_calls, tool_calls, same_error, route, message, draft, coverage)
+         VALUES ($1, $2, $3, $3, 0, 0, 0, $4, $5, $6, $7)
+         ON CONFLICT (run_id) DO UPDATE SET
+             conversation_id = COALESCE(runs.conversation_id, EXCLUDED.conversation_id),
+             touched_unix_ms = GREATEST(runs.touched_unix_ms, EXCLUDED.touched_unix_ms),
+             route = COALESCE(EXCLUDED.route, runs.route),
+             message = COALESCE(EXCLUDED.message, runs.message),
+             draft = COALESCE(EXCLUDED.draft, runs.draft),
+             coverage = COALESCE(EXCLUDED.coverage, runs.coverage)",
+        &[
+            &run_id,
+            &conversation_id,
+            &now_unix_ms,
+            &note.route,
+            &note.message,
+            &note.draft,
+            &coverage,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Add `micro_usd` to `conversation_id`'s spend in one statement: the total after it.
+async fn add_spend(
+    client: &impl GenericClient,
+    conversation_id: &str,
+    micro_usd: i64,
+    now_unix_ms: i64,
+) -> Result<i64, Failure> {
+    let row = query_opt(
+        client,
+        "INSERT INTO conversation_spend (conversation_id, micro_usd, touched_unix_ms)
+         VALUES ($1, $2, $3)
+         ON CONFLICT (conversation_id) DO UPDATE SET
+             micro_usd = conversation_spend.micro_usd + EXCLUDED.micro_usd,
+             touched_unix_ms = GREATEST(conversation_spend.touched_unix_ms,
+                                        EXCLUDED.touched_unix_ms)
+         RETURNING micro_usd",
+        &[&conversation_id, &micro_usd, &now_unix_ms],
+    )
+    .await?;
+    match row {
+        Some(row) => Ok(row.try_get(0)?),
+        None => Err(corrupt(format!("conversation `{conversation_id}` spent nothing"))),
+    }
+}
+
+/// `conversation_id`'s spend so far (0 for one never seen).
+async fn spend_of(client: &impl GenericClient, conversation_id: &str) -> Result<i64, Failure> {
+    let row = query_opt(
+        client,
+        "SELECT micro_usd FROM conversation_spend WHERE conversation_id = $1",
+        &[&conversation_id],
+    )
+    .await?;
+    Ok(row.map(|row| row.try_get(0)).transpose()?.unwrap_or(0))
 }
 
 /// `host:port/database` of a connection config, for `Debug`.
@@ -708,50 +845,9 @@ impl ToolStore for PostgresToolStore {
         idle_ms: i64,
     ) -> Result<RunCounts, StoreError> {
         self.transaction(async |tx| {
-            // The row exists (made here if need be) and is locked for the rest of this
-            // transaction, so two replicas counting one run take turns.
-            let inserted = execute(
-                &tx,
-                "INSERT INTO runs (run_id, conversation_id, first_unix_ms, touched_unix_ms,
-                     model_calls, tool_calls, same_error)
-                 VALUES ($1, $2, $3, $3, 0, 0, 0) ON CONFLICT (run_id) DO NOTHING",
-                &[&run_id, &conversation_id, &now_unix_ms],
-            )
-            .await?;
-            let select = format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = $1 FOR UPDATE");
-            let stored = match query_opt(&tx, &select, &[&run_id]).await? {
-                Some(row) if inserted == 0 => Some(rows::run_row(&row)?),
-                _ => None,
-            };
-            let (row, fresh) = runs::step(stored, conversation_id, event, now_unix_ms, idle_ms);
-            if fresh {
-                execute(&tx, "DELETE FROM run_calls WHERE run_id = $1", &[&run_id]).await?;
-                execute(&tx, "DELETE FROM run_tool_log WHERE run_id = $1", &[&run_id]).await?;
-            }
-            let coverage = row.note.coverage.as_ref().map(Value::to_string);
-            execute(
-                &tx,
-                "UPDATE runs SET conversation_id = $2, first_unix_ms = $3, touched_unix_ms = $4,
-                     model_calls = $5, tool_calls = $6, last_error = $7, same_error = $8,
-                     stopped = $9, route = $10, message = $11, draft = $12, coverage = $13
-                 WHERE run_id = $1",
-                &[
-                    &run_id,
-                    &row.conversation_id,
-                    &row.first_unix_ms,
-                    &row.touched_unix_ms,
-                    &row.model_calls,
-                    &row.tool_calls,
-                    &row.last_error,
-                    &row.same_error,
-                    &row.stopped,
-                    &row.note.route,
-                    &row.note.message,
-                    &row.note.draft,
-                    &coverage,
-                ],
-            )
-            .await?;
+            let at = (now_unix_ms, idle_ms);
+            let row = count_run(&tx, run_id, conversation_id, event, at).await?;
+            write_run(&tx, run_id, &row).await?;
             let same_call: i64 = match event {
                 RunEvent::ToolCall { tool, args_hash } => query_opt(
                     &tx,
@@ -928,30 +1024,49 @@ impl ToolStore for PostgresToolStore {
     ) -> Result<(), StoreError> {
         self.guard(async {
             let client = self.pool.get().await?;
-            let coverage = note.coverage.as_ref().map(Value::to_string);
-            execute(
-                &client,
-                "INSERT INTO runs (run_id, conversation_id, first_unix_ms, touched_unix_ms,
-                     model_calls, tool_calls, same_error, route, message, draft, coverage)
-                 VALUES ($1, $2, $3, $3, 0, 0, 0, $4, $5, $6, $7)
-                 ON CONFLICT (run_id) DO UPDATE SET
-                     conversation_id = COALESCE(runs.conversation_id, EXCLUDED.conversation_id),
-                     touched_unix_ms = GREATEST(runs.touched_unix_ms, EXCLUDED.touched_unix_ms),
-                     route = COALESCE(EXCLUDED.route, runs.route),
-                     message = COALESCE(EXCLUDED.message, runs.message),
-                     draft = COALESCE(EXCLUDED.draft, runs.draft),
-                     coverage = COALESCE(EXCLUDED.coverage, runs.coverage)",
-                &[
-                    &run_id,
-                    &conversation_id,
-                    &now_unix_ms,
-                    &note.route,
-                    &note.message,
-                    &note.draft,
-                    &coverage,
-                ],
+            note_run(&client, run_id, conversation_id, note, now_unix_ms).await
+        })
+        .await
+    }
+
+    async fn run_model_call(&self, call: &ModelCall<'_>) -> Result<ModelCallStep, StoreError> {
+        let (run_id, at) = (call.run_id, (call.now_unix_ms, call.idle_ms));
+        self.transaction(async |tx| {
+            let found = query(
+                &tx,
+                "SELECT item FROM run_evidence WHERE run_id = $1 AND added_unix_ms >= $2
+                 ORDER BY id",
+                &[&run_id, &at.0.saturating_sub(at.1)],
             )
             .await?;
+            let evidence = found.iter().map(|row| rows::json(row, 0)).collect::<Result<_, _>>()?;
+            let event = RunEvent::ModelCall;
+            let mut row = count_run(&tx, run_id, call.conversation_id, event, at).await?;
+            let spent = match call.limits.max_spend_micro_usd {
+                Some(_) => spend_of(&tx, call.spender).await?,
+                None => 0,
+            };
+            let stopped = runs::judge_model_call(&mut row, &call.limits, spent, call.note, at.0);
+            write_run(&tx, run_id, &row).await?;
+            tx.commit().await?;
+            Ok(ModelCallStep { evidence, stopped })
+        })
+        .await
+    }
+
+    async fn run_model_call_done(&self, done: &ModelCallDone<'_>) -> Result<(), StoreError> {
+        if done.micro_usd.is_none() && done.draft.is_none() {
+            return Ok(());
+        }
+        let note = RunNote { draft: done.draft.map(str::to_owned), ..RunNote::default() };
+        self.transaction(async |tx| {
+            if let Some(micro_usd) = done.micro_usd {
+                add_spend(&tx, done.spender, micro_usd, done.now_unix_ms).await?;
+            }
+            if note.draft.is_some() {
+                note_run(&tx, done.run_id, done.conversation_id, &note, done.now_unix_ms).await?;
+            }
+            tx.commit().await?;
             Ok(())
         })
         .await
@@ -975,22 +1090,7 @@ impl ToolStore for PostgresToolStore {
     ) -> Result<i64, StoreError> {
         self.guard(async {
             let client = self.pool.get().await?;
-            let row = query_opt(
-                &client,
-                "INSERT INTO conversation_spend (conversation_id, micro_usd, touched_unix_ms)
-                 VALUES ($1, $2, $3)
-                 ON CONFLICT (conversation_id) DO UPDATE SET
-                     micro_usd = conversation_spend.micro_usd + EXCLUDED.micro_usd,
-                     touched_unix_ms = GREATEST(conversation_spend.touched_unix_ms,
-                                                EXCLUDED.touched_unix_ms)
-                 RETURNING micro_usd",
-                &[&conversation_id, &micro_usd, &now_unix_ms],
-            )
-            .await?;
-            match row {
-                Some(row) => Ok(row.try_get(0)?),
-                None => Err(corrupt(format!("conversation `{conversation_id}` spent nothing"))),
-            }
+            add_spend(&client, conversation_id, micro_usd, now_unix_ms).await
         })
         .await
     }
@@ -998,13 +1098,7 @@ impl ToolStore for PostgresToolStore {
     async fn spend_of(&self, conversation_id: &str) -> Result<i64, StoreError> {
         self.guard(async {
             let client = self.pool.get().await?;
-            let row = query_opt(
-                &client,
-                "SELECT micro_usd FROM conversation_spend WHERE conversation_id = $1",
-                &[&conversation_id],
-            )
-            .await?;
-            Ok(row.map(|row| row.try_get(0)).transpose()?.unwrap_or(0))
+            spend_of(&client, conversation_id).await
         })
         .await
     }

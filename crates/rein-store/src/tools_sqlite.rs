@@ -26,7 +26,10 @@ use crate::calls::{
 use crate::handoffs::{
     Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
 };
-use crate::runs::{self, OwnedEvent, RunCounts, RunEvent, RunInfo, RunNote, RunToolCall};
+use crate::runs::{
+    self, ModelCall, ModelCallDone, ModelCallStep, OwnedEvent, RunCounts, RunEvent, RunInfo,
+    RunNote, RunToolCall,
+};
 use crate::tools::rows::{
     self, CACHE_COLUMNS, CALL_RECORD_COLUMNS, Columns, HANDOFF_COLUMNS, HOLD_COLUMNS, KEY_COLUMNS,
     OUTBOX_COLUMNS, RUN_COLUMNS, STANDING_COLUMNS, TOOL_LOG_COLUMNS, Unreadable,
@@ -117,6 +120,123 @@ fn transact<T>(
     let value = work(&tx)?;
     tx.commit()?;
     Ok(value)
+}
+
+/// Count `event` in run `run_id` (of `conversation_id`) at `at` (now, the idle time) inside
+/// `tx`: the run's row after it, not yet written ([`write_run`]). A run that starts afresh has
+/// its per-call counts and tool log deleted here.
+fn count_run(
+    tx: &Transaction<'_>,
+    run_id: &str,
+    conversation_id: Option<&str>,
+    event: RunEvent<'_>,
+    (now_unix_ms, idle_ms): (i64, i64),
+) -> Result<runs::RunRow, StoreError> {
+    static SELECT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let select = SELECT.get_or_init(|| format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1"));
+    let stored =
+        tx.prepare_cached(select)?.query_row([run_id], |row| rows::run_row(row)).optional()?;
+    let (row, fresh) = runs::step(stored, conversation_id, event, now_unix_ms, idle_ms);
+    if fresh {
+        tx.prepare_cached("DELETE FROM run_calls WHERE run_id = ?1")?.execute([run_id])?;
+        tx.prepare_cached("DELETE FROM run_tool_log WHERE run_id = ?1")?.execute([run_id])?;
+    }
+    Ok(row)
+}
+
+/// Write run `run_id`'s whole row.
+fn write_run(tx: &Transaction<'_>, run_id: &str, row: &runs::RunRow) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO runs (run_id, conversation_id, first_unix_ms, touched_unix_ms,
+             model_calls, tool_calls, last_error, same_error, stopped, route, message,
+             draft, coverage)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+         ON CONFLICT (run_id) DO UPDATE SET conversation_id = excluded.conversation_id,
+             first_unix_ms = excluded.first_unix_ms,
+             touched_unix_ms = excluded.touched_unix_ms,
+             model_calls = excluded.model_calls, tool_calls = excluded.tool_calls,
+             last_error = excluded.last_error, same_error = excluded.same_error,
+             stopped = excluded.stopped, route = excluded.route,
+             message = excluded.message, draft = excluded.draft,
+             coverage = excluded.coverage",
+    )?
+    .execute(params![
+        run_id,
+        row.conversation_id,
+        row.first_unix_ms,
+        row.touched_unix_ms,
+        row.model_calls,
+        row.tool_calls,
+        row.last_error,
+        row.same_error,
+        row.stopped,
+        row.note.route,
+        row.note.message,
+        row.note.draft,
+        row.note.coverage.as_ref().map(JsonText)
+    ])?;
+    Ok(())
+}
+
+/// Write `note` on run `run_id`'s row in one statement ([`ToolStore::run_note`]).
+fn note_run(
+    tx: &Transaction<'_>,
+    run_id: &str,
+    conversation_id: Option<&str>,
+    note: &RunNote,
+    now_unix_ms: i64,
+) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO runs (run_id, conversation_id, first_unix_ms, touched_unix_ms,
+             model_calls, tool_calls, same_error, route, message, draft, coverage)
+         VALUES (?1, ?2, ?3, ?3, 0, 0, 0, ?4, ?5, ?6, ?7)
+         ON CONFLICT (run_id) DO UPDATE SET
+             conversation_id = COALESCE(runs.conversation_id, excluded.conversation_id),
+             touched_unix_ms = MAX(runs.touched_unix_ms, excluded.touched_unix_ms),
+             route = COALESCE(excluded.route, runs.route),
+             message = COALESCE(excluded.message, runs.message),
+             draft = COALESCE(excluded.draft, runs.draft),
+             coverage = COALESCE(excluded.coverage, runs.coverage)",
+    )?
+    .execute(params![
+        run_id,
+        conversation_id,
+        now_unix_ms,
+        note.route,
+        note.message,
+        note.draft,
+        note.coverage.as_ref().map(JsonText)
+    ])?;
+    Ok(())
+}
+
+/// Add `micro_usd` to `conversation_id`'s spend in one statement: the total after it.
+fn add_spend(
+    tx: &Transaction<'_>,
+    conversation_id: &str,
+    micro_usd: i64,
+    now_unix_ms: i64,
+) -> Result<i64, StoreError> {
+    Ok(tx
+        .prepare_cached(
+            "INSERT INTO conversation_spend (conversation_id, micro_usd, touched_unix_ms)
+             VALUES (?1, ?2, ?3)
+             ON CONFLICT (conversation_id) DO UPDATE SET
+                 micro_usd = conversation_spend.micro_usd + excluded.micro_usd,
+                 touched_unix_ms = MAX(conversation_spend.touched_unix_ms,
+                                       excluded.touched_unix_ms)
+             RETURNING micro_usd",
+        )?
+        .query_row(params![conversation_id, micro_usd, now_unix_ms], |row| row.get(0))?)
+}
+
+/// `conversation_id`'s spend so far (0 for one never seen).
+fn spend_of(conn: &Connection, conversation_id: &str) -> Result<i64, StoreError> {
+    let spent: Option<i64> = conn
+        .prepare_cached("SELECT micro_usd FROM conversation_spend WHERE conversation_id = ?1")?
+        .query_row([conversation_id], |row| row.get(0))
+        .optional()?;
+    Ok(spent.unwrap_or(0))
 }
 
 /// A JSON value bound as its text: every value, `null` included, round-trips exactly (binding
@@ -709,51 +829,17 @@ impl ToolStore for SqliteToolStore {
         let (run_id, conversation) = (run_id.to_owned(), conversation_id.map(str::to_owned));
         let event = OwnedEvent::of(event);
         self.write_relaxed(move |tx| {
-            let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1");
-            let stored = tx.query_row(&sql, [&run_id], |row| rows::run_row(row)).optional()?;
-            let (row, fresh) =
-                runs::step(stored, conversation.as_deref(), event.event(), now_unix_ms, idle_ms);
-            if fresh {
-                tx.execute("DELETE FROM run_calls WHERE run_id = ?1", [&run_id])?;
-                tx.execute("DELETE FROM run_tool_log WHERE run_id = ?1", [&run_id])?;
-            }
-            tx.execute(
-                "INSERT INTO runs (run_id, conversation_id, first_unix_ms, touched_unix_ms,
-                     model_calls, tool_calls, last_error, same_error, stopped, route, message,
-                     draft, coverage)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
-                 ON CONFLICT (run_id) DO UPDATE SET conversation_id = excluded.conversation_id,
-                     first_unix_ms = excluded.first_unix_ms,
-                     touched_unix_ms = excluded.touched_unix_ms,
-                     model_calls = excluded.model_calls, tool_calls = excluded.tool_calls,
-                     last_error = excluded.last_error, same_error = excluded.same_error,
-                     stopped = excluded.stopped, route = excluded.route,
-                     message = excluded.message, draft = excluded.draft,
-                     coverage = excluded.coverage",
-                params![
-                    run_id,
-                    row.conversation_id,
-                    row.first_unix_ms,
-                    row.touched_unix_ms,
-                    row.model_calls,
-                    row.tool_calls,
-                    row.last_error,
-                    row.same_error,
-                    row.stopped,
-                    row.note.route,
-                    row.note.message,
-                    row.note.draft,
-                    row.note.coverage.as_ref().map(JsonText)
-                ],
-            )?;
+            let at = (now_unix_ms, idle_ms);
+            let row = count_run(tx, &run_id, conversation.as_deref(), event.event(), at)?;
+            write_run(tx, &run_id, &row)?;
             let same_call = match &event {
-                OwnedEvent::ToolCall { tool, args_hash } => tx.query_row(
-                    "INSERT INTO run_calls (run_id, tool, args_hash, calls) VALUES (?1, ?2, ?3, 1)
-                     ON CONFLICT (run_id, tool, args_hash) DO UPDATE SET calls = calls + 1
-                     RETURNING calls",
-                    params![run_id, tool, args_hash],
-                    |r| r.get(0),
-                )?,
+                OwnedEvent::ToolCall { tool, args_hash } => tx
+                    .prepare_cached(
+                        "INSERT INTO run_calls (run_id, tool, args_hash, calls) VALUES (?1, ?2, ?3, 1)
+                         ON CONFLICT (run_id, tool, args_hash) DO UPDATE SET calls = calls + 1
+                         RETURNING calls",
+                    )?
+                    .query_row(params![run_id, tool, args_hash], |r| r.get(0))?,
                 _ => 0,
             };
             Ok(runs::counts(&run_id, row, same_call))
@@ -899,27 +985,53 @@ impl ToolStore for SqliteToolStore {
         let (run_id, conversation) = (run_id.to_owned(), conversation_id.map(str::to_owned));
         let note = note.clone();
         self.write_relaxed(move |tx| {
-            tx.execute(
-                "INSERT INTO runs (run_id, conversation_id, first_unix_ms, touched_unix_ms,
-                     model_calls, tool_calls, same_error, route, message, draft, coverage)
-                 VALUES (?1, ?2, ?3, ?3, 0, 0, 0, ?4, ?5, ?6, ?7)
-                 ON CONFLICT (run_id) DO UPDATE SET
-                     conversation_id = COALESCE(runs.conversation_id, excluded.conversation_id),
-                     touched_unix_ms = MAX(runs.touched_unix_ms, excluded.touched_unix_ms),
-                     route = COALESCE(excluded.route, runs.route),
-                     message = COALESCE(excluded.message, runs.message),
-                     draft = COALESCE(excluded.draft, runs.draft),
-                     coverage = COALESCE(excluded.coverage, runs.coverage)",
-                params![
-                    run_id,
-                    conversation,
-                    now_unix_ms,
-                    note.route,
-                    note.message,
-                    note.draft,
-                    note.coverage.as_ref().map(JsonText)
-                ],
-            )?;
+            note_run(tx, &run_id, conversation.as_deref(), &note, now_unix_ms)
+        })
+        .await
+    }
+
+    async fn run_model_call(&self, call: &ModelCall<'_>) -> Result<ModelCallStep, StoreError> {
+        let run_id = call.run_id.to_owned();
+        let conversation = call.conversation_id.map(str::to_owned);
+        let (spender, note) = (call.spender.to_owned(), call.note.clone());
+        let (limits, at) = (call.limits, (call.now_unix_ms, call.idle_ms));
+        self.write_relaxed(move |tx| {
+            let evidence = tx
+                .prepare_cached(
+                    "SELECT item FROM run_evidence WHERE run_id = ?1 AND added_unix_ms >= ?2
+                     ORDER BY id",
+                )?
+                .query_map(params![run_id, at.0.saturating_sub(at.1)], |row| rows::json(row, 0))?
+                .collect::<Result<Vec<Value>, _>>()?;
+            let event = RunEvent::ModelCall;
+            let mut row = count_run(tx, &run_id, conversation.as_deref(), event, at)?;
+            let spent = match limits.max_spend_micro_usd {
+                Some(_) => spend_of(tx, &spender)?,
+                None => 0,
+            };
+            let stopped = runs::judge_model_call(&mut row, &limits, spent, &note, at.0);
+            write_run(tx, &run_id, &row)?;
+            Ok(ModelCallStep { evidence, stopped })
+        })
+        .await
+    }
+
+    async fn run_model_call_done(&self, done: &ModelCallDone<'_>) -> Result<(), StoreError> {
+        if done.micro_usd.is_none() && done.draft.is_none() {
+            return Ok(());
+        }
+        let run_id = done.run_id.to_owned();
+        let conversation = done.conversation_id.map(str::to_owned);
+        let spender = done.spender.to_owned();
+        let note = RunNote { draft: done.draft.map(str::to_owned), ..RunNote::default() };
+        let (micro_usd, now) = (done.micro_usd, done.now_unix_ms);
+        self.write_relaxed(move |tx| {
+            if let Some(micro_usd) = micro_usd {
+                add_spend(tx, &spender, micro_usd, now)?;
+            }
+            if note.draft.is_some() {
+                note_run(tx, &run_id, conversation.as_deref(), &note, now)?;
+            }
             Ok(())
         })
         .await
@@ -942,35 +1054,12 @@ impl ToolStore for SqliteToolStore {
         now_unix_ms: i64,
     ) -> Result<i64, StoreError> {
         let conversation = conversation_id.to_owned();
-        self.write_relaxed(move |tx| {
-            Ok(tx.query_row(
-                "INSERT INTO conversation_spend (conversation_id, micro_usd, touched_unix_ms)
-                 VALUES (?1, ?2, ?3)
-                 ON CONFLICT (conversation_id) DO UPDATE SET
-                     micro_usd = conversation_spend.micro_usd + excluded.micro_usd,
-                     touched_unix_ms = MAX(conversation_spend.touched_unix_ms,
-                                           excluded.touched_unix_ms)
-                 RETURNING micro_usd",
-                params![conversation, micro_usd, now_unix_ms],
-                |row| row.get(0),
-            )?)
-        })
-        .await
+        self.write_relaxed(move |tx| add_spend(tx, &conversation, micro_usd, now_unix_ms)).await
     }
 
     async fn spend_of(&self, conversation_id: &str) -> Result<i64, StoreError> {
         let conversation = conversation_id.to_owned();
-        self.run(move |conn| {
-            let spent: Option<i64> = conn
-                .query_row(
-                    "SELECT micro_usd FROM conversation_spend WHERE conversation_id = ?1",
-                    [&conversation],
-                    |row| row.get(0),
-                )
-                .optional()?;
-            Ok(spent.unwrap_or(0))
-        })
-        .await
+        self.run(move |conn| spend_of(conn, &conversation)).await
     }
 
     async fn question_seen(

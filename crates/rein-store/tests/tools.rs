@@ -16,7 +16,9 @@ use rein_store::calls::{
 use rein_store::handoffs::{
     Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
 };
-use rein_store::runs::{RunCounts, RunEvent, RunNote, RunToolCall};
+use rein_store::runs::{
+    ModelCall, ModelCallDone, ModelCallStep, RunCounts, RunEvent, RunNote, RunToolCall,
+};
 use rein_store::testing::TempPostgres;
 use rein_store::tools::{
     Decision, Hold, HoldState, KeyBegin, KeyState, NewHold, NewOutboxItem, OutboxItem, OutboxState,
@@ -96,6 +98,10 @@ on_both_backends!(
     spend_adds_up_per_conversation,
     question_seen_counts_other_runs_only,
     conversations_prune_forgets_spend_and_questions,
+    a_model_call_is_counted_judged_and_noted_in_one_step,
+    a_model_call_is_stopped_by_its_conversations_spend_and_by_an_earlier_stop,
+    two_replicas_share_a_runs_last_model_call,
+    an_answered_model_call_adds_its_cost_and_notes_its_draft_at_once,
     a_conversation_has_one_handoff,
     concurrent_opens_of_one_conversation_make_one_handoff,
     handoff_delivery_records_where_the_ticket_is,
@@ -1876,4 +1882,164 @@ async fn verdicts_join_their_calls_records_once_each_and_go_with_them(backend: B
     store.calls_prune(&retention).await.unwrap();
     let left = store.verdicts_list(&VerdictFilter::default(), 10).await.unwrap();
     assert_eq!(left, vec![verdict(2, "support", false, 1.0)]);
+}
+
+/// A model call of run `run` (conversation `conv-1`) at `at`, with `limits` and the note of
+/// its route and `message`.
+async fn model_call(
+    store: &dyn ToolStore,
+    run: &str,
+    limits: rein_core::run::RunLimits,
+    message: &str,
+    at: i64,
+) -> ModelCallStep {
+    let note = RunNote {
+        route: Some("support".to_owned()),
+        message: Some(message.to_owned()),
+        ..RunNote::default()
+    };
+    let call = ModelCall {
+        run_id: run,
+        conversation_id: Some("conv-1"),
+        limits,
+        spender: "conv-1",
+        note: &note,
+        now_unix_ms: at,
+        idle_ms: IDLE,
+    };
+    store.run_model_call(&call).await.unwrap()
+}
+
+fn at_most(model_calls: u32) -> rein_core::run::RunLimits {
+    rein_core::run::RunLimits { max_model_calls: model_calls, ..Default::default() }
+}
+
+async fn a_model_call_is_counted_judged_and_noted_in_one_step(backend: Backend) {
+    let store = &*backend.store;
+    // The run's evidence within its idle time comes back with the step, oldest first.
+    store.run_evidence_add("r1", &[json!({ "id": "old" })], T0 - IDLE - 1).await.unwrap();
+    store
+        .run_evidence_add("r1", &[json!({ "id": "140" }), json!({ "id": "118" })], T0)
+        .await
+        .unwrap();
+    store.run_evidence_add("r2", &[json!({ "id": "212" })], T0).await.unwrap();
+    let first = model_call(store, "r1", at_most(2), "Where is order 44718?", T0 + 1).await;
+    assert_eq!(first.evidence, vec![json!({ "id": "140" }), json!({ "id": "118" })]);
+    assert_eq!(first.stopped, None);
+    let info = store.run_get("r1").await.unwrap().unwrap();
+    assert_eq!((info.model_calls, info.conversation_id.as_deref()), (1, Some("conv-1")));
+    assert_eq!(info.route.as_deref(), Some("support"));
+    assert_eq!(info.message.as_deref(), Some("Where is order 44718?"));
+
+    // The second call goes and overwrites the message; the third passes the limit and stops
+    // the run now, without noting its message; the fourth finds the run stopped.
+    let second = model_call(store, "r1", at_most(2), "And order 44781?", T0 + 2).await;
+    assert_eq!(second.stopped, None);
+    let third = model_call(store, "r1", at_most(2), "Hello?", T0 + 3).await;
+    assert_eq!(third.stopped, Some(("stopped_max_model_calls".to_owned(), true)));
+    let fourth = model_call(store, "r1", at_most(8), "Anyone?", T0 + 4).await;
+    assert_eq!(fourth.stopped, Some(("stopped_max_model_calls".to_owned(), false)));
+    let info = backend.another().await.run_get("r1").await.unwrap().unwrap();
+    assert_eq!(info.model_calls, 4, "a stopped run's calls are still counted");
+    assert_eq!(info.stopped.as_deref(), Some("stopped_max_model_calls"));
+    assert_eq!(info.message.as_deref(), Some("And order 44781?"), "a stopped call notes nothing");
+    assert_eq!(info.touched_unix_ms, T0 + 4);
+
+    // Idle for its idle time, the run starts afresh: counts, stop and notes forgotten.
+    let later = T0 + 4 + IDLE;
+    let fresh = model_call(store, "r1", at_most(2), "New question", later).await;
+    assert_eq!(fresh.stopped, None);
+    assert!(fresh.evidence.is_empty(), "evidence older than the idle time is not read");
+    let info = store.run_get("r1").await.unwrap().unwrap();
+    assert_eq!((info.model_calls, info.first_unix_ms, info.stopped), (1, later, None));
+    assert_eq!(info.message.as_deref(), Some("New question"));
+}
+
+async fn a_model_call_is_stopped_by_its_conversations_spend_and_by_an_earlier_stop(
+    backend: Backend,
+) {
+    let store = &*backend.store;
+    let capped =
+        rein_core::run::RunLimits { max_spend_micro_usd: Some(1_000), ..Default::default() };
+    store.spend_add("conv-1", 999, T0).await.unwrap();
+    assert_eq!(model_call(store, "r1", capped, "Q", T0 + 1).await.stopped, None);
+    store.spend_add("conv-1", 1, T0 + 2).await.unwrap();
+    let stopped = model_call(store, "r1", capped, "Q", T0 + 3).await;
+    assert_eq!(stopped.stopped, Some(("stopped_spend".to_owned(), true)));
+    // Without a cap, the spend is not a limit.
+    assert_eq!(model_call(store, "r2", at_most(8), "Q", T0 + 4).await.stopped, None);
+
+    // A stop made by a tool call stands for the model calls after it.
+    model_call(store, "r3", at_most(8), "Q", T0).await;
+    store.run_stop("r3", "stopped_repeated_call", T0 + 1).await.unwrap();
+    let after = model_call(store, "r3", at_most(8), "Q", T0 + 2).await;
+    assert_eq!(after.stopped, Some(("stopped_repeated_call".to_owned(), false)));
+    // And the deadline counts from the run's first call.
+    let deadline = rein_core::run::RunLimits {
+        deadline: std::time::Duration::from_millis(100),
+        ..Default::default()
+    };
+    model_call(store, "r4", deadline, "Q", T0).await;
+    assert_eq!(model_call(store, "r4", deadline, "Q", T0 + 99).await.stopped, None);
+    let late = model_call(store, "r4", deadline, "Q", T0 + 100).await;
+    assert_eq!(late.stopped, Some(("stopped_deadline".to_owned(), true)));
+}
+
+async fn two_replicas_share_a_runs_last_model_call(backend: Backend) {
+    // Ten calls at once through two replicas, three allowed: exactly three go, exactly one
+    // stops the run, and every call is counted.
+    let replica = backend.another().await;
+    let mut tasks = Vec::new();
+    for index in 0..10 {
+        let store = if index % 2 == 0 { Arc::clone(&backend.store) } else { Arc::clone(&replica) };
+        tasks.push(tokio::spawn(async move {
+            model_call(&*store, "r1", at_most(3), "Q", T0 + index).await.stopped
+        }));
+    }
+    let (mut went, mut stopped_now) = (0, 0);
+    for task in tasks {
+        match task.await.unwrap() {
+            None => went += 1,
+            Some((_, true)) => stopped_now += 1,
+            Some((_, false)) => {}
+        }
+    }
+    assert_eq!((went, stopped_now), (3, 1));
+    assert_eq!(backend.store.run_get("r1").await.unwrap().unwrap().model_calls, 10);
+}
+
+async fn an_answered_model_call_adds_its_cost_and_notes_its_draft_at_once(backend: Backend) {
+    let store = &*backend.store;
+    let done = |micro_usd, draft| ModelCallDone {
+        run_id: "r1",
+        conversation_id: Some("conv-1"),
+        spender: "conv-1",
+        micro_usd,
+        draft,
+        now_unix_ms: T0 + 10,
+    };
+    model_call(store, "r1", at_most(8), "Where is order 44718?", T0).await;
+    store.run_model_call_done(&done(Some(1_250), Some("It ships Monday."))).await.unwrap();
+    assert_eq!(store.spend_of("conv-1").await.unwrap(), 1_250);
+    let info = store.run_get("r1").await.unwrap().unwrap();
+    assert_eq!(info.draft.as_deref(), Some("It ships Monday."));
+    assert_eq!(info.message.as_deref(), Some("Where is order 44718?"), "the rest is kept");
+    assert_eq!((info.model_calls, info.touched_unix_ms), (1, T0 + 10));
+
+    // A cost without a draft keeps the draft; a draft without a cost adds nothing.
+    store.run_model_call_done(&done(Some(50), None)).await.unwrap();
+    store.run_model_call_done(&done(None, Some("Monday, by noon."))).await.unwrap();
+    assert_eq!(backend.another().await.spend_of("conv-1").await.unwrap(), 1_300);
+    let info = store.run_get("r1").await.unwrap().unwrap();
+    assert_eq!(info.draft.as_deref(), Some("Monday, by noon."));
+
+    // Nothing to add or note writes nothing: a run never seen gets no row.
+    let nothing = ModelCallDone { run_id: "r9", ..done(None, None) };
+    store.run_model_call_done(&nothing).await.unwrap();
+    assert_eq!(store.run_get("r9").await.unwrap(), None);
+    // A run without a conversation spends on its own account.
+    let alone =
+        ModelCallDone { run_id: "r8", conversation_id: None, spender: "r8", ..done(Some(7), None) };
+    store.run_model_call_done(&alone).await.unwrap();
+    assert_eq!(store.spend_of("r8").await.unwrap(), 7);
 }

@@ -88,36 +88,36 @@ async fn steps(
     };
     let message = request.last_user_text().map(str::to_string);
     let stops = &gateway.runtime.stops;
-    if let Some(run) = ctx.run_id.clone() {
-        // What the run's tool calls returned through rein comes first, then what the caller
-        // sent.
-        let mut items = stops.evidence(&runtime.config.runs, &run).await.map_err(unavailable)?;
-        if !items.is_empty() {
-            items.extend(ctx.evidence.items().iter().cloned());
-            ctx.evidence = Evidence::from_items(items);
-        }
+    if ctx.run_id.is_some() {
+        // In one store transaction: the call is counted and judged, noted when it goes, and
+        // what the run's tool calls returned through rein is read; that evidence comes first,
+        // then what the caller sent.
         let limits = runtime.config.runs.for_route(route_config);
-        match stops.model_call(&runtime.config.runs, &limits, &ctx).await.map_err(unavailable)? {
-            RunStep::Go { .. } => {}
-            RunStep::Stopped { status, now } => {
-                if now {
-                    gateway.metrics.run_stopped(&status);
-                    let mut stop = Escalation::stopped(&status, Some(route.to_string()));
-                    stop.message = message.clone();
-                    let created = hand_off(gateway, runtime, &ctx, request_id, route, stop).await;
-                    note_handoff(&mut ctx, Trigger::StopCondition, &status, created);
-                }
-                stop_facts(&mut ctx, stops, &status).await;
-                ctx.run_stopped = Some(status);
-                return Ok((ctx, None));
-            }
-        }
         let note = RunNote {
             route: Some(route.to_string()),
             message: message.clone(),
             ..RunNote::default()
         };
-        stops.note(&ctx, &note).await.map_err(unavailable)?;
+        let (step, mut items) = stops
+            .model_call(&runtime.config.runs, &limits, &ctx, &note)
+            .await
+            .map_err(unavailable)?;
+        if !items.is_empty() {
+            items.extend(ctx.evidence.items().iter().cloned());
+            ctx.evidence = Evidence::from_items(items);
+        }
+        if let RunStep::Stopped { status, now } = step {
+            if now {
+                gateway.metrics.run_stopped(&status);
+                let mut stop = Escalation::stopped(&status, Some(route.to_string()));
+                stop.message = message.clone();
+                let created = hand_off(gateway, runtime, &ctx, request_id, route, stop).await;
+                note_handoff(&mut ctx, Trigger::StopCondition, &status, created);
+            }
+            stop_facts(&mut ctx, stops, &status).await;
+            ctx.run_stopped = Some(status);
+            return Ok((ctx, None));
+        }
     }
     let followup = Followup::of(&ctx);
     let Some(escalation) = escalation else { return Ok((ctx, followup)) };
@@ -365,18 +365,12 @@ impl Followup {
             && let Some(served) = &report.served_by
             && self.ctx.run_id.is_some()
         {
-            if let Some(price) = price_of(&runtime.config.prices, &served.model) {
-                let cost = price.cost_micro_usd(&done.response.usage);
-                if let Err(error) = stops.spend(&self.ctx, cost).await {
-                    tracing::error!(request_id, "spend not recorded: {error}");
-                }
-            }
-            if !done.response.text.is_empty() {
-                let note =
-                    RunNote { draft: Some(done.response.text.clone()), ..RunNote::default() };
-                if let Err(error) = stops.note(&self.ctx, &note).await {
-                    tracing::error!(request_id, "draft not noted: {error}");
-                }
+            let cost = price_of(&runtime.config.prices, &served.model)
+                .map(|price| price.cost_micro_usd(&done.response.usage));
+            let text = &done.response.text;
+            let draft = (!text.is_empty()).then_some(text.as_str());
+            if let Err(error) = stops.model_call_done(&self.ctx, cost, draft).await {
+                tracing::error!(request_id, "spend and draft not recorded: {error}");
             }
         }
         if failed_checks(report) {

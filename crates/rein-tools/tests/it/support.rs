@@ -11,6 +11,7 @@ use rein_core::{CallContext, FixedJitter};
 use rein_store::handoffs::{
     Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
 };
+use rein_store::runs::{ModelCall, ModelCallDone, ModelCallStep};
 use rein_store::tools::{
     CachedResult, Decision, Hold, HoldState, KeyBegin, NewHold, NewOutboxItem, OutboxItem,
     OutboxState, OutboxStats, Pruned, ToolStore,
@@ -302,6 +303,14 @@ impl ToolStore for TestStore {
         run_id: &str,
     ) -> Result<Vec<rein_store::runs::RunToolCall>, StoreError> {
         self.inner.run_tool_log(run_id).await
+    }
+
+    async fn run_model_call(&self, call: &ModelCall<'_>) -> Result<ModelCallStep, StoreError> {
+        self.inner.run_model_call(call).await
+    }
+
+    async fn run_model_call_done(&self, done: &ModelCallDone<'_>) -> Result<(), StoreError> {
+        self.inner.run_model_call_done(done).await
     }
 
     async fn run_note(
