@@ -267,6 +267,23 @@ impl PostgresToolStore {
         .await
     }
 
+    /// [`Self::transaction`] for bookkeeping that guards or measures (a run's counts, notes,
+    /// evidence and tool log, a conversation's spend and questions, call records): its commit
+    /// does not wait for the WAL to reach the disk (`SET LOCAL synchronous_commit = off`, for
+    /// this transaction only). It survives rein's crash and the server's, and only a crash of
+    /// the server's machine in the moments after it can lose it; what must never be lost (the
+    /// outbox, keys, hand-offs, levers) stays on [`Self::transaction`].
+    async fn transaction_relaxed<T>(
+        &self,
+        work: impl AsyncFnOnce(Transaction<'_>) -> Result<T, Failure>,
+    ) -> Result<T, StoreError> {
+        self.transaction(async |tx| {
+            tx.batch_execute("SET LOCAL synchronous_commit = off").await?;
+            work(tx).await
+        })
+        .await
+    }
+
     /// Settle one pending item: `sql` updates it and returns its key (no row: it was no longer
     /// pending), and that key is rewritten as `change` says, in the same transaction. Whether the
     /// item was changed.
@@ -844,7 +861,7 @@ impl ToolStore for PostgresToolStore {
         now_unix_ms: i64,
         idle_ms: i64,
     ) -> Result<RunCounts, StoreError> {
-        self.transaction(async |tx| {
+        self.transaction_relaxed(async |tx| {
             let at = (now_unix_ms, idle_ms);
             let row = count_run(&tx, run_id, conversation_id, event, at).await?;
             write_run(&tx, run_id, &row).await?;
@@ -933,7 +950,7 @@ impl ToolStore for PostgresToolStore {
         if items.is_empty() {
             return Ok(());
         }
-        self.transaction(async |tx| {
+        self.transaction_relaxed(async |tx| {
             for item in items {
                 execute(
                     &tx,
@@ -975,7 +992,7 @@ impl ToolStore for PostgresToolStore {
     }
 
     async fn run_tool_log_add(&self, run_id: &str, call: &RunToolCall) -> Result<(), StoreError> {
-        self.transaction(async |tx| {
+        self.transaction_relaxed(async |tx| {
             execute(
                 &tx,
                 "INSERT INTO run_tool_log (run_id, tool, args, status, result, at_unix_ms)
@@ -1031,7 +1048,7 @@ impl ToolStore for PostgresToolStore {
 
     async fn run_model_call(&self, call: &ModelCall<'_>) -> Result<ModelCallStep, StoreError> {
         let (run_id, at) = (call.run_id, (call.now_unix_ms, call.idle_ms));
-        self.transaction(async |tx| {
+        self.transaction_relaxed(async |tx| {
             let found = query(
                 &tx,
                 "SELECT item FROM run_evidence WHERE run_id = $1 AND added_unix_ms >= $2
@@ -1059,7 +1076,7 @@ impl ToolStore for PostgresToolStore {
             return Ok(());
         }
         let note = RunNote { draft: done.draft.map(str::to_owned), ..RunNote::default() };
-        self.transaction(async |tx| {
+        self.transaction_relaxed(async |tx| {
             if let Some(micro_usd) = done.micro_usd {
                 add_spend(&tx, done.spender, micro_usd, done.now_unix_ms).await?;
             }
@@ -1110,7 +1127,7 @@ impl ToolStore for PostgresToolStore {
         question_hash: &str,
         now_unix_ms: i64,
     ) -> Result<i64, StoreError> {
-        self.transaction(async |tx| {
+        self.transaction_relaxed(async |tx| {
             execute(
                 &tx,
                 "INSERT INTO conversation_questions (conversation_id, question_hash, run_id,
@@ -1168,7 +1185,7 @@ impl ToolStore for PostgresToolStore {
         if rows.is_empty() {
             return Ok(());
         }
-        self.transaction(async |tx| {
+        self.transaction_relaxed(async |tx| {
             for row in &rows {
                 execute(
                     &tx,
@@ -1707,5 +1724,50 @@ mod tests {
         let config: tokio_postgres::Config =
             "postgres://rein:secret@db.internal:6432/tools".parse().unwrap();
         assert_eq!(target(&config), "db.internal:6432/tools");
+    }
+
+    /// The transaction's `synchronous_commit`, committed (a setting made in a transaction
+    /// rolled back would be undone whatever it was).
+    async fn synchronous_commit(tx: Transaction<'_>) -> Result<String, Failure> {
+        let row = query_opt(&tx, "SHOW synchronous_commit", &[]).await?;
+        let setting = row.map(|row| row.try_get(0)).transpose()?.unwrap_or_default();
+        tx.commit().await?;
+        Ok(setting)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bookkeeping_commits_without_waiting_for_the_wal_and_leaves_every_other_write_on() {
+        let server = crate::testing::TempPostgres::shared().unwrap_or_else(|e| panic!("{e}"));
+        let url = server.create_database().await.unwrap();
+        // The test server does not wait for its disk by default; these sessions do, as a
+        // production server's would.
+        let waiting = format!("{url}?options=-c%20synchronous_commit%3Don");
+        let store = PostgresToolStore::connect(&waiting).await.unwrap();
+        assert_eq!(store.transaction(synchronous_commit).await.unwrap(), "on");
+        assert_eq!(store.transaction_relaxed(synchronous_commit).await.unwrap(), "off");
+        // `SET LOCAL` ends with its transaction: the pooled connection is back to waiting.
+        for _ in 0..3 {
+            assert_eq!(store.transaction(synchronous_commit).await.unwrap(), "on");
+        }
+        let failed = store
+            .transaction_relaxed(async |_tx| -> Result<(), Failure> {
+                Err(Failure::Store(StoreError::Task("refused".into())))
+            })
+            .await;
+        assert!(failed.is_err());
+        assert_eq!(store.transaction(synchronous_commit).await.unwrap(), "on");
+        // A relaxed write is still a write: its rows are there for another connection.
+        store.spend_add("conv-1", 5, 0).await.unwrap();
+        let done = ModelCallDone {
+            run_id: "r1",
+            conversation_id: Some("conv-1"),
+            spender: "conv-1",
+            micro_usd: Some(7),
+            draft: None,
+            now_unix_ms: 1,
+        };
+        store.run_model_call_done(&done).await.unwrap();
+        let replica = PostgresToolStore::connect(&url).await.unwrap();
+        assert_eq!(replica.spend_of("conv-1").await.unwrap(), 12);
     }
 }
