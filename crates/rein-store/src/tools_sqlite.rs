@@ -47,12 +47,100 @@ use rein_core::trace::Trace;
 #[derive(Debug, Clone)]
 pub struct SqliteToolStore {
     store: Arc<Store>,
+    /// The calls waiting for the store's one connection, run in order by one blocking thread.
+    queue: Arc<Queue>,
+}
+
+/// One call's work on the store, with where its result goes.
+type Job = Box<dyn FnOnce(&Store) + Send>;
+
+/// The store's calls in the order they came, and whether a blocking thread is draining them.
+/// A call waits here rather than on the connection's lock: one thread runs the calls back to
+/// back while there are any (and leaves when there are none), where one blocking thread per call
+/// in flight woke only to fight over the lock.
+#[derive(Default)]
+struct Queue {
+    state: std::sync::Mutex<QueueState>,
+}
+
+#[derive(Default)]
+struct QueueState {
+    jobs: std::collections::VecDeque<Job>,
+    draining: bool,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue").finish_non_exhaustive()
+    }
+}
+
+impl Queue {
+    fn state(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Queue `job`; start a thread to drain the queue unless one is at it.
+    fn push(self: &Arc<Self>, store: &Arc<Store>, job: Job) {
+        let mut state = self.state();
+        state.jobs.push_back(job);
+        if state.draining {
+            return;
+        }
+        state.draining = true;
+        drop(state);
+        let drainer = Drainer { queue: Arc::clone(self), store: Arc::clone(store), done: false };
+        tokio::task::spawn_blocking(move || drainer.run());
+    }
+
+    /// Run the queued jobs in order until there are none.
+    fn drain(&self, store: &Store) {
+        loop {
+            let job = {
+                let mut state = self.state();
+                match state.jobs.pop_front() {
+                    Some(job) => job,
+                    None => {
+                        state.draining = false;
+                        return;
+                    }
+                }
+            };
+            job(store);
+        }
+    }
+}
+
+/// The queue's drain on a blocking thread. Dropped without having run (its runtime was shutting
+/// down), it lets the queue go: the calls waiting in it fail rather than wait forever, and the
+/// next call starts a drain of its own.
+struct Drainer {
+    queue: Arc<Queue>,
+    store: Arc<Store>,
+    done: bool,
+}
+
+impl Drainer {
+    fn run(mut self) {
+        self.queue.drain(&self.store);
+        self.done = true;
+    }
+}
+
+impl Drop for Drainer {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut state = self.queue.state();
+            state.draining = false;
+            state.jobs.clear();
+        }
+    }
 }
 
 impl SqliteToolStore {
     /// The tool store in `store`'s file (its tables come with the store's migrations).
     pub fn new(store: Arc<Store>) -> Self {
-        Self { store }
+        Self { store, queue: Arc::default() }
     }
 
     /// Run `work` on the connection, off the async runtime.
@@ -71,10 +159,16 @@ impl SqliteToolStore {
         T: Send + 'static,
         F: FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
     {
-        let store = Arc::clone(&self.store);
-        tokio::task::spawn_blocking(move || work(&store))
-            .await
-            .map_err(|e| StoreError::Task(e.to_string()))?
+        let (done, result) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move |store| {
+            // A panic is this call's failure, not the queue's: the thread drains on.
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(store)))
+                .unwrap_or_else(|panic| Err(StoreError::Task(panic_text(&*panic))));
+            // The caller may have gone (its request was cancelled): the work is done all the same.
+            let _ = done.send(outcome);
+        });
+        self.queue.push(&self.store, job);
+        result.await.map_err(|_| StoreError::Task("the store's call was dropped".to_string()))?
     }
 
     /// Run `work` in one write transaction, committed when it returns `Ok` and on disk when
@@ -108,6 +202,16 @@ impl SqliteToolStore {
         })
         .await
     }
+}
+
+/// What a panic said, for the error that reports it.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    let said = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message");
+    format!("a store call panicked: {said}")
 }
 
 /// `work` in one write transaction taken up front (`BEGIN IMMEDIATE`), committed when it
@@ -1556,6 +1660,71 @@ mod tests {
 
     fn synchronous(tx: &Transaction<'_>) -> Result<i64, StoreError> {
         Ok(tx.query_row("PRAGMA synchronous", [], |row| row.get(0))?)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn calls_wait_their_turn_in_order_and_a_panicking_one_fails_alone() {
+        let store = Store::open_in_memory().unwrap();
+        let tools = SqliteToolStore::new(Arc::new(store));
+        tools
+            .run(|conn| Ok(conn.execute_batch("CREATE TABLE seen (n INTEGER NOT NULL)")?))
+            .await
+            .unwrap();
+        let panicked = tools.run(|_conn| -> Result<(), StoreError> { panic!("boom") }).await;
+        match panicked {
+            Err(StoreError::Task(text)) => assert!(text.contains("boom"), "{text}"),
+            other => panic!("expected the panic as the call's error, got {other:?}"),
+        }
+        // Calls queued at once from many tasks all run, and those one task makes in order run
+        // in that order.
+        let mut tasks = Vec::new();
+        for task in 0..8_i64 {
+            let tools = tools.clone();
+            tasks.push(tokio::spawn(async move {
+                for n in 0..25_i64 {
+                    let value = task * 100 + n;
+                    tools
+                        .run(move |conn| {
+                            Ok(conn.execute("INSERT INTO seen (n) VALUES (?1)", [value])?)
+                        })
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let seen: Vec<i64> = tools
+            .run(|conn| {
+                let mut statement = conn.prepare("SELECT n FROM seen ORDER BY rowid")?;
+                let rows = statement.query_map([], |row| row.get(0))?;
+                Ok(rows.collect::<Result<Vec<i64>, _>>()?)
+            })
+            .await
+            .unwrap();
+        assert_eq!(seen.len(), 200);
+        for task in 0..8_i64 {
+            let own: Vec<i64> = seen.iter().copied().filter(|n| n / 100 == task).collect();
+            assert_eq!(own, (0..25).map(|n| task * 100 + n).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn a_drain_its_runtime_never_ran_lets_the_waiting_calls_fail() {
+        let store = Arc::new(Store::open_in_memory().unwrap());
+        let queue = Arc::new(Queue::default());
+        let (done, mut result) = tokio::sync::oneshot::channel::<()>();
+        queue.state().jobs.push_back(Box::new(move |_store| {
+            let _ = done.send(());
+        }));
+        queue.state().draining = true;
+        drop(Drainer { queue: Arc::clone(&queue), store, done: false });
+        assert!(!queue.state().draining, "the next call starts a drain of its own");
+        assert!(
+            matches!(result.try_recv(), Err(tokio::sync::oneshot::error::TryRecvError::Closed)),
+            "the waiting call fails rather than waits"
+        );
     }
 
     #[tokio::test]
