@@ -52,12 +52,76 @@ pub struct SqliteToolStore {
 }
 
 /// One call's work on the store, with where its result goes.
-type Job = Box<dyn FnOnce(&Store) + Send>;
+enum Job {
+    /// Work that takes the store itself (its own transaction, or none).
+    Alone(Box<dyn FnOnce(&Store) + Send>),
+    /// Bookkeeping ([`SqliteToolStore::write_relaxed`]): it shares one transaction with the
+    /// bookkeeping queued right behind it.
+    Booked(Box<dyn Bookkeeping>),
+}
+
+/// The most bookkeeping calls one transaction takes, so that the file's write lock is never held
+/// long for others (the CLI on the same file).
+const MAX_SHARED: usize = 64;
+
+/// A bookkeeping call: its work, run in a savepoint of a transaction it shares, and its caller,
+/// told once that transaction committed or failed.
+trait Bookkeeping: Send {
+    /// Run the work in `tx`; `false` when it failed (its writes are to be rolled back).
+    fn work(&mut self, tx: &Transaction<'_>) -> bool;
+    /// Tell the caller: the work's own failure, else its value when the transaction committed
+    /// (`Ok`) or the transaction's failure.
+    fn settle(self: Box<Self>, committed: Result<(), &StoreError>);
+}
+
+/// [`Bookkeeping`] of a closure and the channel its caller waits on.
+struct Booked<T, F> {
+    work: Option<F>,
+    outcome: Option<Result<T, StoreError>>,
+    done: tokio::sync::oneshot::Sender<Result<T, StoreError>>,
+}
+
+impl<T, F> Bookkeeping for Booked<T, F>
+where
+    T: Send,
+    F: FnOnce(&Transaction<'_>) -> Result<T, StoreError> + Send,
+{
+    fn work(&mut self, tx: &Transaction<'_>) -> bool {
+        let Some(work) = self.work.take() else { return false };
+        // A panic is this call's failure, not the queue's: its writes are rolled back alone.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(tx)))
+            .unwrap_or_else(|panic| Err(StoreError::Task(panic_text(&*panic))));
+        let worked = outcome.is_ok();
+        self.outcome = Some(outcome);
+        worked
+    }
+
+    fn settle(self: Box<Self>, committed: Result<(), &StoreError>) {
+        let outcome = match (self.outcome, committed) {
+            (Some(Err(failed)), _) => Err(failed),
+            (Some(Ok(value)), Ok(())) => Ok(value),
+            (_, Err(error)) => {
+                Err(StoreError::Task(format!("the transaction it shared did not commit: {error}")))
+            }
+            (None, Ok(())) => Err(StoreError::Task("the call did not run".to_string())),
+        };
+        // The caller may have gone (its request was cancelled): the work is done all the same.
+        let _ = self.done.send(outcome);
+    }
+}
+
+/// What the drain runs next.
+enum Next {
+    Alone(Box<dyn FnOnce(&Store) + Send>),
+    Shared(Vec<Box<dyn Bookkeeping>>),
+}
 
 /// The store's calls in the order they came, and whether a blocking thread is draining them.
 /// A call waits here rather than on the connection's lock: one thread runs the calls back to
 /// back while there are any (and leaves when there are none), where one blocking thread per call
-/// in flight woke only to fight over the lock.
+/// in flight woke only to fight over the lock. Bookkeeping queued back to back commits together
+/// (a group commit): each call's work has a savepoint of its own, so one that fails is rolled
+/// back alone, and no caller hears of its work before the transaction holding it committed.
 #[derive(Default)]
 struct Queue {
     state: std::sync::Mutex<QueueState>,
@@ -67,6 +131,9 @@ struct Queue {
 struct QueueState {
     jobs: std::collections::VecDeque<Job>,
     draining: bool,
+    /// Transactions of bookkeeping committed, and the calls they held.
+    shared_commits: u64,
+    shared_calls: u64,
 }
 
 impl std::fmt::Debug for Queue {
@@ -93,22 +160,120 @@ impl Queue {
         tokio::task::spawn_blocking(move || drainer.run());
     }
 
-    /// Run the queued jobs in order until there are none.
-    fn drain(&self, store: &Store) {
-        loop {
-            let job = {
-                let mut state = self.state();
-                match state.jobs.pop_front() {
-                    Some(job) => job,
-                    None => {
-                        state.draining = false;
-                        return;
+    /// The next work: the call at the front, with the bookkeeping queued right behind it when it
+    /// is bookkeeping; none when the queue is empty (and the drain ends).
+    fn next(&self) -> Option<Next> {
+        let mut state = self.state();
+        match state.jobs.pop_front() {
+            None => {
+                state.draining = false;
+                None
+            }
+            Some(Job::Alone(job)) => Some(Next::Alone(job)),
+            Some(Job::Booked(first)) => {
+                let mut group = vec![first];
+                while group.len() < MAX_SHARED && matches!(state.jobs.front(), Some(Job::Booked(_)))
+                {
+                    if let Some(Job::Booked(job)) = state.jobs.pop_front() {
+                        group.push(job);
                     }
                 }
-            };
-            job(store);
+                Some(Next::Shared(group))
+            }
         }
     }
+
+    /// Run the queued jobs in order until there are none.
+    fn drain(&self, store: &Store) {
+        while let Some(next) = self.next() {
+            match next {
+                Next::Alone(job) => job(store),
+                Next::Shared(group) => {
+                    let calls = group.len() as u64;
+                    let (committed, unrun) = commit_shared(store, group);
+                    let mut state = self.state();
+                    if committed {
+                        state.shared_commits += 1;
+                        state.shared_calls += calls;
+                    }
+                    // Calls its lost transaction never reached go first in the next one.
+                    for job in unrun.into_iter().rev() {
+                        state.jobs.push_front(Job::Booked(job));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Run `group` in one transaction that does not wait for the disk (`synchronous = NORMAL`),
+/// each call's work in a savepoint of its own, then tell each caller. Returns whether it
+/// committed, and the calls not run because SQLite rolled the transaction back under an
+/// earlier one's failure (an I/O error, a full disk), which go to the next transaction.
+fn commit_shared(
+    store: &Store,
+    group: Vec<Box<dyn Bookkeeping>>,
+) -> (bool, Vec<Box<dyn Bookkeeping>>) {
+    let mut ran = Vec::with_capacity(group.len());
+    let mut jobs = group.into_iter();
+    let committed = {
+        let mut conn = store.conn();
+        let committed = run_shared(&mut conn, &mut jobs, &mut ran);
+        // Back to `FULL` whatever happened, so no later write is left relaxed.
+        let restored = set_synchronous(&conn, "FULL");
+        committed.and(restored)
+    };
+    let unrun: Vec<_> = jobs.collect();
+    let (committed, unrun) = match (committed, ran.is_empty()) {
+        (Ok(()), _) => (Ok(()), unrun),
+        // Nothing ran: the transaction never began; every call fails with it.
+        (Err(error), true) => {
+            ran.extend(unrun);
+            (Err(error), Vec::new())
+        }
+        (Err(error), false) => (Err(error), unrun),
+    };
+    let done = committed.is_ok();
+    for job in ran {
+        job.settle(committed.as_ref().map(|_| ()));
+    }
+    (done, unrun)
+}
+
+/// The shared transaction of [`commit_shared`]: the calls it took are in `ran`.
+fn run_shared(
+    conn: &mut Connection,
+    jobs: &mut impl Iterator<Item = Box<dyn Bookkeeping>>,
+    ran: &mut Vec<Box<dyn Bookkeeping>>,
+) -> Result<(), StoreError> {
+    set_synchronous(conn, "NORMAL")?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    for job in jobs.by_ref() {
+        ran.push(job);
+        let Some(job) = ran.last_mut() else { break };
+        tx.prepare_cached("SAVEPOINT call")?.execute([])?;
+        if !job.work(&tx) {
+            if tx.is_autocommit() {
+                return Err(StoreError::Task(
+                    "SQLite rolled the transaction back after a call's failure".to_string(),
+                ));
+            }
+            tx.prepare_cached("ROLLBACK TO call")?.execute([])?;
+        }
+        tx.prepare_cached("RELEASE call")?.execute([])?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// `PRAGMA synchronous = {level}`, from the connection's statement cache.
+fn set_synchronous(conn: &Connection, level: &str) -> Result<(), StoreError> {
+    let sql = match level {
+        "NORMAL" => "PRAGMA synchronous = NORMAL",
+        _ => "PRAGMA synchronous = FULL",
+    };
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
 }
 
 /// The queue's drain on a blocking thread. Dropped without having run (its runtime was shutting
@@ -160,13 +325,13 @@ impl SqliteToolStore {
         F: FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
     {
         let (done, result) = tokio::sync::oneshot::channel();
-        let job: Job = Box::new(move |store| {
+        let job = Job::Alone(Box::new(move |store| {
             // A panic is this call's failure, not the queue's: the thread drains on.
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(store)))
                 .unwrap_or_else(|panic| Err(StoreError::Task(panic_text(&*panic))));
             // The caller may have gone (its request was cancelled): the work is done all the same.
             let _ = done.send(outcome);
-        });
+        }));
         self.queue.push(&self.store, job);
         result.await.map_err(|_| StoreError::Task("the store's call was dropped".to_string()))?
     }
@@ -184,23 +349,21 @@ impl SqliteToolStore {
 
     /// [`Self::write`] for bookkeeping that guards or measures (a run's counts, notes, evidence
     /// and tool log, a conversation's spend and questions, call records, the tool cache): its
-    /// commit does not wait for the disk (`synchronous = NORMAL` for this transaction). It
+    /// commit does not wait for the disk (`synchronous = NORMAL` for its transaction). It
     /// survives rein's own crash, and only a crash of the machine in the moments after it can
     /// lose it; the next `FULL` commit syncs it with its own. A run's model call made two such
-    /// commits, and waiting for the disk on each cost milliseconds a call.
+    /// commits, and waiting for the disk on each cost milliseconds a call. Bookkeeping queued
+    /// back to back shares one transaction ([`Queue`]), each call's work in a savepoint of its
+    /// own.
     async fn write_relaxed<T, F>(&self, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
     {
-        self.run(move |conn| {
-            conn.pragma_update(None, "synchronous", "NORMAL")?;
-            let written = transact(conn, work);
-            // Back to `FULL` whatever happened, so no later write is left relaxed.
-            conn.pragma_update(None, "synchronous", "FULL")?;
-            written
-        })
-        .await
+        let (done, result) = tokio::sync::oneshot::channel();
+        let job = Job::Booked(Box::new(Booked { work: Some(work), outcome: None, done }));
+        self.queue.push(&self.store, job);
+        result.await.map_err(|_| StoreError::Task("the store's call was dropped".to_string()))?
     }
 }
 
@@ -1710,14 +1873,116 @@ mod tests {
         }
     }
 
+    /// A store with a table `seen`, and its queue held by a call that waits for `go` to end,
+    /// so that the calls made meanwhile queue up behind it.
+    async fn held_store() -> (SqliteToolStore, std::sync::mpsc::Sender<()>) {
+        let store = Store::open_in_memory().unwrap();
+        let tools = SqliteToolStore::new(Arc::new(store));
+        tools
+            .run(|conn| Ok(conn.execute_batch("CREATE TABLE seen (n INTEGER NOT NULL)")?))
+            .await
+            .unwrap();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let held = tools.clone();
+        tokio::spawn(async move { held.run(move |_conn| Ok(wait.recv().ok())).await });
+        while !tools.queue.state().jobs.is_empty() || !tools.queue.state().draining {
+            tokio::task::yield_now().await;
+        }
+        (tools, go)
+    }
+
+    /// Queue a bookkeeping call that inserts `n` into `seen`, then does `then` in the same
+    /// transaction; wait until it is queued.
+    async fn queue_insert(
+        tools: &SqliteToolStore,
+        n: i64,
+        then: fn(&Transaction<'_>) -> Result<(), StoreError>,
+    ) -> tokio::task::JoinHandle<Result<(), StoreError>> {
+        let queued = tools.queue.state().jobs.len();
+        let own = tools.clone();
+        let call = tokio::spawn(async move {
+            own.write_relaxed(move |tx| {
+                tx.execute("INSERT INTO seen (n) VALUES (?1)", [n])?;
+                then(tx)
+            })
+            .await
+        });
+        while tools.queue.state().jobs.len() == queued {
+            tokio::task::yield_now().await;
+        }
+        call
+    }
+
+    async fn seen(tools: &SqliteToolStore) -> Vec<i64> {
+        tools
+            .run(|conn| {
+                let mut statement = conn.prepare("SELECT n FROM seen ORDER BY rowid")?;
+                let rows = statement.query_map([], |row| row.get(0))?;
+                Ok(rows.collect::<Result<Vec<i64>, _>>()?)
+            })
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bookkeeping_queued_together_commits_once_and_a_failing_call_is_rolled_back_alone() {
+        let (tools, go) = held_store().await;
+        let fine: fn(&Transaction<'_>) -> Result<(), StoreError> = |_tx| Ok(());
+        let first = queue_insert(&tools, 1, fine).await;
+        let refused = queue_insert(&tools, 2, |_tx| Err(StoreError::Task("refused".into()))).await;
+        let panicked = queue_insert(&tools, 3, |_tx| panic!("boom")).await;
+        let last = queue_insert(&tools, 4, fine).await;
+        go.send(()).unwrap();
+        first.await.unwrap().unwrap();
+        let refused = refused.await.unwrap();
+        assert!(
+            matches!(&refused, Err(StoreError::Task(text)) if text == "refused"),
+            "{refused:?}"
+        );
+        let panicked = panicked.await.unwrap();
+        assert!(
+            matches!(&panicked, Err(StoreError::Task(text)) if text.contains("boom")),
+            "{panicked:?}"
+        );
+        last.await.unwrap().unwrap();
+        assert_eq!(seen(&tools).await, vec![1, 4], "the failed calls' writes are rolled back");
+        let state = tools.queue.state();
+        assert_eq!((state.shared_commits, state.shared_calls), (1, 4), "one commit for the four");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn calls_behind_a_lost_transaction_go_in_the_next_and_those_before_it_fail() {
+        let (tools, go) = held_store().await;
+        let fine: fn(&Transaction<'_>) -> Result<(), StoreError> = |_tx| Ok(());
+        let before = queue_insert(&tools, 1, fine).await;
+        // What an I/O error or a full disk does: SQLite rolls the whole transaction back.
+        let lost = queue_insert(&tools, 2, |tx| {
+            tx.execute_batch("ROLLBACK")?;
+            Err(StoreError::Task("lost".into()))
+        })
+        .await;
+        let after = queue_insert(&tools, 3, fine).await;
+        go.send(()).unwrap();
+        let before = before.await.unwrap();
+        assert!(
+            matches!(&before, Err(StoreError::Task(text)) if text.contains("did not commit")),
+            "a call whose writes were rolled back hears so: {before:?}"
+        );
+        assert!(matches!(lost.await.unwrap(), Err(StoreError::Task(text)) if text == "lost"));
+        after.await.unwrap().unwrap();
+        assert_eq!(seen(&tools).await, vec![3]);
+        let state = tools.queue.state();
+        assert_eq!((state.shared_commits, state.shared_calls), (1, 1));
+    }
+
     #[test]
     fn a_drain_its_runtime_never_ran_lets_the_waiting_calls_fail() {
         let store = Arc::new(Store::open_in_memory().unwrap());
         let queue = Arc::new(Queue::default());
         let (done, mut result) = tokio::sync::oneshot::channel::<()>();
-        queue.state().jobs.push_back(Box::new(move |_store| {
+        queue.state().jobs.push_back(Job::Alone(Box::new(move |_store| {
             let _ = done.send(());
-        }));
+        })));
         queue.state().draining = true;
         drop(Drainer { queue: Arc::clone(&queue), store, done: false });
         assert!(!queue.state().draining, "the next call starts a drain of its own");
