@@ -550,7 +550,10 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
 
     /// An answered model call of run `done.run_id`, in one transaction: its cost added to its
     /// spender's spend as [`Self::spend_add`] adds it, and its draft noted as
-    /// [`Self::run_note`] notes it. Nothing to add or note: nothing is written.
+    /// [`Self::run_note`] notes it. Nothing to add or note: nothing is written. Returns once
+    /// every later call of this store sees it: committed (Postgres), or queued ahead of them
+    /// (SQLite, whose calls run in order on its one connection; a failure after that is logged
+    /// by the store).
     async fn run_model_call_done(&self, done: &ModelCallDone<'_>) -> Result<(), StoreError>;
 
     /// Run `run_id`'s row, with its counts and notes, if it has one.

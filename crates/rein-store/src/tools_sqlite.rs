@@ -88,25 +88,68 @@ where
 {
     fn work(&mut self, tx: &Transaction<'_>) -> bool {
         let Some(work) = self.work.take() else { return false };
-        // A panic is this call's failure, not the queue's: its writes are rolled back alone.
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(tx)))
-            .unwrap_or_else(|panic| Err(StoreError::Task(panic_text(&*panic))));
+        let outcome = work_caught(work, tx);
         let worked = outcome.is_ok();
         self.outcome = Some(outcome);
         worked
     }
 
     fn settle(self: Box<Self>, committed: Result<(), &StoreError>) {
-        let outcome = match (self.outcome, committed) {
-            (Some(Err(failed)), _) => Err(failed),
-            (Some(Ok(value)), Ok(())) => Ok(value),
-            (_, Err(error)) => {
-                Err(StoreError::Task(format!("the transaction it shared did not commit: {error}")))
-            }
-            (None, Ok(())) => Err(StoreError::Task("the call did not run".to_string())),
-        };
         // The caller may have gone (its request was cancelled): the work is done all the same.
-        let _ = self.done.send(outcome);
+        let _ = self.done.send(settled(self.outcome, committed));
+    }
+}
+
+/// [`Bookkeeping`] nobody waits for ([`SqliteToolStore::queue_relaxed`]): its failure is logged.
+struct Logged<F> {
+    work: Option<F>,
+    outcome: Option<Result<(), StoreError>>,
+    /// What the work writes, for the log.
+    what: &'static str,
+}
+
+impl<F> Bookkeeping for Logged<F>
+where
+    F: FnOnce(&Transaction<'_>) -> Result<(), StoreError> + Send,
+{
+    fn work(&mut self, tx: &Transaction<'_>) -> bool {
+        let Some(work) = self.work.take() else { return false };
+        let outcome = work_caught(work, tx);
+        let worked = outcome.is_ok();
+        self.outcome = Some(outcome);
+        worked
+    }
+
+    fn settle(self: Box<Self>, committed: Result<(), &StoreError>) {
+        if let Err(error) = settled(self.outcome, committed) {
+            tracing::error!("{} not recorded: {error}", self.what);
+        }
+    }
+}
+
+/// `work` in `tx`; a panic is this call's failure, not the queue's (its writes are rolled back
+/// alone).
+fn work_caught<T>(
+    work: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+    tx: &Transaction<'_>,
+) -> Result<T, StoreError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(tx)))
+        .unwrap_or_else(|panic| Err(StoreError::Task(panic_text(&*panic))))
+}
+
+/// What a bookkeeping call comes to: its own failure, else its value when the transaction it
+/// shared committed, else that transaction's failure.
+fn settled<T>(
+    outcome: Option<Result<T, StoreError>>,
+    committed: Result<(), &StoreError>,
+) -> Result<T, StoreError> {
+    match (outcome, committed) {
+        (Some(Err(failed)), _) => Err(failed),
+        (Some(Ok(value)), Ok(())) => Ok(value),
+        (_, Err(error)) => {
+            Err(StoreError::Task(format!("the transaction it shared did not commit: {error}")))
+        }
+        (None, Ok(())) => Err(StoreError::Task("the call did not run".to_string())),
     }
 }
 
@@ -364,6 +407,17 @@ impl SqliteToolStore {
         let job = Job::Booked(Box::new(Booked { work: Some(work), outcome: None, done }));
         self.queue.push(&self.store, job);
         result.await.map_err(|_| StoreError::Task("the store's call was dropped".to_string()))?
+    }
+
+    /// [`Self::write_relaxed`] that returns once queued: every later call of this store runs
+    /// after it (one queue, drained in order on one connection), so none of them misses what it
+    /// writes, and nobody waits for its commit. A failure is logged as `what` not recorded.
+    fn queue_relaxed<F>(&self, what: &'static str, work: F)
+    where
+        F: FnOnce(&Transaction<'_>) -> Result<(), StoreError> + Send + 'static,
+    {
+        let job = Job::Booked(Box::new(Logged { work: Some(work), outcome: None, what }));
+        self.queue.push(&self.store, job);
     }
 }
 
@@ -1292,7 +1346,10 @@ impl ToolStore for SqliteToolStore {
         let spender = done.spender.to_owned();
         let note = RunNote { draft: done.draft.map(str::to_owned), ..RunNote::default() };
         let (micro_usd, now) = (done.micro_usd, done.now_unix_ms);
-        self.write_relaxed(move |tx| {
+        // Queued, not waited for: the run's next call is queued behind it, so it counts this
+        // spend and its packet has this draft, and the answer goes out without a second wait
+        // for the store's thread.
+        self.queue_relaxed("a run's spend and draft", move |tx| {
             if let Some(micro_usd) = micro_usd {
                 add_spend(tx, &spender, micro_usd, now)?;
             }
@@ -1300,8 +1357,8 @@ impl ToolStore for SqliteToolStore {
                 note_run(tx, &run_id, conversation.as_deref(), &note, now)?;
             }
             Ok(())
-        })
-        .await
+        });
+        Ok(())
     }
 
     async fn run_get(&self, run_id: &str) -> Result<Option<RunInfo>, StoreError> {
@@ -1973,6 +2030,36 @@ mod tests {
         assert_eq!(seen(&tools).await, vec![3]);
         let state = tools.queue.state();
         assert_eq!((state.shared_commits, state.shared_calls), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn an_answered_model_call_returns_once_queued_and_every_later_call_sees_it() {
+        let (tools, go) = held_store().await;
+        let done = ModelCallDone {
+            run_id: "r1",
+            conversation_id: None,
+            spender: "r1",
+            micro_usd: Some(250),
+            draft: Some("your order ships today"),
+            now_unix_ms: 1_000,
+        };
+        // The store's thread is busy: a call that waited for its commit is still pending after
+        // its first poll.
+        let returned = tokio::select! {
+            biased;
+            returned = tools.run_model_call_done(&done) => Some(returned),
+            () = std::future::ready(()) => None,
+        };
+        assert!(matches!(returned, Some(Ok(()))), "{returned:?}");
+        let later = tools.clone();
+        let read = tokio::spawn(async move {
+            let run = later.run_get("r1").await.unwrap().unwrap();
+            (run.draft, later.spend_of("r1").await.unwrap())
+        });
+        go.send(()).unwrap();
+        let (draft, spent) = read.await.unwrap();
+        assert_eq!(draft.as_deref(), Some("your order ships today"));
+        assert_eq!(spent, 250);
     }
 
     #[test]
