@@ -122,6 +122,7 @@ PY
 }
 COMPLETION=$(nginx_body "$LIB/completion.json" json)
 STREAM=$(nginx_body "$LIB/stream.sse" sse)
+CHECKED=$(nginx_body "$LIB/completion-checked.json" checked)
 
 nginx_common() { # $1: dir
   cat <<EOF
@@ -167,6 +168,11 @@ $(nginx_http_common "$TMP/upstream")
       $(sed '$d' <<<"$STREAM")
       return 200 $(tail -1 <<<"$STREAM");
     }
+    location = /checked/v1/chat/completions {
+      default_type application/json;
+      $(sed '$d' <<<"$CHECKED")
+      return 200 $(tail -1 <<<"$CHECKED");
+    }
   }
 }
 EOF
@@ -208,6 +214,10 @@ base_url = "http://127.0.0.1:$UP_PORT/v1"
 kind = "openai_compatible"
 base_url = "http://127.0.0.1:$UP_PORT/sse/v1"
 
+[providers.fixed-checked]
+kind = "openai_compatible"
+base_url = "http://127.0.0.1:$UP_PORT/checked/v1"
+
 [providers.sim]
 kind = "openai_compatible"
 base_url = "http://127.0.0.1:$SIM_PORT/v1"
@@ -225,6 +235,33 @@ model = "bench-model"
 name = "primary"
 provider = "fixed-sse"
 model = "bench-model"
+
+# Validation on and off, on the same answer (a JSON object citing an article): the schema and
+# two rules against the evidence the caller passes in the body's \`rein\` object.
+[routes.bench-obj]
+[[routes.bench-obj.tiers]]
+name = "primary"
+provider = "fixed-checked"
+model = "bench-model"
+
+[routes.bench-valid]
+[[routes.bench-valid.tiers]]
+name = "primary"
+provider = "fixed-checked"
+model = "bench-model"
+[routes.bench-valid.output]
+rules = [
+  { rule = "cited_ids_returned", ids_at = "/article_ids", source = "search", item = "article" },
+  { rule = "numbers_in_cited_text", text_at = "/reply", ids_at = "/article_ids", item = "article" },
+]
+[routes.bench-valid.output.schema]
+type = "object"
+required = ["reply", "article_ids", "needs_human"]
+additionalProperties = false
+[routes.bench-valid.output.schema.properties]
+reply = { type = "string", maxLength = 1200 }
+article_ids = { type = "array", items = { type = "string" } }
+needs_human = { type = "boolean" }
 
 [routes.bench-pt]
 release = "passthrough"
@@ -328,6 +365,10 @@ record 0 mem floor - idle_rss_kib "$(mem_kib VmRSS "$FLOOR_PID")"
 
 # --- targets -----------------------------------------------------------------------------------
 body() { # model stream
+  case "$1" in bench-obj | bench-valid) # the evidence the validated route's rules check against
+    printf '{"model":"%s","messages":[{"role":"user","content":"where is my order?"}],"rein":{"evidence":[{"id":"140","source":"search","text":"Orders ship the next day and arrive within 48 hours."}]}}' "$1"
+    return ;;
+  esac
   if [ "$2" = 1 ]; then
     printf '{"model":"%s","messages":[{"role":"user","content":"where is my order?"}],"stream":true}' "$1"
   else
@@ -342,6 +383,8 @@ target_of() {
     floor) echo "$FLOOR_PORT /v1/chat/completions bench 0" ;;
     rein) echo "$REIN_PORT /v1/chat/completions bench 0" ;;
     rein-sse) echo "$REIN_PORT /v1/chat/completions bench-sse 0" ;;
+    rein-obj) echo "$REIN_PORT /v1/chat/completions bench-obj 0" ;;
+    rein-valid) echo "$REIN_PORT /v1/chat/completions bench-valid 0" ;;
     s-direct) echo "$UP_PORT /sse/v1/chat/completions bench 1" ;;
     s-nginx) echo "$PROXY_PORT /sse/v1/chat/completions bench 1" ;;
     s-floor) echo "$FLOOR_PORT /sse/v1/chat/completions bench 1" ;;
@@ -349,7 +392,7 @@ target_of() {
     s-rein-checked) echo "$REIN_PORT /v1/chat/completions bench-sse 1" ;;
   esac
 }
-NONSTREAM=(direct nginx floor rein rein-sse)
+NONSTREAM=(direct nginx floor rein rein-sse rein-obj rein-valid)
 STREAMING=(s-direct s-nginx s-floor s-rein-pt s-rein-checked)
 
 # --- sanity: every path answers 200 with the expected body -------------------------------------
@@ -362,6 +405,8 @@ check() {
   [[ "$hdr" == *" 200"* ]] || die "$t: $hdr: $out"
   if [ "$stream" = 1 ]; then
     [[ "$out" == *"Thursday."* && "$out" == *"[DONE]"* ]] || die "$t: unexpected stream: $out"
+  elif [[ "$model" == bench-obj || "$model" == bench-valid ]]; then
+    [[ "$out" == *"within 48 hours"* ]] || die "$t: unexpected answer: $out"
   else
     [[ "$out" == *"Thursday."* ]] || die "$t: unexpected answer: $out"
   fi
@@ -372,6 +417,12 @@ check() {
   fi
 }
 for t in "${NONSTREAM[@]}" "${STREAMING[@]}"; do check "$t"; done
+# The validated route really checks: with evidence that lacks the answer's number, its rule
+# refuses the answer (one re-ask, then no tier can answer).
+refused=$(curl -sS -o /dev/null -w '%{http_code}' -H 'content-type: application/json' \
+  --data "$(body bench-valid 0 | sed 's/arrive within 48 hours/arrive within 72 hours/')" \
+  "http://127.0.0.1:$REIN_PORT/v1/chat/completions") || die "rein-valid: curl failed"
+[ "$refused" != 200 ] || die "rein-valid: an answer its rules refuse was served"
 log "all paths answer; upstream :$UP_PORT, nginx proxy :$PROXY_PORT, floor :$FLOOR_PORT, rein :$REIN_PORT, sim :$SIM_PORT"
 
 # --- measurements ------------------------------------------------------------------------------

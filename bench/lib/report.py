@@ -21,7 +21,11 @@ NONSTREAM = [
     ("floor", "hyper proxy (rein's HTTP stack alone)"),
     ("rein", "rein serve (checked, JSON upstream)"),
     ("rein-sse", "rein serve (checked, SSE upstream)"),
+    ("rein-obj", "rein serve (checked, JSON-object answer)"),
+    ("rein-valid", "rein serve (the same, schema + two rules)"),
 ]
+# Validation on costs at most this much of the row without it (req/s down, CPU up).
+MAX_VALIDATION_RATIO = 1.15
 STREAMING = [
     ("s-direct", "direct to the upstream"),
     ("s-nginx", "bare nginx proxy (unbuffered)"),
@@ -177,6 +181,7 @@ def main():
         )
     w("")
     relative(w, r, "nonstream", "direct", "nginx", NONSTREAM[2:], c)
+    validation(w, r, c)
 
     # --- memory ------------------------------------------------------------------------------
     w("## Memory (MiB)")
@@ -299,6 +304,29 @@ def main():
         f"non-streaming caller: that row (\"checked, SSE upstream\") does {num(sse)} req/s."
     )
     print("\n".join(out))
+
+
+def validation(w, r, c):
+    """Validation on (`rein-valid`: the schema and two rules) against the same answer with it
+    off (`rein-obj`), per round then the median: req/s and CPU a request at `c` connections,
+    p50 at one."""
+    def ratio(key, conns, inverse=False):
+        on, off = r.values("nonstream", "rein-valid", conns, key), r.values("nonstream", "rein-obj", conns, key)
+        ratios = [(off[k] / on[k] if inverse else on[k] / off[k]) for k in on if k in off and off[k] and on[k]]
+        return statistics.median(ratios) if ratios else None
+
+    rows = [
+        (f"req/s @{c} (without ÷ with)", ratio("rps", c, inverse=True)),
+        (f"CPU µs/req @{c} (with ÷ without)", ratio("cpu_us_per_req", c)),
+        ("p50 @1 (with ÷ without)", ratio("p50_us", 1)),
+    ]
+    w(f"### Validation: schema + two rules on, against the same answer with them off (target ≤ {MAX_VALIDATION_RATIO:.2f}×)")
+    w("")
+    w("| measure | ratio (median of the rounds) | result |")
+    w("|---|--:|---|")
+    for name, value in rows:
+        w(f"| {name} | {num(value, '{:.3f}')} | {verdict(value is not None and value <= MAX_VALIDATION_RATIO)} |")
+    w("")
 
 
 if __name__ == "__main__":
