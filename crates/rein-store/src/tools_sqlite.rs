@@ -1,8 +1,10 @@
 //! [`ToolStore`] on the embedded SQLite [`Store`] (tables from migration 2): the default for one
-//! gateway. Each call runs on tokio's blocking pool, because a commit under `synchronous = FULL`
-//! waits for an fsync. Every change is one `BEGIN IMMEDIATE` transaction, which takes the file's
-//! write lock up front: two processes on the same file queue behind each other (up to the busy
-//! timeout) instead of both reading an item as free and both claiming it.
+//! gateway. The calls wait in one queue that one thread of tokio's blocking pool drains, because
+//! a commit under `synchronous = FULL` waits for an fsync. Every change is one `BEGIN IMMEDIATE`
+//! transaction, which takes the file's write lock up front: two processes on the same file queue
+//! behind each other (up to the busy timeout) instead of both reading an item as free and both
+//! claiming it. Bookkeeping queued back to back shares one such transaction, each call's work in
+//! a savepoint of its own (`Queue`).
 //!
 //! This file holds what is SQLite's own: the SQL, how values are bound, and the transactions.
 //! Reading a row and deciding what a call does with it come from `tools::rows` and
