@@ -1942,11 +1942,18 @@ mod tests {
             .await
             .unwrap();
         let (go, wait) = std::sync::mpsc::channel::<()>();
+        let (running, started) = tokio::sync::oneshot::channel::<()>();
         let held = tools.clone();
-        tokio::spawn(async move { held.run(move |_conn| Ok(wait.recv().ok())).await });
-        while !tools.queue.state().jobs.is_empty() || !tools.queue.state().draining {
-            tokio::task::yield_now().await;
-        }
+        tokio::spawn(async move {
+            held.run(move |_conn| {
+                let _ = running.send(());
+                Ok(wait.recv().ok())
+            })
+            .await
+        });
+        // The drain is inside the holding call (not merely about to be): what is queued from
+        // here on stays queued until `go`.
+        started.await.unwrap();
         (tools, go)
     }
 
