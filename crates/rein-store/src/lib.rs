@@ -320,6 +320,11 @@ impl Store {
         // Room for every statement the store prepares once and keeps (the calls' inserts of
         // each chunk size among them), so none is prepared again for being pushed out.
         conn.set_prepared_statement_cache_capacity(64);
+        // The query planner's stability guarantee: a statement's plan never depends on the
+        // values bound to it (rein runs no ANALYZE, so there are no statistics to use them
+        // with), so a cached statement is not prepared again when they change. Without it a
+        // run's evidence read was parsed anew at every model call.
+        conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
         migrate(&mut conn)?;
         Ok(Self { conn: Mutex::new(conn) })
     }

@@ -423,6 +423,10 @@ impl SqliteToolStore {
     }
 }
 
+/// A run's evidence added since `?2`, oldest first.
+const EVIDENCE_SINCE: &str =
+    "SELECT item FROM run_evidence WHERE run_id = ?1 AND added_unix_ms >= ?2 ORDER BY id";
+
 /// What a panic said, for the error that reports it.
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
     let said = panic
@@ -1246,10 +1250,7 @@ impl ToolStore for SqliteToolStore {
     ) -> Result<Vec<Value>, StoreError> {
         let run_id = run_id.to_owned();
         self.run(move |conn| {
-            let mut statement = conn.prepare_cached(
-                "SELECT item FROM run_evidence WHERE run_id = ?1 AND added_unix_ms >= ?2
-                 ORDER BY id",
-            )?;
+            let mut statement = conn.prepare_cached(EVIDENCE_SINCE)?;
             let items = statement
                 .query_map(params![run_id, since_unix_ms], |row| rows::json(row, 0))?
                 .collect::<Result<Vec<Value>, _>>()?;
@@ -1320,10 +1321,7 @@ impl ToolStore for SqliteToolStore {
         let (limits, at) = (call.limits, (call.now_unix_ms, call.idle_ms));
         self.write_relaxed(move |tx| {
             let evidence = tx
-                .prepare_cached(
-                    "SELECT item FROM run_evidence WHERE run_id = ?1 AND added_unix_ms >= ?2
-                     ORDER BY id",
-                )?
+                .prepare_cached(EVIDENCE_SINCE)?
                 .query_map(params![run_id, at.0.saturating_sub(at.1)], |row| rows::json(row, 0))?
                 .collect::<Result<Vec<Value>, _>>()?;
             let event = RunEvent::ModelCall;
@@ -2069,6 +2067,24 @@ mod tests {
         let (draft, spent) = read.await.unwrap();
         assert_eq!(draft.as_deref(), Some("your order ships today"));
         assert_eq!(spent, 250);
+    }
+
+    #[tokio::test]
+    async fn a_cached_statement_is_not_prepared_again_when_the_values_bound_to_it_change() {
+        let tools = SqliteToolStore::new(Arc::new(Store::open_in_memory().unwrap()));
+        for (run, since) in [("r1", 0), ("r2", 5_000), ("r3", 10_000)] {
+            assert!(tools.run_evidence(run, since).await.unwrap().is_empty());
+        }
+        // Without the planner's stability guarantee SQLite prepares this one again for every
+        // new run id (its plan could depend on the value), parsing it at every model call.
+        let prepared_again = tools
+            .run(|conn| {
+                let statement = conn.prepare_cached(EVIDENCE_SINCE)?;
+                Ok(statement.get_status(rusqlite::StatementStatus::RePrepare))
+            })
+            .await
+            .unwrap();
+        assert_eq!(prepared_again, 0);
     }
 
     #[test]
