@@ -76,11 +76,20 @@ trait Bookkeeping: Send {
     fn settle(self: Box<Self>, committed: Result<(), &StoreError>);
 }
 
-/// [`Bookkeeping`] of a closure and the channel its caller waits on.
+/// [`Bookkeeping`] of a closure, and whom it tells how it went.
 struct Booked<T, F> {
     work: Option<F>,
     outcome: Option<Result<T, StoreError>>,
-    done: tokio::sync::oneshot::Sender<Result<T, StoreError>>,
+    tell: Tell<T>,
+}
+
+/// Whom a bookkeeping call tells how it went.
+enum Tell<T> {
+    /// The caller, waiting on this channel.
+    Caller(tokio::sync::oneshot::Sender<Result<T, StoreError>>),
+    /// Nobody waits ([`SqliteToolStore::queue_relaxed`]): a failure is logged as this, not
+    /// recorded.
+    Log(&'static str),
 }
 
 impl<T, F> Bookkeeping for Booked<T, F>
@@ -97,34 +106,17 @@ where
     }
 
     fn settle(self: Box<Self>, committed: Result<(), &StoreError>) {
-        // The caller may have gone (its request was cancelled): the work is done all the same.
-        let _ = self.done.send(settled(self.outcome, committed));
-    }
-}
-
-/// [`Bookkeeping`] nobody waits for ([`SqliteToolStore::queue_relaxed`]): its failure is logged.
-struct Logged<F> {
-    work: Option<F>,
-    outcome: Option<Result<(), StoreError>>,
-    /// What the work writes, for the log.
-    what: &'static str,
-}
-
-impl<F> Bookkeeping for Logged<F>
-where
-    F: FnOnce(&Transaction<'_>) -> Result<(), StoreError> + Send,
-{
-    fn work(&mut self, tx: &Transaction<'_>) -> bool {
-        let Some(work) = self.work.take() else { return false };
-        let outcome = work_caught(work, tx);
-        let worked = outcome.is_ok();
-        self.outcome = Some(outcome);
-        worked
-    }
-
-    fn settle(self: Box<Self>, committed: Result<(), &StoreError>) {
-        if let Err(error) = settled(self.outcome, committed) {
-            tracing::error!("{} not recorded: {error}", self.what);
+        let outcome = settled(self.outcome, committed);
+        match self.tell {
+            // The caller may have gone (its request was cancelled): the work is done all the same.
+            Tell::Caller(done) => {
+                let _ = done.send(outcome);
+            }
+            Tell::Log(what) => {
+                if let Err(error) = outcome {
+                    tracing::error!("{what} not recorded: {error}");
+                }
+            }
         }
     }
 }
@@ -406,7 +398,11 @@ impl SqliteToolStore {
         F: FnOnce(&Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
     {
         let (done, result) = tokio::sync::oneshot::channel();
-        let job = Job::Booked(Box::new(Booked { work: Some(work), outcome: None, done }));
+        let job = Job::Booked(Box::new(Booked {
+            work: Some(work),
+            outcome: None,
+            tell: Tell::Caller(done),
+        }));
         self.queue.push(&self.store, job);
         result.await.map_err(|_| StoreError::Task("the store's call was dropped".to_string()))?
     }
@@ -418,7 +414,11 @@ impl SqliteToolStore {
     where
         F: FnOnce(&Transaction<'_>) -> Result<(), StoreError> + Send + 'static,
     {
-        let job = Job::Booked(Box::new(Logged { work: Some(work), outcome: None, what }));
+        let job = Job::Booked(Box::new(Booked {
+            work: Some(work),
+            outcome: None,
+            tell: Tell::Log(what),
+        }));
         self.queue.push(&self.store, job);
     }
 }
