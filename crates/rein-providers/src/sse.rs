@@ -187,7 +187,9 @@ impl Record<'_> {
         };
         match field {
             "data" => {
-                let data = self.data.get_or_insert_with(String::new);
+                // Room for the line and the `\n` that follows it at once: most records are a
+                // single `data` line.
+                let data = self.data.get_or_insert_with(|| String::with_capacity(value.len() + 1));
                 if data.len() + value.len() > self.max_event {
                     return Err(SseError::EventTooLarge);
                 }
