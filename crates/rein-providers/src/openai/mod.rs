@@ -7,6 +7,7 @@
 //! `api_version` `{base_url}/openai/responses?api-version=..`): see
 //! [`responses`].
 
+mod chunk_scan;
 mod request;
 mod response;
 mod responses;

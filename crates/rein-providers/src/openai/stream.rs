@@ -13,57 +13,58 @@ use serde_json::Value;
 
 use rein_core::{Failure, StreamEvent, WireFormat};
 
+use super::chunk_scan;
 use super::wire::{WireFunction, WireLogprobs, WireUsage, stop_reason};
 use crate::http_error::error_object;
 use crate::sse::SseEvent;
 use crate::stream::{Decoder, malformed};
 
 // `id` and `model` repeat on every chunk and are read from the first: borrowed, not copied.
-#[derive(Debug, Deserialize)]
-struct Chunk<'a> {
+#[derive(Debug, PartialEq, Deserialize)]
+pub(super) struct Chunk<'a> {
     #[serde(default, borrow)]
-    id: Option<Cow<'a, str>>,
+    pub(super) id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    model: Option<Cow<'a, str>>,
+    pub(super) model: Option<Cow<'a, str>>,
     #[serde(default)]
-    choices: Option<Vec<Choice>>,
+    pub(super) choices: Option<Vec<Choice>>,
     #[serde(default)]
-    usage: Option<WireUsage>,
+    pub(super) usage: Option<WireUsage>,
     /// Present (non-null) on a mid-stream error object: read by the slow path.
     #[serde(default)]
-    error: Option<serde::de::IgnoredAny>,
+    pub(super) error: Option<serde::de::IgnoredAny>,
 }
 
-#[derive(Debug, Deserialize)]
-struct Choice {
+#[derive(Debug, PartialEq, Deserialize)]
+pub(super) struct Choice {
     #[serde(default)]
-    index: Option<u32>,
+    pub(super) index: Option<u32>,
     #[serde(default)]
-    delta: Option<Delta>,
+    pub(super) delta: Option<Delta>,
     #[serde(default)]
-    finish_reason: Option<String>,
+    pub(super) finish_reason: Option<String>,
     #[serde(default)]
-    logprobs: Option<WireLogprobs>,
+    pub(super) logprobs: Option<WireLogprobs>,
 }
 
-#[derive(Debug, Deserialize)]
-struct Delta {
+#[derive(Debug, PartialEq, Deserialize)]
+pub(super) struct Delta {
     #[serde(default)]
-    content: Option<String>,
+    pub(super) content: Option<String>,
     #[serde(default)]
-    refusal: Option<String>,
+    pub(super) refusal: Option<String>,
     #[serde(default)]
-    reasoning_content: Option<String>,
+    pub(super) reasoning_content: Option<String>,
     #[serde(default)]
-    reasoning: Option<String>,
+    pub(super) reasoning: Option<String>,
     #[serde(default)]
-    tool_calls: Option<Vec<ToolCallDelta>>,
+    pub(super) tool_calls: Option<Vec<ToolCallDelta>>,
     #[serde(default)]
-    function_call: Option<WireFunction>,
+    pub(super) function_call: Option<WireFunction>,
 }
 
-#[derive(Debug, Deserialize)]
-struct ToolCallDelta {
+#[derive(Debug, PartialEq, Deserialize)]
+pub(super) struct ToolCallDelta {
     #[serde(default)]
     index: Option<u32>,
     #[serde(default)]
@@ -78,6 +79,8 @@ pub(crate) struct OpenAiDecoder {
     /// Tool call indexes already announced with `ToolCallStart`. Some servers repeat the id
     /// on every fragment; only the first one starts a call.
     started_calls: Vec<u32>,
+    /// Where the direct reader takes up the stream's next chunk.
+    resume: Option<chunk_scan::Resume>,
 }
 
 impl Decoder for OpenAiDecoder {
@@ -89,14 +92,21 @@ impl Decoder for OpenAiDecoder {
         if data.is_empty() {
             return Ok(Vec::new());
         }
-        // The common case: a well-formed chunk with no error, read straight into its struct.
-        // Anything else (an error object, a malformed line) takes the path below, which reads
-        // the error or says what is wrong exactly as before.
-        if record.event.as_deref() != Some("error")
-            && let Ok(chunk) = serde_json::from_str::<Chunk>(data)
-            && chunk.error.is_none()
-        {
-            return Ok(self.events(chunk));
+        // The common case: a well-formed chunk with no error, read straight into its struct,
+        // by the direct reader when it can and by serde when it cannot. Anything else (an
+        // error object, a malformed line) takes the path below, which reads the error or says
+        // what is wrong exactly as before.
+        if record.event.as_deref() != Some("error") {
+            if let Some(chunk) = chunk_scan::read(data, &mut self.resume) {
+                #[cfg(any(debug_assertions, fuzzing))]
+                chunk_scan::check_against_serde(data, &chunk);
+                return Ok(self.events(chunk));
+            }
+            if let Ok(chunk) = serde_json::from_str::<Chunk>(data)
+                && chunk.error.is_none()
+            {
+                return Ok(self.events(chunk));
+            }
         }
         let json: Value =
             serde_json::from_str(data).map_err(|e| malformed("chat completion chunk", &e))?;

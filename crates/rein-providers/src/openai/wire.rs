@@ -6,7 +6,7 @@ use serde::Deserialize;
 
 use rein_core::{StopReason, TokenLogprob, Usage};
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Deserialize)]
 pub(crate) struct WireUsage {
     #[serde(default)]
     pub prompt_tokens: Option<u32>,
@@ -23,7 +23,7 @@ impl WireUsage {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Deserialize)]
 pub(crate) struct WireLogprobs {
     /// Log probabilities of the content tokens. (`refusal` token logprobs are not carried:
     /// rein scores answers, not refusals.)
@@ -31,7 +31,7 @@ pub(crate) struct WireLogprobs {
     pub content: Option<Vec<WireTokenLogprob>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 pub(crate) struct WireTokenLogprob {
     pub token: String,
     pub logprob: f64,
@@ -39,7 +39,7 @@ pub(crate) struct WireTokenLogprob {
     pub top_logprobs: Option<Vec<WireTopLogprob>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 pub(crate) struct WireTopLogprob {
     pub token: String,
     pub logprob: f64,
@@ -65,7 +65,7 @@ impl WireLogprobs {
 }
 
 /// A function call as both shapes spell it (`tool_calls[].function`, legacy `function_call`).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Deserialize)]
 pub(crate) struct WireFunction {
     #[serde(default)]
     pub name: Option<String>,
