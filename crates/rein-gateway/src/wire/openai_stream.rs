@@ -173,8 +173,22 @@ impl OpenAiStream {
             return;
         }
         self.started = true;
-        let delta = json!({"role": "assistant", "content": "", "refusal": null});
-        frames.push(sse_frame(None, &self.chunk(delta, Value::Null, Value::Null)));
+        frames.push(self.role_frame());
+    }
+
+    /// The first chunk, `delta: {"role": "assistant", "content": "", "refusal": null}`: the
+    /// text chunk's head and tail around a fixed delta, the same bytes [`Self::chunk`] renders.
+    fn role_frame(&mut self) -> Bytes {
+        const HEAD: &[u8] =
+            br#"data: {"choices":[{"delta":{"content":"","refusal":null,"role":"assistant""#;
+        let tail = match &self.text_tail {
+            Some(tail) => tail,
+            None => self.text_tail.insert(self.render_text_tail()),
+        };
+        let mut out = Vec::with_capacity(HEAD.len() + tail.len());
+        out.extend_from_slice(HEAD);
+        out.extend_from_slice(tail);
+        Bytes::from(out)
     }
 
     fn start_tool(&mut self, canonical: u32) -> u32 {
@@ -285,7 +299,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_typed_text_frame_is_byte_for_byte_the_json_tree_frame() {
+    fn the_typed_text_and_role_frames_are_byte_for_byte_the_json_tree_frames() {
         for include_usage in [false, true] {
             let mut stream =
                 OpenAiStream::new(ResponseMeta::new("chatcmpl-abc", 1_700_000_000), include_usage);
@@ -297,6 +311,9 @@ mod tests {
                 );
                 assert_eq!(stream.text_frame(text), tree, "include_usage={include_usage} {text:?}");
             }
+            let delta = json!({"role": "assistant", "content": "", "refusal": null});
+            let tree = sse_frame(None, &stream.chunk(delta, Value::Null, Value::Null));
+            assert_eq!(stream.role_frame(), tree, "include_usage={include_usage}");
         }
     }
     use crate::wire::fixtures::{self, frames_json};
