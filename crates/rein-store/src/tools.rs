@@ -556,6 +556,13 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
     /// by the store).
     async fn run_model_call_done(&self, done: &ModelCallDone<'_>) -> Result<(), StoreError>;
 
+    /// Returns once every write queued and not waited for before this call (a run's spend and
+    /// draft on SQLite) has run: a graceful stop calls it last, so that nothing an answered
+    /// call queued is lost with the process. A store that queues nothing returns at once.
+    async fn settle(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Run `run_id`'s row, with its counts and notes, if it has one.
     async fn run_get(&self, run_id: &str) -> Result<Option<RunInfo>, StoreError>;
 

@@ -1361,6 +1361,12 @@ impl ToolStore for SqliteToolStore {
         Ok(())
     }
 
+    async fn settle(&self) -> Result<(), StoreError> {
+        // A call queued behind everything queued so far: the queue runs in order, so when it
+        // has run, so has all of that.
+        self.blocking(|_| Ok(())).await
+    }
+
     async fn run_get(&self, run_id: &str) -> Result<Option<RunInfo>, StoreError> {
         let run_id = run_id.to_owned();
         self.run(move |conn| {
@@ -1939,6 +1945,12 @@ mod tests {
             .run(|conn| Ok(conn.execute_batch("CREATE TABLE seen (n INTEGER NOT NULL)")?))
             .await
             .unwrap();
+        let go = hold(&tools).await;
+        (tools, go)
+    }
+
+    /// Hold `tools`' thread in a call until the returned sender sends.
+    async fn hold(tools: &SqliteToolStore) -> std::sync::mpsc::Sender<()> {
         let (go, wait) = std::sync::mpsc::channel::<()>();
         let (running, started) = tokio::sync::oneshot::channel::<()>();
         let held = tools.clone();
@@ -1952,7 +1964,7 @@ mod tests {
         // The drain is inside the holding call (not merely about to be): what is queued from
         // here on stays queued until `go`.
         started.await.unwrap();
-        (tools, go)
+        go
     }
 
     /// Queue a bookkeeping call that inserts `n` into `seen`, then does `then` in the same
@@ -2067,6 +2079,36 @@ mod tests {
         let (draft, spent) = read.await.unwrap();
         assert_eq!(draft.as_deref(), Some("your order ships today"));
         assert_eq!(spent, 250);
+    }
+
+    #[tokio::test]
+    async fn settling_returns_once_what_was_queued_unwaited_is_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rein.sqlite");
+        let tools = SqliteToolStore::new(Arc::new(Store::open(&path).unwrap()));
+        let go = hold(&tools).await;
+        let done = ModelCallDone {
+            run_id: "r1",
+            conversation_id: None,
+            spender: "r1",
+            micro_usd: Some(250),
+            draft: None,
+            now_unix_ms: 1_000,
+        };
+        tools.run_model_call_done(&done).await.unwrap();
+        let settling = tokio::spawn({
+            let tools = tools.clone();
+            async move { tools.settle().await }
+        });
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!settling.is_finished(), "the spend is still queued behind the held call");
+        go.send(()).unwrap();
+        settling.await.unwrap().unwrap();
+        // Committed, not only queued: another connection to the file reads it.
+        let other = SqliteToolStore::new(Arc::new(Store::open(&path).unwrap()));
+        assert_eq!(other.spend_of("r1").await.unwrap(), 250);
     }
 
     #[tokio::test]

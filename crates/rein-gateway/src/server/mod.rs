@@ -240,6 +240,10 @@ impl Gateway {
         };
         // The calls that ended while the connections drained are queued: write them, then end.
         self.runtime.recorder.stop(RECORDER_STOP_WAIT).await;
+        // Last, what the store queued without anyone waiting (a run's spend and draft).
+        if let Err(error) = self.runtime.tool_store().settle().await {
+            tracing::warn!(%error, "shutting down: the store's queued writes did not all run");
+        }
         result
     }
 }
