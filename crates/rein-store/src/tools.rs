@@ -553,7 +553,7 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
     /// [`Self::run_note`] notes it. Nothing to add or note: nothing is written. Returns once
     /// every later call of this store sees it: committed (Postgres), or queued ahead of them
     /// (SQLite, whose calls run in order on its one connection; a failure after that is logged
-    /// by the store).
+    /// by the store; another connection sees it after [`Self::settle`]).
     async fn run_model_call_done(&self, done: &ModelCallDone<'_>) -> Result<(), StoreError>;
 
     /// Returns once every write queued and not waited for before this call (a run's spend and

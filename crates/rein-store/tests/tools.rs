@@ -2029,6 +2029,9 @@ async fn an_answered_model_call_adds_its_cost_and_notes_its_draft_at_once(backen
     // A cost without a draft keeps the draft; a draft without a cost adds nothing.
     store.run_model_call_done(&done(Some(50), None)).await.unwrap();
     store.run_model_call_done(&done(None, Some("Monday, by noon."))).await.unwrap();
+    // Another connection (another replica) sees it once committed: on SQLite, where it was
+    // queued, once the store has settled.
+    store.settle().await.unwrap();
     assert_eq!(backend.another().await.spend_of("conv-1").await.unwrap(), 1_300);
     let info = store.run_get("r1").await.unwrap().unwrap();
     assert_eq!(info.draft.as_deref(), Some("Monday, by noon."));
