@@ -31,6 +31,7 @@ mod client;
 mod config;
 mod gemini;
 mod http_error;
+mod json_scan;
 mod openai;
 mod secret;
 mod sse;
