@@ -36,7 +36,7 @@ pub(super) struct Resume {
 /// the stream's: read from and kept up to date.
 pub(super) fn read<'a>(data: &'a str, resume: &mut Option<Resume>) -> Option<Chunk<'a>> {
     let mut scan = Scan { text: data, bytes: data.as_bytes(), at: 0, finite_numbers: false };
-    let (chunk, mark) = scan.chunk(resume.as_ref())?;
+    let (chunk, mark) = chunk(&mut scan, resume.as_ref())?;
     scan.whitespace();
     if scan.at != scan.bytes.len() {
         return None;
@@ -47,218 +47,215 @@ pub(super) fn read<'a>(data: &'a str, resume: &mut Option<Resume>) -> Option<Chu
     Some(chunk)
 }
 
-impl<'a> Scan<'a> {
-    /// Where a borrowed string lies in the text.
-    fn range_of(&self, text: Option<&Cow<'a, str>>) -> Option<Range<usize>> {
-        match text? {
-            Cow::Borrowed(text) => {
-                let start = text.as_ptr() as usize - self.text.as_ptr() as usize;
-                Some(start..start + text.len())
-            }
-            Cow::Owned(_) => None,
+/// Where a borrowed string lies in the text.
+fn range_of<'a>(scan: &Scan<'a>, text: Option<&Cow<'a, str>>) -> Option<Range<usize>> {
+    match text? {
+        Cow::Borrowed(text) => {
+            let start = text.as_ptr() as usize - scan.text.as_ptr() as usize;
+            Some(start..start + text.len())
         }
+        Cow::Owned(_) => None,
     }
+}
 
-    /// The chunk, and the point to resume the stream's next chunk at when this one has a key
-    /// `choices` and nothing escaped before it.
-    fn chunk(&mut self, resume: Option<&Resume>) -> Option<(Chunk<'a>, Option<Resume>)> {
-        let mut chunk = Chunk { id: None, model: None, choices: None, usage: None, error: None };
-        let mut seen = 0;
-        let resumed = resume.filter(|resume| self.bytes.starts_with(&resume.head));
-        match resumed {
-            Some(resume) => {
-                // The cursor on the quote of `"choices"`, in the object's member loop.
-                self.at = resume.head.len();
-                seen = resume.seen;
-                chunk.id =
-                    resume.id.clone().and_then(|range| self.text.get(range)).map(Cow::Borrowed);
-                chunk.model =
-                    resume.model.clone().and_then(|range| self.text.get(range)).map(Cow::Borrowed);
-            }
-            None => {
-                self.expect(b'{')?;
-                if self.peek()? == b'}' {
-                    self.at += 1;
-                    return Some((chunk, None));
-                }
-            }
+/// The chunk, and the point to resume the stream's next chunk at when this one has a key
+/// `choices` and nothing escaped before it.
+fn chunk<'a>(scan: &mut Scan<'a>, resume: Option<&Resume>) -> Option<(Chunk<'a>, Option<Resume>)> {
+    let mut chunk = Chunk { id: None, model: None, choices: None, usage: None, error: None };
+    let mut seen = 0;
+    let resumed = resume.filter(|resume| scan.bytes.starts_with(&resume.head));
+    match resumed {
+        Some(resume) => {
+            // The cursor on the quote of `"choices"`, in the object's member loop.
+            scan.at = resume.head.len();
+            seen = resume.seen;
+            chunk.id = resume.id.clone().and_then(|range| scan.text.get(range)).map(Cow::Borrowed);
+            chunk.model =
+                resume.model.clone().and_then(|range| scan.text.get(range)).map(Cow::Borrowed);
         }
-        let mut mark = None;
-        // Whether an escaped id or model (owned, not a place in the text) rules out a mark.
-        let mut escaped = false;
-        loop {
-            if self.peek()? != b'"' {
-                return None;
-            }
-            let key_at = self.at;
-            let Cow::Borrowed(key) = self.string()? else { return None };
-            self.expect(b':')?;
-            match key {
-                "id" => {
-                    first(&mut seen, 1)?;
-                    chunk.id = self.optional_string()?;
-                    escaped |= matches!(chunk.id, Some(Cow::Owned(_)));
-                }
-                "model" => {
-                    first(&mut seen, 2)?;
-                    chunk.model = self.optional_string()?;
-                    escaped |= matches!(chunk.model, Some(Cow::Owned(_)));
-                }
-                "choices" => {
-                    if resumed.is_none() && !escaped && seen & 4 == 0 {
-                        mark = Some(Resume {
-                            head: self.bytes[..key_at].to_vec(),
-                            seen,
-                            id: self.range_of(chunk.id.as_ref()),
-                            model: self.range_of(chunk.model.as_ref()),
-                        });
-                    }
-                    first(&mut seen, 4)?;
-                    chunk.choices = self.choices()?;
-                }
-                "usage" => {
-                    first(&mut seen, 8)?;
-                    chunk.usage = self.usage()?;
-                }
-                // An error object is read by the decoder's slow path.
-                "error" => {
-                    first(&mut seen, 16)?;
-                    self.null()?;
-                }
-                _ => self.skip(1)?,
-            }
-            match self.peek()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    return Some((chunk, mark));
-                }
-                _ => return None,
+        None => {
+            scan.expect(b'{')?;
+            if scan.peek()? == b'}' {
+                scan.at += 1;
+                return Some((chunk, None));
             }
         }
     }
-
-    fn choices(&mut self) -> Option<Option<Vec<Choice>>> {
-        match self.peek()? {
-            b'n' => return self.literal(b"null").map(|()| None),
-            b'[' => self.at += 1,
+    let mut mark = None;
+    // Whether an escaped id or model (owned, not a place in the text) rules out a mark.
+    let mut escaped = false;
+    loop {
+        if scan.peek()? != b'"' {
+            return None;
+        }
+        let key_at = scan.at;
+        let Cow::Borrowed(key) = scan.string()? else { return None };
+        scan.expect(b':')?;
+        match key {
+            "id" => {
+                first(&mut seen, 1)?;
+                chunk.id = scan.optional_string()?;
+                escaped |= matches!(chunk.id, Some(Cow::Owned(_)));
+            }
+            "model" => {
+                first(&mut seen, 2)?;
+                chunk.model = scan.optional_string()?;
+                escaped |= matches!(chunk.model, Some(Cow::Owned(_)));
+            }
+            "choices" => {
+                if resumed.is_none() && !escaped && seen & 4 == 0 {
+                    mark = Some(Resume {
+                        head: scan.bytes[..key_at].to_vec(),
+                        seen,
+                        id: range_of(scan, chunk.id.as_ref()),
+                        model: range_of(scan, chunk.model.as_ref()),
+                    });
+                }
+                first(&mut seen, 4)?;
+                chunk.choices = choices(scan)?;
+            }
+            "usage" => {
+                first(&mut seen, 8)?;
+                chunk.usage = usage(scan)?;
+            }
+            // An error object is read by the decoder's slow path.
+            "error" => {
+                first(&mut seen, 16)?;
+                scan.null()?;
+            }
+            _ => scan.skip(1)?,
+        }
+        match scan.peek()? {
+            b',' => scan.at += 1,
+            b'}' => {
+                scan.at += 1;
+                return Some((chunk, mark));
+            }
             _ => return None,
         }
-        let mut choices = Vec::with_capacity(1);
-        if self.peek()? == b']' {
-            self.at += 1;
-            return Some(Some(choices));
-        }
-        loop {
-            choices.push(self.choice()?);
-            match self.peek()? {
-                b',' => self.at += 1,
-                b']' => {
-                    self.at += 1;
-                    return Some(Some(choices));
-                }
-                _ => return None,
-            }
-        }
     }
+}
 
-    fn choice(&mut self) -> Option<Choice> {
-        let mut choice = Choice { index: None, delta: None, finish_reason: None, logprobs: None };
-        let mut seen = 0;
-        self.object(|scan, key| {
-            match key {
-                "index" => {
-                    first(&mut seen, 1)?;
-                    choice.index = scan.optional_u32()?;
-                }
-                "delta" => {
-                    first(&mut seen, 2)?;
-                    choice.delta = match scan.peek()? {
-                        b'n' => scan.literal(b"null").map(|()| None)?,
-                        _ => Some(scan.delta()?),
-                    };
-                }
-                "finish_reason" => {
-                    first(&mut seen, 4)?;
-                    choice.finish_reason = scan.optional_owned()?;
-                }
-                "logprobs" => {
-                    first(&mut seen, 8)?;
-                    scan.null()?;
-                }
-                _ => scan.skip(2)?,
-            }
-            Some(())
-        })?;
-        Some(choice)
+fn choices(scan: &mut Scan<'_>) -> Option<Option<Vec<Choice>>> {
+    match scan.peek()? {
+        b'n' => return scan.literal(b"null").map(|()| None),
+        b'[' => scan.at += 1,
+        _ => return None,
     }
-
-    fn delta(&mut self) -> Option<Delta> {
-        let mut delta = Delta {
-            content: None,
-            refusal: None,
-            reasoning_content: None,
-            reasoning: None,
-            tool_calls: None,
-            function_call: None,
-        };
-        let mut seen = 0;
-        self.object(|scan, key| {
-            match key {
-                "content" => {
-                    first(&mut seen, 1)?;
-                    delta.content = scan.optional_owned()?;
-                }
-                "refusal" => {
-                    first(&mut seen, 2)?;
-                    delta.refusal = scan.optional_owned()?;
-                }
-                "reasoning_content" => {
-                    first(&mut seen, 4)?;
-                    delta.reasoning_content = scan.optional_owned()?;
-                }
-                "reasoning" => {
-                    first(&mut seen, 8)?;
-                    delta.reasoning = scan.optional_owned()?;
-                }
-                // Tool-call fragments are read by serde.
-                "tool_calls" => {
-                    first(&mut seen, 16)?;
-                    scan.null()?;
-                }
-                "function_call" => {
-                    first(&mut seen, 32)?;
-                    scan.null()?;
-                }
-                _ => scan.skip(3)?,
-            }
-            Some(())
-        })?;
-        Some(delta)
+    let mut choices = Vec::with_capacity(1);
+    if scan.peek()? == b']' {
+        scan.at += 1;
+        return Some(Some(choices));
     }
-
-    fn usage(&mut self) -> Option<Option<WireUsage>> {
-        if self.peek()? == b'n' {
-            return self.literal(b"null").map(|()| None);
+    loop {
+        choices.push(choice(scan)?);
+        match scan.peek()? {
+            b',' => scan.at += 1,
+            b']' => {
+                scan.at += 1;
+                return Some(Some(choices));
+            }
+            _ => return None,
         }
-        let mut usage = WireUsage::default();
-        let mut seen = 0;
-        self.object(|scan, key| {
-            match key {
-                "prompt_tokens" => {
-                    first(&mut seen, 1)?;
-                    usage.prompt_tokens = scan.optional_u32()?;
-                }
-                "completion_tokens" => {
-                    first(&mut seen, 2)?;
-                    usage.completion_tokens = scan.optional_u32()?;
-                }
-                _ => scan.skip(2)?,
-            }
-            Some(())
-        })?;
-        Some(Some(usage))
     }
+}
+
+fn choice(scan: &mut Scan<'_>) -> Option<Choice> {
+    let mut choice = Choice { index: None, delta: None, finish_reason: None, logprobs: None };
+    let mut seen = 0;
+    scan.object(|scan, key| {
+        match key {
+            "index" => {
+                first(&mut seen, 1)?;
+                choice.index = scan.optional_u32()?;
+            }
+            "delta" => {
+                first(&mut seen, 2)?;
+                choice.delta = match scan.peek()? {
+                    b'n' => scan.literal(b"null").map(|()| None)?,
+                    _ => Some(delta(scan)?),
+                };
+            }
+            "finish_reason" => {
+                first(&mut seen, 4)?;
+                choice.finish_reason = scan.optional_owned()?;
+            }
+            "logprobs" => {
+                first(&mut seen, 8)?;
+                scan.null()?;
+            }
+            _ => scan.skip(2)?,
+        }
+        Some(())
+    })?;
+    Some(choice)
+}
+
+fn delta(scan: &mut Scan<'_>) -> Option<Delta> {
+    let mut delta = Delta {
+        content: None,
+        refusal: None,
+        reasoning_content: None,
+        reasoning: None,
+        tool_calls: None,
+        function_call: None,
+    };
+    let mut seen = 0;
+    scan.object(|scan, key| {
+        match key {
+            "content" => {
+                first(&mut seen, 1)?;
+                delta.content = scan.optional_owned()?;
+            }
+            "refusal" => {
+                first(&mut seen, 2)?;
+                delta.refusal = scan.optional_owned()?;
+            }
+            "reasoning_content" => {
+                first(&mut seen, 4)?;
+                delta.reasoning_content = scan.optional_owned()?;
+            }
+            "reasoning" => {
+                first(&mut seen, 8)?;
+                delta.reasoning = scan.optional_owned()?;
+            }
+            // Tool-call fragments are read by serde.
+            "tool_calls" => {
+                first(&mut seen, 16)?;
+                scan.null()?;
+            }
+            "function_call" => {
+                first(&mut seen, 32)?;
+                scan.null()?;
+            }
+            _ => scan.skip(3)?,
+        }
+        Some(())
+    })?;
+    Some(delta)
+}
+
+fn usage(scan: &mut Scan<'_>) -> Option<Option<WireUsage>> {
+    if scan.peek()? == b'n' {
+        return scan.literal(b"null").map(|()| None);
+    }
+    let mut usage = WireUsage::default();
+    let mut seen = 0;
+    scan.object(|scan, key| {
+        match key {
+            "prompt_tokens" => {
+                first(&mut seen, 1)?;
+                usage.prompt_tokens = scan.optional_u32()?;
+            }
+            "completion_tokens" => {
+                first(&mut seen, 2)?;
+                usage.completion_tokens = scan.optional_u32()?;
+            }
+            _ => scan.skip(2)?,
+        }
+        Some(())
+    })?;
+    Some(Some(usage))
 }
 
 /// Panics unless serde reads `data` as the same chunk: run on every chunk the direct reader
