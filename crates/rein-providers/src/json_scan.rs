@@ -90,6 +90,26 @@ impl<'a> Scan<'a> {
         }
     }
 
+    /// An array's items: `item` is called with the cursor on each and must read it.
+    pub(crate) fn array(&mut self, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.expect(b'[')?;
+        if self.peek()? == b']' {
+            self.at += 1;
+            return Some(());
+        }
+        loop {
+            item(self)?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
     /// A string (the cursor on its opening quote): borrowed when it has no escape, unescaped by
     /// serde_json when it has one. `None` for a raw control byte, which serde refuses.
     pub(crate) fn string(&mut self) -> Option<Cow<'a, str>> {
@@ -188,24 +208,7 @@ impl<'a> Scan<'a> {
             // (which refuses a lone surrogate besides): reading it is strict enough.
             b'"' => self.string().map(drop),
             b'{' => self.object(|scan, _| scan.skip(depth + 1)),
-            b'[' => {
-                self.at += 1;
-                if self.peek()? == b']' {
-                    self.at += 1;
-                    return Some(());
-                }
-                loop {
-                    self.skip(depth + 1)?;
-                    match self.peek()? {
-                        b',' => self.at += 1,
-                        b']' => {
-                            self.at += 1;
-                            return Some(());
-                        }
-                        _ => return None,
-                    }
-                }
-            }
+            b'[' => self.array(|scan| scan.skip(depth + 1)),
             b't' => self.literal(b"true"),
             b'f' => self.literal(b"false"),
             b'n' => self.literal(b"null"),

@@ -137,27 +137,15 @@ fn chunk<'a>(scan: &mut Scan<'a>, resume: Option<&Resume>) -> Option<(Chunk<'a>,
 }
 
 fn choices(scan: &mut Scan<'_>) -> Option<Option<Vec<Choice>>> {
-    match scan.peek()? {
-        b'n' => return scan.literal(b"null").map(|()| None),
-        b'[' => scan.at += 1,
-        _ => return None,
+    if scan.peek()? == b'n' {
+        return scan.null().map(|()| None);
     }
     let mut choices = Vec::with_capacity(1);
-    if scan.peek()? == b']' {
-        scan.at += 1;
-        return Some(Some(choices));
-    }
-    loop {
+    scan.array(|scan| {
         choices.push(choice(scan)?);
-        match scan.peek()? {
-            b',' => scan.at += 1,
-            b']' => {
-                scan.at += 1;
-                return Some(Some(choices));
-            }
-            _ => return None,
-        }
-    }
+        Some(())
+    })?;
+    Some(Some(choices))
 }
 
 fn choice(scan: &mut Scan<'_>) -> Option<Choice> {

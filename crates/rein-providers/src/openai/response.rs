@@ -1,7 +1,9 @@
 //! Parses a non-streaming Chat Completions answer (`choices[0].message` with `content`,
 //! `refusal`, `tool_calls`, reasoning text; `finish_reason`; `usage`; `logprobs`) into a
 //! [`ChatResponse`]. A 200 body carrying `{"error": ..}` is reported like the same object
-//! arriving mid-stream.
+//! arriving mid-stream. The common answer (text, a refusal or reasoning, no tool calls or
+//! logprobs) is read in one pass by the provider's JSON scanner, checked against serde_json in
+//! debug builds and the fuzz targets; anything else is read by serde_json.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -10,9 +12,10 @@ use rein_core::{ChatResponse, Failure, ToolCall, WireFormat};
 
 use super::wire::{WireFunction, WireLogprobs, WireUsage, stop_reason};
 use crate::http_error::error_object;
+use crate::json_scan::{Scan, first};
 use crate::stream::malformed;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct Completion {
     /// Set (not `null`) on a 200 that carries an error instead of an answer.
     #[serde(default)]
@@ -27,7 +30,7 @@ struct Completion {
     usage: Option<WireUsage>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct Choice {
     #[serde(default)]
     index: Option<u32>,
@@ -39,7 +42,7 @@ struct Choice {
     logprobs: Option<WireLogprobs>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct WireMessage {
     #[serde(default)]
     content: Option<String>,
@@ -55,7 +58,7 @@ struct WireMessage {
     function_call: Option<WireFunction>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct WireToolCall {
     #[serde(default)]
     id: Option<String>,
@@ -64,13 +67,150 @@ struct WireToolCall {
 }
 
 pub(crate) fn parse_response(body: &[u8]) -> Result<ChatResponse, Failure> {
-    // One typed pass for the common case; an error body, or one that does not fit the shape,
-    // is looked at as a JSON tree (which is what reports the error object of a body whose
-    // other fields are malformed).
+    if let Some(completion) = read(body) {
+        #[cfg(any(debug_assertions, fuzzing))]
+        {
+            let slow = serde_json::from_slice::<Completion>(body);
+            assert!(
+                slow.as_ref().is_ok_and(|slow| *slow == completion),
+                "the direct answer reader read {completion:?} where serde read {slow:?}"
+            );
+        }
+        return Ok(answer(completion));
+    }
+    // One typed pass for the rest; an error body, or one that does not fit the shape, is
+    // looked at as a JSON tree (which is what reports the error object of a body whose other
+    // fields are malformed).
     match serde_json::from_slice::<Completion>(body) {
         Ok(completion) if completion.error.is_none() => Ok(answer(completion)),
         _ => parse_slow(body),
     }
+}
+
+/// The answer in `body` read directly, or `None` when serde_json must read it: an error
+/// object, tool calls, logprobs, and whatever the scanner does not read exactly.
+fn read(body: &[u8]) -> Option<Completion> {
+    let text = std::str::from_utf8(body).ok()?;
+    let mut scan = Scan { text, bytes: body, at: 0, finite_numbers: false };
+    let mut completion =
+        Completion { error: None, id: None, model: None, choices: None, usage: None };
+    let mut seen = 0;
+    scan.object(|scan, key| {
+        match key {
+            "error" => {
+                first(&mut seen, 1)?;
+                scan.null()?;
+            }
+            "id" => {
+                first(&mut seen, 2)?;
+                completion.id = scan.optional_owned()?;
+            }
+            "model" => {
+                first(&mut seen, 4)?;
+                completion.model = scan.optional_owned()?;
+            }
+            "choices" => {
+                first(&mut seen, 8)?;
+                completion.choices = choices(scan)?;
+            }
+            "usage" => {
+                first(&mut seen, 16)?;
+                completion.usage = usage(scan)?;
+            }
+            _ => scan.skip(1)?,
+        }
+        Some(())
+    })?;
+    scan.whitespace();
+    (scan.at == scan.bytes.len()).then_some(completion)
+}
+
+fn choices(scan: &mut Scan<'_>) -> Option<Option<Vec<Choice>>> {
+    if scan.peek()? == b'n' {
+        return scan.null().map(|()| None);
+    }
+    let mut choices = Vec::with_capacity(1);
+    scan.array(|scan| {
+        let mut choice = Choice { index: None, message: None, finish_reason: None, logprobs: None };
+        let mut seen = 0;
+        scan.object(|scan, key| {
+            match key {
+                "index" => {
+                    first(&mut seen, 1)?;
+                    choice.index = scan.optional_u32()?;
+                }
+                "message" => {
+                    first(&mut seen, 2)?;
+                    choice.message = match scan.peek()? {
+                        b'n' => scan.null().map(|()| None)?,
+                        _ => Some(message(scan)?),
+                    };
+                }
+                "finish_reason" => {
+                    first(&mut seen, 4)?;
+                    choice.finish_reason = scan.optional_owned()?;
+                }
+                "logprobs" => {
+                    first(&mut seen, 8)?;
+                    scan.null()?;
+                }
+                _ => scan.skip(2)?,
+            }
+            Some(())
+        })?;
+        choices.push(choice);
+        Some(())
+    })?;
+    Some(Some(choices))
+}
+
+fn message(scan: &mut Scan<'_>) -> Option<WireMessage> {
+    let mut message = WireMessage {
+        content: None,
+        refusal: None,
+        reasoning_content: None,
+        reasoning: None,
+        tool_calls: None,
+        function_call: None,
+    };
+    let mut seen = 0;
+    scan.object(|scan, key| {
+        let (bit, field) = match key {
+            "content" => (1, &mut message.content),
+            "refusal" => (2, &mut message.refusal),
+            "reasoning_content" => (4, &mut message.reasoning_content),
+            "reasoning" => (8, &mut message.reasoning),
+            // Tool calls are read by serde.
+            "tool_calls" | "function_call" => {
+                first(&mut seen, if key == "tool_calls" { 16 } else { 32 })?;
+                return scan.null();
+            }
+            _ => return scan.skip(3),
+        };
+        first(&mut seen, bit)?;
+        *field = scan.optional_owned()?;
+        Some(())
+    })?;
+    Some(message)
+}
+
+fn usage(scan: &mut Scan<'_>) -> Option<Option<WireUsage>> {
+    if scan.peek()? == b'n' {
+        return scan.null().map(|()| None);
+    }
+    let mut usage = WireUsage::default();
+    let mut seen = 0;
+    scan.object(|scan, key| {
+        let (bit, field) = match key {
+            "prompt_tokens" => (1, &mut usage.prompt_tokens),
+            "completion_tokens" => (2, &mut usage.completion_tokens),
+            _ => return scan.skip(2),
+        };
+        first(&mut seen, bit)?;
+        *field = scan.optional_u32()?;
+        Some(())
+    })?;
+    Some(Some(usage))
 }
 
 fn parse_slow(body: &[u8]) -> Result<ChatResponse, Failure> {
@@ -129,6 +269,63 @@ fn answer(completion: Completion) -> ChatResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::json_scan::tests::{edited, edits};
+
+    const ANSWER: &str = r#"{"id":"chatcmpl-1","object":"chat.completion","created":1735689600,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Your order shipped.","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":24,"total_tokens":36,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0}},"service_tier":"default","system_fingerprint":"fp_1"}"#;
+
+    /// serde's reading of `body`, which the direct reader's must equal.
+    fn agrees(body: &str) -> bool {
+        let fast = read(body.as_bytes());
+        let slow = serde_json::from_slice::<Completion>(body.as_bytes());
+        match fast {
+            Some(fast) => slow.is_ok_and(|slow| slow == fast),
+            None => true,
+        }
+    }
+
+    #[test]
+    fn the_common_answer_is_read_without_serde_as_serde_reads_it() {
+        for body in [
+            ANSWER,
+            r#"{"id":"c","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":"I can't help with that."},"finish_reason":"stop"}]}"#,
+            r#"{"id":"c","choices":[{"index":0,"message":{"content":"4","reasoning_content":"2+2","tool_calls":null},"finish_reason":"length"}],"usage":null,"error":null}"#,
+            r#" { "choices" : [ ] , "id" : "c\u0031" } "#,
+        ] {
+            assert!(read(body.trim().as_bytes()).is_some(), "left to serde: {body}");
+            assert!(agrees(body.trim()), "{body}");
+        }
+        let response = parse_response(ANSWER.as_bytes()).unwrap();
+        assert_eq!(response.text, "Your order shipped.");
+        assert_eq!((response.usage.input_tokens, response.usage.output_tokens), (12, 24));
+    }
+
+    #[test]
+    fn tool_calls_logprobs_errors_and_what_serde_refuses_are_left_to_it() {
+        for body in [
+            r#"{"choices":[{"index":0,"message":{"content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#,
+            r#"{"choices":[{"index":0,"message":{"content":"a"},"logprobs":{"content":[]}}]}"#,
+            r#"{"error":{"message":"quota"}}"#,
+            r#"{"id":"a","id":"b"}"#,
+            r#"{"choices":[{"message":{"content":"a\q"}}]}"#,
+            r#"{"usage":{"prompt_tokens":1.5}}"#,
+            r#"{"choices":[]} x"#,
+        ] {
+            assert!(read(body.as_bytes()).is_none(), "read directly: {body}");
+        }
+        assert!(read(b"{\"id\":\"\xff\"}").is_none(), "not UTF-8");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(4000))]
+        /// Edits of a real answer: what the direct reader accepts, serde reads the same.
+        #[test]
+        fn the_direct_reader_and_serde_agree_on_any_edit_of_an_answer(
+            edits in edits(&["\"id\":\"x\",", "\"content\":\"z\",", "\"error\":null,", "\"usage\":null,"]),
+        ) {
+            let body = edited(ANSWER, &edits);
+            proptest::prop_assert!(agrees(&body), "{}", body);
+        }
+    }
 
     #[test]
     fn an_error_beside_well_formed_fields_is_still_the_error() {
