@@ -30,6 +30,11 @@ sse_seeds() {
   done
 }
 sse_seeds openai_sse "$fixtures"/openai/streams/*.sse "$fixtures"/openai/responses/streams/*.sse
+# openai_sse also reads its body as a non-streaming answer: the recorded answers and the
+# bench's, whole.
+for file in "$fixtures"/openai/responses/*.json bench/lib/completion.json; do
+  { printf '\x00\x00'; cat "$file"; } >"$corpus/openai_sse/seed-answer-$(basename "$file" .json)"
+done
 sse_seeds anthropic_sse "$fixtures"/anthropic/streams/*.sse
 
 # Request bodies: the wire tests' for their own parser, the gateway tests' for both.
