@@ -116,7 +116,7 @@ fn chunk<'a>(scan: &mut Scan<'a>, resume: Option<&Resume>) -> Option<(Chunk<'a>,
             }
             "usage" => {
                 first(&mut seen, 8)?;
-                chunk.usage = usage(scan)?;
+                chunk.usage = WireUsage::read(scan)?;
             }
             // An error object is read by the decoder's slow path.
             "error" => {
@@ -221,29 +221,6 @@ fn delta(scan: &mut Scan<'_>) -> Option<Delta> {
         Some(())
     })?;
     Some(delta)
-}
-
-fn usage(scan: &mut Scan<'_>) -> Option<Option<WireUsage>> {
-    if scan.peek()? == b'n' {
-        return scan.literal(b"null").map(|()| None);
-    }
-    let mut usage = WireUsage::default();
-    let mut seen = 0;
-    scan.object(|scan, key| {
-        match key {
-            "prompt_tokens" => {
-                first(&mut seen, 1)?;
-                usage.prompt_tokens = scan.optional_u32()?;
-            }
-            "completion_tokens" => {
-                first(&mut seen, 2)?;
-                usage.completion_tokens = scan.optional_u32()?;
-            }
-            _ => scan.skip(2)?,
-        }
-        Some(())
-    })?;
-    Some(Some(usage))
 }
 
 /// Panics unless serde reads `data` as the same chunk: run on every chunk the direct reader

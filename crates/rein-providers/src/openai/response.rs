@@ -115,7 +115,7 @@ fn read(body: &[u8]) -> Option<Completion> {
             }
             "usage" => {
                 first(&mut seen, 16)?;
-                completion.usage = usage(scan)?;
+                completion.usage = WireUsage::read(scan)?;
             }
             _ => scan.skip(1)?,
         }
@@ -192,25 +192,6 @@ fn message(scan: &mut Scan<'_>) -> Option<WireMessage> {
         Some(())
     })?;
     Some(message)
-}
-
-fn usage(scan: &mut Scan<'_>) -> Option<Option<WireUsage>> {
-    if scan.peek()? == b'n' {
-        return scan.null().map(|()| None);
-    }
-    let mut usage = WireUsage::default();
-    let mut seen = 0;
-    scan.object(|scan, key| {
-        let (bit, field) = match key {
-            "prompt_tokens" => (1, &mut usage.prompt_tokens),
-            "completion_tokens" => (2, &mut usage.completion_tokens),
-            _ => return scan.skip(2),
-        };
-        first(&mut seen, bit)?;
-        *field = scan.optional_u32()?;
-        Some(())
-    })?;
-    Some(Some(usage))
 }
 
 fn parse_slow(body: &[u8]) -> Result<ChatResponse, Failure> {

@@ -6,6 +6,8 @@ use serde::Deserialize;
 
 use rein_core::{StopReason, TokenLogprob, Usage};
 
+use crate::json_scan::{Scan, first};
+
 #[derive(Debug, Default, PartialEq, Deserialize)]
 pub(crate) struct WireUsage {
     #[serde(default)]
@@ -15,6 +17,27 @@ pub(crate) struct WireUsage {
 }
 
 impl WireUsage {
+    /// `null` or the usage object, read directly (for the readers of a chunk and of an
+    /// answer); `None` when serde must read it.
+    pub(super) fn read(scan: &mut Scan<'_>) -> Option<Option<Self>> {
+        if scan.peek()? == b'n' {
+            return scan.null().map(|()| None);
+        }
+        let mut usage = Self::default();
+        let mut seen = 0;
+        scan.object(|scan, key| {
+            let (bit, field) = match key {
+                "prompt_tokens" => (1, &mut usage.prompt_tokens),
+                "completion_tokens" => (2, &mut usage.completion_tokens),
+                _ => return scan.skip(2),
+            };
+            first(&mut seen, bit)?;
+            *field = scan.optional_u32()?;
+            Some(())
+        })?;
+        Some(Some(usage))
+    }
+
     pub(super) fn to_usage(&self) -> Usage {
         Usage {
             input_tokens: self.prompt_tokens.unwrap_or(0),
