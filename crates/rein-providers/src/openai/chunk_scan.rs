@@ -16,7 +16,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use super::stream::{Choice, Chunk, Delta};
-use super::wire::WireUsage;
+use super::wire::{WireUsage, scan_choices};
 use crate::json_scan::{Scan, first};
 
 /// Where the last chunk of a stream was left: its bytes before the key `choices`, and what
@@ -112,7 +112,20 @@ fn chunk<'a>(scan: &mut Scan<'a>, resume: Option<&Resume>) -> Option<(Chunk<'a>,
                     });
                 }
                 first(&mut seen, 4)?;
-                chunk.choices = choices(scan)?;
+                chunk.choices =
+                    scan_choices(scan, "delta", |index, texts, finish_reason| Choice {
+                        index,
+                        delta: texts.map(|texts| Delta {
+                            content: texts.content,
+                            refusal: texts.refusal,
+                            reasoning_content: texts.reasoning_content,
+                            reasoning: texts.reasoning,
+                            tool_calls: None,
+                            function_call: None,
+                        }),
+                        finish_reason,
+                        logprobs: None,
+                    })?;
             }
             "usage" => {
                 first(&mut seen, 8)?;
@@ -134,93 +147,6 @@ fn chunk<'a>(scan: &mut Scan<'a>, resume: Option<&Resume>) -> Option<(Chunk<'a>,
             _ => return None,
         }
     }
-}
-
-fn choices(scan: &mut Scan<'_>) -> Option<Option<Vec<Choice>>> {
-    if scan.peek()? == b'n' {
-        return scan.null().map(|()| None);
-    }
-    let mut choices = Vec::with_capacity(1);
-    scan.array(|scan| {
-        choices.push(choice(scan)?);
-        Some(())
-    })?;
-    Some(Some(choices))
-}
-
-fn choice(scan: &mut Scan<'_>) -> Option<Choice> {
-    let mut choice = Choice { index: None, delta: None, finish_reason: None, logprobs: None };
-    let mut seen = 0;
-    scan.object(|scan, key| {
-        match key {
-            "index" => {
-                first(&mut seen, 1)?;
-                choice.index = scan.optional_u32()?;
-            }
-            "delta" => {
-                first(&mut seen, 2)?;
-                choice.delta = match scan.peek()? {
-                    b'n' => scan.literal(b"null").map(|()| None)?,
-                    _ => Some(delta(scan)?),
-                };
-            }
-            "finish_reason" => {
-                first(&mut seen, 4)?;
-                choice.finish_reason = scan.optional_owned()?;
-            }
-            "logprobs" => {
-                first(&mut seen, 8)?;
-                scan.null()?;
-            }
-            _ => scan.skip(2)?,
-        }
-        Some(())
-    })?;
-    Some(choice)
-}
-
-fn delta(scan: &mut Scan<'_>) -> Option<Delta> {
-    let mut delta = Delta {
-        content: None,
-        refusal: None,
-        reasoning_content: None,
-        reasoning: None,
-        tool_calls: None,
-        function_call: None,
-    };
-    let mut seen = 0;
-    scan.object(|scan, key| {
-        match key {
-            "content" => {
-                first(&mut seen, 1)?;
-                delta.content = scan.optional_owned()?;
-            }
-            "refusal" => {
-                first(&mut seen, 2)?;
-                delta.refusal = scan.optional_owned()?;
-            }
-            "reasoning_content" => {
-                first(&mut seen, 4)?;
-                delta.reasoning_content = scan.optional_owned()?;
-            }
-            "reasoning" => {
-                first(&mut seen, 8)?;
-                delta.reasoning = scan.optional_owned()?;
-            }
-            // Tool-call fragments are read by serde.
-            "tool_calls" => {
-                first(&mut seen, 16)?;
-                scan.null()?;
-            }
-            "function_call" => {
-                first(&mut seen, 32)?;
-                scan.null()?;
-            }
-            _ => scan.skip(3)?,
-        }
-        Some(())
-    })?;
-    Some(delta)
 }
 
 /// Panics unless serde reads `data` as the same chunk: run on every chunk the direct reader

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use rein_core::{ChatResponse, Failure, ToolCall, WireFormat};
 
-use super::wire::{WireFunction, WireLogprobs, WireUsage, stop_reason};
+use super::wire::{WireFunction, WireLogprobs, WireUsage, scan_choices, stop_reason};
 use crate::http_error::error_object;
 use crate::json_scan::{Scan, first};
 use crate::stream::malformed;
@@ -111,7 +111,20 @@ fn read(body: &[u8]) -> Option<Completion> {
             }
             "choices" => {
                 first(&mut seen, 8)?;
-                completion.choices = choices(scan)?;
+                completion.choices =
+                    scan_choices(scan, "message", |index, texts, finish_reason| Choice {
+                        index,
+                        message: texts.map(|texts| WireMessage {
+                            content: texts.content,
+                            refusal: texts.refusal,
+                            reasoning_content: texts.reasoning_content,
+                            reasoning: texts.reasoning,
+                            tool_calls: None,
+                            function_call: None,
+                        }),
+                        finish_reason,
+                        logprobs: None,
+                    })?;
             }
             "usage" => {
                 first(&mut seen, 16)?;
@@ -123,75 +136,6 @@ fn read(body: &[u8]) -> Option<Completion> {
     })?;
     scan.whitespace();
     (scan.at == scan.bytes.len()).then_some(completion)
-}
-
-fn choices(scan: &mut Scan<'_>) -> Option<Option<Vec<Choice>>> {
-    if scan.peek()? == b'n' {
-        return scan.null().map(|()| None);
-    }
-    let mut choices = Vec::with_capacity(1);
-    scan.array(|scan| {
-        let mut choice = Choice { index: None, message: None, finish_reason: None, logprobs: None };
-        let mut seen = 0;
-        scan.object(|scan, key| {
-            match key {
-                "index" => {
-                    first(&mut seen, 1)?;
-                    choice.index = scan.optional_u32()?;
-                }
-                "message" => {
-                    first(&mut seen, 2)?;
-                    choice.message = match scan.peek()? {
-                        b'n' => scan.null().map(|()| None)?,
-                        _ => Some(message(scan)?),
-                    };
-                }
-                "finish_reason" => {
-                    first(&mut seen, 4)?;
-                    choice.finish_reason = scan.optional_owned()?;
-                }
-                "logprobs" => {
-                    first(&mut seen, 8)?;
-                    scan.null()?;
-                }
-                _ => scan.skip(2)?,
-            }
-            Some(())
-        })?;
-        choices.push(choice);
-        Some(())
-    })?;
-    Some(Some(choices))
-}
-
-fn message(scan: &mut Scan<'_>) -> Option<WireMessage> {
-    let mut message = WireMessage {
-        content: None,
-        refusal: None,
-        reasoning_content: None,
-        reasoning: None,
-        tool_calls: None,
-        function_call: None,
-    };
-    let mut seen = 0;
-    scan.object(|scan, key| {
-        let (bit, field) = match key {
-            "content" => (1, &mut message.content),
-            "refusal" => (2, &mut message.refusal),
-            "reasoning_content" => (4, &mut message.reasoning_content),
-            "reasoning" => (8, &mut message.reasoning),
-            // Tool calls are read by serde.
-            "tool_calls" | "function_call" => {
-                first(&mut seen, if key == "tool_calls" { 16 } else { 32 })?;
-                return scan.null();
-            }
-            _ => return scan.skip(3),
-        };
-        first(&mut seen, bit)?;
-        *field = scan.optional_owned()?;
-        Some(())
-    })?;
-    Some(message)
 }
 
 fn parse_slow(body: &[u8]) -> Result<ChatResponse, Failure> {

@@ -96,6 +96,86 @@ pub(crate) struct WireFunction {
     pub arguments: Option<String>,
 }
 
+/// A choice's texts as the direct readers take them from a chunk's `delta` or an answer's
+/// `message` (the two shapes hold the same four).
+#[derive(Debug, Default)]
+pub(super) struct ScannedTexts {
+    pub content: Option<String>,
+    pub refusal: Option<String>,
+    pub reasoning_content: Option<String>,
+    pub reasoning: Option<String>,
+}
+
+/// A `delta` or `message` object read directly: its four texts; `None` when serde must read it
+/// (tool calls in either shape are read by serde).
+pub(super) fn scan_texts(scan: &mut Scan<'_>) -> Option<ScannedTexts> {
+    let mut texts = ScannedTexts::default();
+    let mut seen = 0;
+    scan.object(|scan, key| {
+        let (bit, field) = match key {
+            "content" => (1, &mut texts.content),
+            "refusal" => (2, &mut texts.refusal),
+            "reasoning_content" => (4, &mut texts.reasoning_content),
+            "reasoning" => (8, &mut texts.reasoning),
+            "tool_calls" | "function_call" => {
+                first(&mut seen, if key == "tool_calls" { 16 } else { 32 })?;
+                return scan.null();
+            }
+            _ => return scan.skip(3),
+        };
+        first(&mut seen, bit)?;
+        *field = scan.optional_owned()?;
+        Some(())
+    })?;
+    Some(texts)
+}
+
+/// `choices` read directly: `null`, or each choice's index, its `inner` object (`delta` or
+/// `message`, read by `texts`, or `null`) and finish reason, made into a choice by `make`;
+/// `None` when serde must read it (logprobs are read by serde).
+pub(super) fn scan_choices<C>(
+    scan: &mut Scan<'_>,
+    inner: &str,
+    make: impl Fn(Option<u32>, Option<ScannedTexts>, Option<String>) -> C,
+) -> Option<Option<Vec<C>>> {
+    if scan.peek()? == b'n' {
+        return scan.null().map(|()| None);
+    }
+    let mut choices = Vec::with_capacity(1);
+    scan.array(|scan| {
+        let (mut index, mut texts, mut finish_reason) = (None, None, None);
+        let mut seen = 0;
+        scan.object(|scan, key| {
+            match key {
+                "index" => {
+                    first(&mut seen, 1)?;
+                    index = scan.optional_u32()?;
+                }
+                "finish_reason" => {
+                    first(&mut seen, 4)?;
+                    finish_reason = scan.optional_owned()?;
+                }
+                "logprobs" => {
+                    first(&mut seen, 8)?;
+                    scan.null()?;
+                }
+                _ if key == inner => {
+                    first(&mut seen, 2)?;
+                    texts = match scan.peek()? {
+                        b'n' => scan.null().map(|()| None)?,
+                        _ => Some(scan_texts(scan)?),
+                    };
+                }
+                _ => scan.skip(2)?,
+            }
+            Some(())
+        })?;
+        choices.push(make(index, texts, finish_reason));
+        Some(())
+    })?;
+    Some(Some(choices))
+}
+
 pub(crate) fn stop_reason(finish_reason: &str) -> StopReason {
     match finish_reason {
         "stop" => StopReason::EndTurn,
