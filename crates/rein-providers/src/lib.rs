@@ -19,7 +19,9 @@
 //! `http_error` (error responses), `openai`, `anthropic`, `bedrock` and `gemini` (request
 //! bodies, stream decoders, non-streaming parsers; `bedrock` also signing and event-stream
 //! framing), `vertex` (Vertex AI's paths and its access tokens, on the Anthropic and Gemini
-//! builders and decoders).
+//! builders and decoders), `json_scan` (the one-pass reader of the common upstream chunk and
+//! answer) and `json_write` (strings and numbers written as serde_json writes them, for the
+//! bodies the gateway writes directly).
 
 // `Failure` is rein-core's type and the `Provider` trait returns it by value; the error path
 // is cold, so its size (an `HttpError` of several strings) costs nothing worth a `Box`.
@@ -32,6 +34,7 @@ mod config;
 mod gemini;
 mod http_error;
 mod json_scan;
+pub mod json_write;
 mod openai;
 mod secret;
 mod sse;
