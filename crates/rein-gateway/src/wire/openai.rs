@@ -509,10 +509,104 @@ pub fn render_response(completion: &Completion, meta: &ResponseMeta) -> Value {
     })
 }
 
-/// The same `chat.completion` as [`render_response`], serialized straight from borrowed typed
-/// fields (the hot path of every non-streamed answer): the same bytes, keys in the same sorted
-/// order, without building a JSON tree first.
+/// The same `chat.completion` as [`render_response`] (the hot path of every non-streamed
+/// answer): the same bytes, keys in the same sorted order, without building a JSON tree first.
+/// An answer without logprobs (nearly all) is written directly, field by field; one with them
+/// is serialized from borrowed typed fields. Debug builds check the direct bytes against the
+/// serialized ones on every answer.
 pub fn render_response_bytes(completion: &Completion, meta: &ResponseMeta) -> Vec<u8> {
+    if !completion.response.logprobs.is_empty() {
+        return render_response_typed(completion, meta);
+    }
+    let out = render_response_direct(completion, meta);
+    #[cfg(debug_assertions)]
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        String::from_utf8_lossy(&render_response_typed(completion, meta)),
+        "the directly written answer differs from the serialized one"
+    );
+    out
+}
+
+/// [`render_response_bytes`] for an answer without logprobs, written field by field.
+fn render_response_direct(completion: &Completion, meta: &ResponseMeta) -> Vec<u8> {
+    use rein_providers::json_write::{push_i64, push_opt_str, push_str, push_u64};
+    let response = &completion.response;
+    let report = &completion.report;
+    let content = if response.text.is_empty()
+        && (!response.tool_calls.is_empty() || response.refusal.is_some())
+    {
+        None
+    } else {
+        Some(response.text.as_str())
+    };
+    let mut out = Vec::with_capacity(
+        512 + response.text.len()
+            + response
+                .tool_calls
+                .iter()
+                .map(|call| 96 + call.arguments.len() + call.name.len() + call.id.len())
+                .sum::<usize>(),
+    );
+    out.extend_from_slice(br#"{"choices":[{"finish_reason":"#);
+    push_str(&mut out, &finish_reason(response.stop_reason.as_ref()));
+    out.extend_from_slice(br#","index":0,"logprobs":null,"message":{"annotations":[],"content":"#);
+    push_opt_str(&mut out, content);
+    out.extend_from_slice(br#","refusal":"#);
+    push_opt_str(&mut out, response.refusal.as_deref());
+    out.extend_from_slice(br#","role":"assistant""#);
+    for (index, call) in response.tool_calls.iter().enumerate() {
+        out.extend_from_slice(if index == 0 { br#","tool_calls":["# } else { b"," });
+        out.extend_from_slice(br#"{"function":{"arguments":"#);
+        push_str(&mut out, &call.arguments);
+        out.extend_from_slice(br#","name":"#);
+        push_str(&mut out, &call.name);
+        out.extend_from_slice(br#"},"id":"#);
+        push_str(&mut out, &call.id);
+        out.extend_from_slice(br#","type":"function"}"#);
+    }
+    if !response.tool_calls.is_empty() {
+        out.push(b']');
+    }
+    out.extend_from_slice(br#"}}],"created":"#);
+    push_u64(&mut out, meta.created);
+    out.extend_from_slice(br#","id":"#);
+    push_str(&mut out, &meta.id);
+    out.extend_from_slice(br#","model":"#);
+    push_str(&mut out, &response.model);
+    out.extend_from_slice(br#","object":"chat.completion","rein":{"attempts":"#);
+    push_u64(&mut out, report.attempt_count() as u64);
+    out.extend_from_slice(br#","outcome":"#);
+    push_str(&mut out, report.outcome.as_str());
+    out.extend_from_slice(br#","route":"#);
+    push_str(&mut out, &report.route);
+    if let Some(status) = report.run_status() {
+        out.extend_from_slice(br#","run_status":"#);
+        push_str(&mut out, status);
+    }
+    out.extend_from_slice(br#","settings_version":"#);
+    match report.settings_version {
+        Some(version) => push_i64(&mut out, version),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(br#","tier":"#);
+    push_opt_str(&mut out, report.served_by.as_ref().map(|served| served.tier_name.as_str()));
+    out.extend_from_slice(br#"},"system_fingerprint":null,"usage":{"completion_tokens":"#);
+    push_u64(&mut out, u64::from(response.usage.output_tokens));
+    out.extend_from_slice(br#","prompt_tokens":"#);
+    push_u64(&mut out, u64::from(response.usage.input_tokens));
+    out.extend_from_slice(br#","total_tokens":"#);
+    push_u64(
+        &mut out,
+        u64::from(response.usage.input_tokens) + u64::from(response.usage.output_tokens),
+    );
+    out.extend_from_slice(b"}}");
+    out
+}
+
+/// [`render_response_bytes`] serialized from borrowed typed fields: the answers with logprobs,
+/// and the reference the direct writing is checked against in debug builds.
+fn render_response_typed(completion: &Completion, meta: &ResponseMeta) -> Vec<u8> {
     #[derive(Serialize)]
     struct Function<'a> {
         arguments: &'a str,

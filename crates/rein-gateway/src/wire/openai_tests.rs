@@ -507,6 +507,71 @@ fn the_typed_rendering_is_byte_for_byte_the_json_tree_rendering() {
     }
 }
 
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+
+    /// The answer written directly (every answer without logprobs) is byte for byte the tree's
+    /// rendering, whatever its strings hold and whichever optional parts it has.
+    #[test]
+    fn a_directly_written_answer_is_byte_for_byte_the_tree_rendering(
+        text in proptest::prelude::any::<String>(),
+        refusal in proptest::option::of(proptest::prelude::any::<String>()),
+        calls in proptest::collection::vec(
+            (".{0,12}", "[a-z_\"\\\n]{0,10}", "\\PC{0,30}"),
+            0..3,
+        ),
+        model in "\\PC{0,20}",
+        stop in proptest::option::of(0usize..8),
+        other in ".{0,8}",
+        version in proptest::option::of(proptest::prelude::any::<i64>()),
+        usage in (proptest::prelude::any::<u32>(), proptest::prelude::any::<u32>()),
+        served in proptest::option::of((0usize..3, "[a-z\"]{1,8}")),
+        route in ".{0,10}",
+        run_stopped in proptest::option::of("[a-z_]{1,20}"),
+        created in proptest::prelude::any::<u64>(),
+    ) {
+        use rein_core::StopReason;
+        let stop_reason = stop.map(|index| match index {
+            0 => StopReason::EndTurn,
+            1 => StopReason::StopSequence,
+            2 => StopReason::MaxTokens,
+            3 => StopReason::ToolUse,
+            4 => StopReason::ContentFilter,
+            5 => StopReason::Refusal,
+            6 => StopReason::PauseTurn,
+            _ => StopReason::Other(other.clone()),
+        });
+        let response = ChatResponse {
+            model,
+            text,
+            refusal,
+            tool_calls: calls
+                .into_iter()
+                .map(|(id, name, arguments)| rein_core::ToolCall { id, name, arguments })
+                .collect(),
+            stop_reason,
+            usage: rein_core::Usage { input_tokens: usage.0, output_tokens: usage.1 },
+            ..ChatResponse::default()
+        };
+        let mut report = fixtures::report(
+            Outcome::Answered,
+            served.as_ref().map(|(tier, name)| (*tier, name.as_str())),
+        );
+        report.route = route;
+        report.settings_version = version;
+        if let Some(status) = run_stopped {
+            report.steps.push(rein_core::report::Step::RunStopped { status });
+        }
+        let case = Completion { response, report };
+        let meta = ResponseMeta::new("chatcmpl-\"prop\"", created);
+        let tree = serde_json::to_vec(&render_response(&case, &meta)).unwrap();
+        proptest::prop_assert_eq!(
+            String::from_utf8(render_response_bytes(&case, &meta)).unwrap(),
+            String::from_utf8(tree).unwrap()
+        );
+    }
+}
+
 /// Found by the `openai_request` fuzz target: a string that is not UTF-8, in a field the parser
 /// does not know, passed the one-pass path (serde skips such strings unread) and was refused by
 /// the tree path. JSON is UTF-8: both refuse it, saying where.
