@@ -109,11 +109,11 @@ impl AnthropicStream {
                 if !text.is_empty() =>
             {
                 let index = self.block(Block::Text, &mut frames);
-                frames.push(delta(index, json!({"type": "text_delta", "text": text})));
+                frames.push(text_delta(index, TextKind::Text, text));
             }
             StreamEvent::ThinkingDelta { text } if !text.is_empty() => {
                 let index = self.block(Block::Thinking, &mut frames);
-                frames.push(delta(index, json!({"type": "thinking_delta", "thinking": text})));
+                frames.push(text_delta(index, TextKind::Thinking, text));
             }
             StreamEvent::ToolCallStart { index, id, name } => {
                 self.ensure_started(&mut frames);
@@ -257,6 +257,42 @@ fn delta(index: u32, delta: Value) -> Bytes {
     sse_frame(Some("content_block_delta"), &body)
 }
 
+/// What a text-like delta carries.
+#[derive(Debug, Clone, Copy)]
+enum TextKind {
+    Text,
+    Thinking,
+}
+
+/// A text or thinking delta's frame (most of a stream's frames), written directly: the bytes
+/// [`delta`] renders from a JSON tree, keys in the same sorted order. Debug builds check it.
+fn text_delta(index: u32, kind: TextKind, text: &str) -> Bytes {
+    use rein_providers::json_write::{push_str, push_u64};
+    let (field, delta_type) = match kind {
+        TextKind::Text => ("text", "text_delta"),
+        TextKind::Thinking => ("thinking", "thinking_delta"),
+    };
+    let mut out = Vec::with_capacity(112 + text.len());
+    out.extend_from_slice(b"event: content_block_delta\ndata: {\"delta\":{\"");
+    out.extend_from_slice(field.as_bytes());
+    out.extend_from_slice(b"\":");
+    push_str(&mut out, text);
+    out.extend_from_slice(b",\"type\":\"");
+    out.extend_from_slice(delta_type.as_bytes());
+    out.extend_from_slice(b"\"},\"index\":");
+    push_u64(&mut out, u64::from(index));
+    out.extend_from_slice(b",\"type\":\"content_block_delta\"}\n\n");
+    let frame = Bytes::from(out);
+    #[cfg(debug_assertions)]
+    {
+        let mut body = serde_json::Map::new();
+        body.insert("type".into(), json!(delta_type));
+        body.insert(field.into(), json!(text));
+        assert_eq!(frame, delta(index, Value::Object(body)), "a directly written delta differs");
+    }
+    frame
+}
+
 fn error_frame(kind: &str, message: &str, summary: Option<Value>) -> Bytes {
     let mut body = json!({"type": "error", "error": {"type": kind, "message": message}});
     if let (Some(summary), Value::Object(map)) = (summary, &mut body) {
@@ -281,6 +317,25 @@ mod tests {
             .iter()
             .map(|frame| frame["event"].as_str().unwrap().to_string())
             .collect()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1_000))]
+
+        /// A text or thinking delta written directly is byte for byte the tree's frame.
+        #[test]
+        fn a_directly_written_delta_is_the_tree_frame(
+            text in proptest::prelude::any::<String>(),
+            index in proptest::prelude::any::<u32>(),
+            thinking in proptest::prelude::any::<bool>(),
+        ) {
+            let (kind, body) = if thinking {
+                (TextKind::Thinking, json!({"type": "thinking_delta", "thinking": text}))
+            } else {
+                (TextKind::Text, json!({"type": "text_delta", "text": text}))
+            };
+            proptest::prop_assert_eq!(text_delta(index, kind, &text), delta(index, body));
+        }
     }
 
     #[test]

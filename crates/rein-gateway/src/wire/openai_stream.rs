@@ -232,8 +232,7 @@ impl OpenAiStream {
         };
         let mut out = Vec::with_capacity(HEAD.len() + text.len() + 8 + tail.len());
         out.extend_from_slice(HEAD);
-        // Writing a string into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut out, text);
+        rein_providers::json_write::push_str(&mut out, text);
         out.extend_from_slice(tail);
         Bytes::from(out)
     }
