@@ -23,6 +23,7 @@ pub mod tools_sqlite;
 pub mod versions;
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use rein_core::{KillFlip, RouteToFlip};
@@ -289,6 +290,12 @@ const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 #[derive(Debug)]
 pub struct Store {
     conn: Mutex<Connection>,
+    /// The connection is at `synchronous = NORMAL`, left there by the last bookkeeping commit
+    /// ([`Store::conn_relaxed`]); [`Store::conn`] puts it back to `FULL` before anything else
+    /// uses it. Changing the level prepares a statement each time (SQLite runs a pragma's
+    /// statement once), so it changes only when the next use needs the other level, not twice
+    /// around every bookkeeping commit. Only read and written with the connection's lock held.
+    relaxed: AtomicBool,
 }
 
 impl Store {
@@ -316,6 +323,12 @@ impl Store {
     fn init(mut conn: Connection) -> Result<Self, StoreError> {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // A transaction's statement journals (each savepoint of a shared commit, each
+        // multi-row insert of the calls' records) stay in memory: past 64 KiB SQLite's default
+        // spills them to a temporary file, written page by page and thrown away at the commit,
+        // which was half the store's writes to the disk under load. Nothing durable is kept
+        // there; the WAL holds what a commit writes.
+        conn.pragma_update(None, "temp_store", "MEMORY")?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         // Room for every statement the store prepares once and keeps (the calls' inserts of
         // each chunk size among them), so none is prepared again for being pushed out.
@@ -326,10 +339,40 @@ impl Store {
         // run's evidence read was parsed anew at every model call.
         conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
         migrate(&mut conn)?;
-        Ok(Self { conn: Mutex::new(conn) })
+        Ok(Self { conn: Mutex::new(conn), relaxed: AtomicBool::new(false) })
     }
 
+    /// The connection, at `synchronous = FULL`: a commit made on it is on disk when it returns.
     pub(crate) fn conn(&self) -> MutexGuard<'_, Connection> {
+        let conn = self.locked();
+        if self.relaxed.load(Ordering::Relaxed) {
+            // Outside a transaction (none outlives its guard) the pragma does not fail; if it
+            // ever did, the flag stays set and the next use tries again.
+            match conn
+                .prepare_cached("PRAGMA synchronous = FULL")
+                .and_then(|mut set| set.execute([]))
+            {
+                Ok(_) => self.relaxed.store(false, Ordering::Relaxed),
+                Err(error) => {
+                    tracing::warn!(%error, "the store could not restore synchronous = FULL")
+                }
+            }
+        }
+        conn
+    }
+
+    /// The connection at `synchronous = NORMAL`, for bookkeeping whose commits do not wait for
+    /// the disk; it stays there until [`Store::conn`] is next called.
+    pub(crate) fn conn_relaxed(&self) -> Result<MutexGuard<'_, Connection>, StoreError> {
+        let conn = self.locked();
+        if !self.relaxed.load(Ordering::Relaxed) {
+            conn.prepare_cached("PRAGMA synchronous = NORMAL")?.execute([])?;
+            self.relaxed.store(true, Ordering::Relaxed);
+        }
+        Ok(conn)
+    }
+
+    fn locked(&self) -> MutexGuard<'_, Connection> {
         match self.conn.lock() {
             Ok(guard) => guard,
             Err(poisoned) => poisoned.into_inner(),
@@ -550,6 +593,15 @@ mod tests {
         assert_eq!(entries("calls_at"), 40);
         assert_eq!(entries("calls_trace_kept"), 4, "only the calls whose trace is kept");
         assert_eq!(entries("calls_request_kept"), 4, "only the calls whose trace is kept");
+    }
+
+    #[test]
+    fn statement_journals_stay_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("rein.sqlite")).unwrap();
+        let temp_store: i64 =
+            store.conn().query_row("PRAGMA temp_store", [], |row| row.get(0)).unwrap();
+        assert_eq!(temp_store, 2, "MEMORY");
     }
 
     #[test]

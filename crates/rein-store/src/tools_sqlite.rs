@@ -253,12 +253,12 @@ fn commit_shared(
 ) -> (bool, Vec<Box<dyn Bookkeeping>>) {
     let mut ran = Vec::with_capacity(group.len());
     let mut jobs = group.into_iter();
-    let committed = {
-        let mut conn = store.conn();
-        let committed = run_shared(&mut conn, &mut jobs, &mut ran);
-        // Back to `FULL` whatever happened, so no later write is left relaxed.
-        let restored = set_synchronous(&conn, "FULL");
-        committed.and(restored)
+    // The connection stays at `NORMAL` after the commit: the next bookkeeping commit (most of
+    // what follows under load) needs no change, and anything else takes the connection through
+    // `Store::conn`, which puts it back to `FULL` first.
+    let committed = match store.conn_relaxed() {
+        Ok(mut conn) => run_shared(&mut conn, &mut jobs, &mut ran),
+        Err(error) => Err(error),
     };
     let unrun: Vec<_> = jobs.collect();
     let (committed, unrun) = match (committed, ran.is_empty()) {
@@ -283,7 +283,6 @@ fn run_shared(
     jobs: &mut impl Iterator<Item = Box<dyn Bookkeeping>>,
     ran: &mut Vec<Box<dyn Bookkeeping>>,
 ) -> Result<(), StoreError> {
-    set_synchronous(conn, "NORMAL")?;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for job in jobs.by_ref() {
         ran.push(job);
@@ -300,16 +299,6 @@ fn run_shared(
         tx.prepare_cached("RELEASE call")?.execute([])?;
     }
     tx.commit()?;
-    Ok(())
-}
-
-/// `PRAGMA synchronous = {level}`, from the connection's statement cache.
-fn set_synchronous(conn: &Connection, level: &str) -> Result<(), StoreError> {
-    let sql = match level {
-        "NORMAL" => "PRAGMA synchronous = NORMAL",
-        _ => "PRAGMA synchronous = FULL",
-    };
-    conn.prepare_cached(sql)?.execute([])?;
     Ok(())
 }
 
@@ -2161,5 +2150,17 @@ mod tests {
             .await;
         assert!(failed.is_err());
         assert_eq!(tools.write(synchronous).await.unwrap(), 2, "FULL again after a failed one");
+        // The level stays relaxed from one bookkeeping commit to the next, and whatever takes
+        // the connection otherwise (a read, the store's own calls) finds it `FULL`.
+        assert_eq!(tools.write_relaxed(synchronous).await.unwrap(), 1);
+        assert_eq!(tools.write_relaxed(synchronous).await.unwrap(), 1);
+        let level = |conn: &mut Connection| -> Result<i64, StoreError> {
+            Ok(conn.query_row("PRAGMA synchronous", [], |row| row.get(0))?)
+        };
+        assert_eq!(tools.run(level).await.unwrap(), 2, "FULL for a read after them");
+        tools.write_relaxed(|_tx: &Transaction<'_>| Ok(())).await.unwrap();
+        let direct: rusqlite::Result<i64> =
+            tools.store.conn().query_row("PRAGMA synchronous", [], |row| row.get(0));
+        assert_eq!(direct.unwrap(), 2, "FULL for the store's own calls");
     }
 }
