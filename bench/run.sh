@@ -18,10 +18,12 @@
 #   INSTRUCTIONS  1: count rein's user-space instructions per request under callgrind
 #                 (needs valgrind); a stable measure to compare two builds by
 #   REIN_BIN      use this rein binary instead of building one
+#   BUILD_PROFILE the cargo profile rein and the floor are built with (dist: what to deploy)
 #   FLOOR_BIN     use this floor-proxy binary (bench/floor) instead of building one
 #   OUT           where to write the markdown (default bench/results/latest.md)
 #   KEEP_TMP      1: keep the temp dir with configs, logs and raw numbers
 set -euo pipefail
+BUILD_PROFILE=${BUILD_PROFILE:-dist}
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$BENCH_DIR/.." && pwd)
@@ -57,15 +59,15 @@ REIN_ORIGIN="built from the work tree"
 if [ -n "${REIN_BIN:-}" ]; then
   REIN_ORIGIN="given as REIN_BIN, work tree"
 else
-  log "building rein (release)"
-  (cd "$ROOT" && cargo build --release -p rein --quiet)
-  REIN_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/rein"
+  log "building rein (profile $BUILD_PROFILE)"
+  (cd "$ROOT" && cargo build --profile "$BUILD_PROFILE" -p rein --quiet)
+  REIN_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/$BUILD_PROFILE/rein"
 fi
 [ -x "$REIN_BIN" ] || die "no rein binary at $REIN_BIN"
 if [ -z "${FLOOR_BIN:-}" ]; then
-  log "building the floor proxy (release)"
-  (cd "$ROOT" && cargo build --release -p rein-bench-floor --quiet)
-  FLOOR_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/floor-proxy"
+  log "building the floor proxy (profile $BUILD_PROFILE)"
+  (cd "$ROOT" && cargo build --profile "$BUILD_PROFILE" -p rein-bench-floor --quiet)
+  FLOOR_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/$BUILD_PROFILE/floor-proxy"
 fi
 [ -x "$FLOOR_BIN" ] || die "no floor-proxy binary at $FLOOR_BIN"
 

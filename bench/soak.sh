@@ -14,13 +14,14 @@
 # Environment:
 #   DURATION   seconds of load (default 1800)
 #   RATE       requests per second, open loop (default 200)
-#   REIN_BIN   use this rein binary instead of building one (release)
+#   REIN_BIN   use this rein binary instead of building one (BUILD_PROFILE, dist by default)
 #   OUT        where to write the markdown (default bench/results/soak.md); the PNG goes beside
 #              it with the same name and .png
 #   KEEP_TMP   1: keep the temp dir (config, logs, requests, samples, the simulator's attempt log)
 #   VENV       the Python venv with aiohttp and matplotlib (default bench/.venv-soak; made if
 #              missing)
 set -euo pipefail
+BUILD_PROFILE=${BUILD_PROFILE:-dist}
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$BENCH_DIR/.." && pwd)
@@ -70,9 +71,9 @@ REIN_ORIGIN="built from the work tree"
 if [ -n "${REIN_BIN:-}" ]; then
   REIN_ORIGIN="given as REIN_BIN, work tree"
 else
-  log "building rein (release)"
-  (cd "$ROOT" && cargo build --release -p rein --quiet)
-  REIN_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/rein"
+  log "building rein (profile $BUILD_PROFILE)"
+  (cd "$ROOT" && cargo build --profile "$BUILD_PROFILE" -p rein --quiet)
+  REIN_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/$BUILD_PROFILE/rein"
 fi
 [ -x "$REIN_BIN" ] || die "no rein binary at $REIN_BIN"
 

@@ -21,11 +21,13 @@
 #   SIMS          `rein sim` processes the streams are spread over (default 2: a sim holds two
 #                 descriptors per connection, so one cannot hold 10000 under a 20000 limit)
 #   REIN_BIN      use this rein binary instead of building one
+#   BUILD_PROFILE the cargo profile rein is built with (dist: what to deploy)
 #   RUST_LOG      rein's log filter (default: warnings, and a line per call); the warnings and
 #                 the reasons of calls not answered go into the report
 #   OUT           where to write the markdown (default bench/results/streams.md)
 #   KEEP_TMP      1: keep the temp dir (configs, logs, raw results)
 set -euo pipefail
+BUILD_PROFILE=${BUILD_PROFILE:-dist}
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$BENCH_DIR/.." && pwd)
@@ -58,9 +60,9 @@ REIN_ORIGIN="built from the work tree"
 if [ -n "${REIN_BIN:-}" ]; then
   REIN_ORIGIN="given as REIN_BIN"
 else
-  log "building rein (release)"
-  (cd "$ROOT" && cargo build --release -p rein --quiet)
-  REIN_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/rein"
+  log "building rein (profile $BUILD_PROFILE)"
+  (cd "$ROOT" && cargo build --profile "$BUILD_PROFILE" -p rein --quiet)
+  REIN_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/$BUILD_PROFILE/rein"
 fi
 [ -x "$REIN_BIN" ] || die "no rein binary at $REIN_BIN"
 

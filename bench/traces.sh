@@ -16,9 +16,10 @@
 #   DURATION=10 ROUNDS=5 bash bench/traces.sh
 #
 # Environment: DURATION (s per wrk run, 4), ROUNDS (3), CONNS (32), REIN_BIN (a rein binary;
-# else built in release mode), REIN_PHOENIX_BIN (a `phoenix` executable: adds otlp-live),
-# OUT (bench/results/traces-latest.md).
+# else built with the cargo profile BUILD_PROFILE, dist by default), REIN_PHOENIX_BIN (a
+# `phoenix` executable: adds otlp-live), OUT (bench/results/traces-latest.md).
 set -euo pipefail
+BUILD_PROFILE=${BUILD_PROFILE:-dist}
 
 DURATION=${DURATION:-4}
 ROUNDS=${ROUNDS:-3}
@@ -40,9 +41,9 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 if [ -z "${REIN_BIN:-}" ]; then
-  log "building rein (release)"
-  (cd "$ROOT" && cargo build --release -p rein --quiet)
-  REIN_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/rein"
+  log "building rein (profile $BUILD_PROFILE)"
+  (cd "$ROOT" && cargo build --profile "$BUILD_PROFILE" -p rein --quiet)
+  REIN_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/$BUILD_PROFILE/rein"
 fi
 [ -x "$REIN_BIN" ] || die "no rein binary at $REIN_BIN"
 
