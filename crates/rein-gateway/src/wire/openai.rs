@@ -533,13 +533,7 @@ fn render_response_direct(completion: &Completion, meta: &ResponseMeta) -> Vec<u
     use rein_providers::json_write::{push_i64, push_opt_str, push_str, push_u64};
     let response = &completion.response;
     let report = &completion.report;
-    let content = if response.text.is_empty()
-        && (!response.tool_calls.is_empty() || response.refusal.is_some())
-    {
-        None
-    } else {
-        Some(response.text.as_str())
-    };
+    let content = content_of(response);
     let mut out = Vec::with_capacity(
         512 + response.text.len()
             + response
@@ -664,13 +658,7 @@ fn render_response_typed(completion: &Completion, meta: &ResponseMeta) -> Vec<u8
     }
     let response = &completion.response;
     let report = &completion.report;
-    let content = if response.text.is_empty()
-        && (!response.tool_calls.is_empty() || response.refusal.is_some())
-    {
-        None
-    } else {
-        Some(response.text.as_str())
-    };
+    let content = content_of(response);
     let body = Body {
         choices: [Choice {
             finish_reason: finish_reason(response.stop_reason.as_ref()),
@@ -721,12 +709,17 @@ fn render_response_typed(completion: &Completion, meta: &ResponseMeta) -> Vec<u8
 }
 
 /// `content` is null when the answer is only tool calls or a refusal, as OpenAI sends it.
-fn message_content(response: &ChatResponse) -> Value {
+fn content_of(response: &ChatResponse) -> Option<&str> {
     if response.text.is_empty() && (!response.tool_calls.is_empty() || response.refusal.is_some()) {
-        Value::Null
+        None
     } else {
-        json!(response.text)
+        Some(response.text.as_str())
     }
+}
+
+/// [`content_of`] as JSON.
+fn message_content(response: &ChatResponse) -> Value {
+    content_of(response).map_or(Value::Null, |text| json!(text))
 }
 
 fn tool_call_json(call: &ToolCall) -> Value {
