@@ -3,8 +3,8 @@
 //! a commit under `synchronous = FULL` waits for an fsync. Every change is one `BEGIN IMMEDIATE`
 //! transaction, which takes the file's write lock up front: two processes on the same file queue
 //! behind each other (up to the busy timeout) instead of both reading an item as free and both
-//! claiming it. Bookkeeping queued back to back shares one such transaction, each call's work in
-//! a savepoint of its own (`Queue`).
+//! claiming it. Bookkeeping queued back to back shares one such transaction; a call that fails
+//! is rolled back alone (`Queue`).
 //!
 //! This file holds what is SQLite's own: the SQL, how values are bound, and the transactions.
 //! Reading a row and deciding what a call does with it come from `tools::rows` and
@@ -66,8 +66,10 @@ enum Job {
 /// long for others (the CLI on the same file).
 const MAX_SHARED: usize = 64;
 
-/// A bookkeeping call: its work, run in a savepoint of a transaction it shares, and its caller,
-/// told once that transaction committed or failed.
+/// A bookkeeping call: its work, run in a transaction it shares, and its caller, told once that
+/// transaction committed or failed. The work can run more than once: when a call of the shared
+/// transaction fails, the transaction is rolled back and its calls run again, each in a
+/// savepoint of its own ([`run_shared`]); the last run's outcome is the one told.
 trait Bookkeeping: Send {
     /// Run the work in `tx`; `false` when it failed (its writes are to be rolled back).
     fn work(&mut self, tx: &Transaction<'_>) -> bool;
@@ -78,7 +80,7 @@ trait Bookkeeping: Send {
 
 /// [`Bookkeeping`] of a closure, and whom it tells how it went.
 struct Booked<T, F> {
-    work: Option<F>,
+    work: F,
     outcome: Option<Result<T, StoreError>>,
     tell: Tell<T>,
 }
@@ -95,11 +97,10 @@ enum Tell<T> {
 impl<T, F> Bookkeeping for Booked<T, F>
 where
     T: Send,
-    F: FnOnce(&Transaction<'_>) -> Result<T, StoreError> + Send,
+    F: FnMut(&Transaction<'_>) -> Result<T, StoreError> + Send,
 {
     fn work(&mut self, tx: &Transaction<'_>) -> bool {
-        let Some(work) = self.work.take() else { return false };
-        let outcome = work_caught(work, tx);
+        let outcome = work_caught(&mut self.work, tx);
         let worked = outcome.is_ok();
         self.outcome = Some(outcome);
         worked
@@ -124,7 +125,7 @@ where
 /// `work` in `tx`; a panic is this call's failure, not the queue's (its writes are rolled back
 /// alone).
 fn work_caught<T>(
-    work: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+    work: &mut impl FnMut(&Transaction<'_>) -> Result<T, StoreError>,
     tx: &Transaction<'_>,
 ) -> Result<T, StoreError> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(tx)))
@@ -157,8 +158,8 @@ enum Next {
 /// A call waits here rather than on the connection's lock: one thread runs the calls back to
 /// back while there are any (and leaves when there are none), where one blocking thread per call
 /// in flight woke only to fight over the lock. Bookkeeping queued back to back commits together
-/// (a group commit): each call's work has a savepoint of its own, so one that fails is rolled
-/// back alone, and no caller hears of its work before the transaction holding it committed.
+/// (a group commit): one that fails is rolled back alone ([`run_shared`]), and no caller hears of
+/// its work before the transaction holding it committed.
 #[derive(Default)]
 struct Queue {
     state: std::sync::Mutex<QueueState>,
@@ -244,7 +245,7 @@ impl Queue {
 }
 
 /// Run `group` in one transaction that does not wait for the disk (`synchronous = NORMAL`),
-/// each call's work in a savepoint of its own, then tell each caller. Returns whether it
+/// a call that fails rolled back alone ([`run_shared`]), then tell each caller. Returns whether it
 /// committed, and the calls not run because SQLite rolled the transaction back under an
 /// earlier one's failure (an I/O error, a full disk), which go to the next transaction.
 fn commit_shared(
@@ -277,7 +278,11 @@ fn commit_shared(
     (done, unrun)
 }
 
-/// The shared transaction of [`commit_shared`]: the calls it took are in `ran`.
+/// The shared transaction of [`commit_shared`]: the calls it took are in `ran`. The calls run
+/// one after another without savepoints: a savepoint has SQLite copy every page a call changes
+/// into its journal first (about a third of a run's bookkeeping), and a call rarely fails. When
+/// one does, the transaction is rolled back and every call it held runs again in a savepoint of
+/// its own ([`run_saved`]), so the failed one is rolled back alone.
 fn run_shared(
     conn: &mut Connection,
     jobs: &mut impl Iterator<Item = Box<dyn Bookkeeping>>,
@@ -287,6 +292,31 @@ fn run_shared(
     for job in jobs.by_ref() {
         ran.push(job);
         let Some(job) = ran.last_mut() else { break };
+        if !job.work(&tx) {
+            drop(tx);
+            return run_saved(conn, jobs, ran);
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// [`run_shared`] after a call failed: the calls in `ran` again, then the rest of `jobs`, each
+/// in a savepoint of its own.
+fn run_saved(
+    conn: &mut Connection,
+    jobs: &mut impl Iterator<Item = Box<dyn Bookkeeping>>,
+    ran: &mut Vec<Box<dyn Bookkeeping>>,
+) -> Result<(), StoreError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut next = 0;
+    loop {
+        if next == ran.len() {
+            let Some(job) = jobs.next() else { break };
+            ran.push(job);
+        }
+        let job = &mut ran[next];
+        next += 1;
         tx.prepare_cached("SAVEPOINT call")?.execute([])?;
         if !job.work(&tx) {
             if tx.is_autocommit() {
@@ -379,19 +409,15 @@ impl SqliteToolStore {
     /// survives rein's own crash, and only a crash of the machine in the moments after it can
     /// lose it; the next `FULL` commit syncs it with its own. A run's model call made two such
     /// commits, and waiting for the disk on each cost milliseconds a call. Bookkeeping queued
-    /// back to back shares one transaction ([`Queue`]), each call's work in a savepoint of its
-    /// own.
+    /// back to back shares one transaction ([`Queue`]); `work` runs again when another call of
+    /// that transaction fails ([`run_shared`]), so it must do the same each time it runs.
     async fn write_relaxed<T, F>(&self, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
+        F: FnMut(&Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
     {
         let (done, result) = tokio::sync::oneshot::channel();
-        let job = Job::Booked(Box::new(Booked {
-            work: Some(work),
-            outcome: None,
-            tell: Tell::Caller(done),
-        }));
+        let job = Job::Booked(Box::new(Booked { work, outcome: None, tell: Tell::Caller(done) }));
         self.queue.push(&self.store, job);
         result.await.map_err(|_| StoreError::Task("the store's call was dropped".to_string()))?
     }
@@ -401,13 +427,9 @@ impl SqliteToolStore {
     /// writes, and nobody waits for its commit. A failure is logged as `what` not recorded.
     fn queue_relaxed<F>(&self, what: &'static str, work: F)
     where
-        F: FnOnce(&Transaction<'_>) -> Result<(), StoreError> + Send + 'static,
+        F: FnMut(&Transaction<'_>) -> Result<(), StoreError> + Send + 'static,
     {
-        let job = Job::Booked(Box::new(Booked {
-            work: Some(work),
-            outcome: None,
-            tell: Tell::Log(what),
-        }));
+        let job = Job::Booked(Box::new(Booked { work, outcome: None, tell: Tell::Log(what) }));
         self.queue.push(&self.store, job);
     }
 }
@@ -2013,6 +2035,47 @@ mod tests {
         assert_eq!(seen(&tools).await, vec![1, 4], "the failed calls' writes are rolled back");
         let state = tools.queue.state();
         assert_eq!((state.shared_commits, state.shared_calls), (1, 4), "one commit for the four");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shared_calls_run_once_and_all_run_again_only_when_one_of_them_fails() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static RUNS: AtomicUsize = AtomicUsize::new(0);
+        let counted: fn(&Transaction<'_>) -> Result<(), StoreError> = |_tx| {
+            RUNS.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        };
+        let (tools, go) = held_store().await;
+        let calls = [
+            queue_insert(&tools, 1, counted).await,
+            queue_insert(&tools, 2, counted).await,
+            queue_insert(&tools, 3, counted).await,
+        ];
+        go.send(()).unwrap();
+        for call in calls {
+            call.await.unwrap().unwrap();
+        }
+        assert_eq!(RUNS.load(Ordering::SeqCst), 3, "no call failed: each ran once");
+
+        let go = hold(&tools).await;
+        let first = queue_insert(&tools, 4, counted).await;
+        let refused = queue_insert(&tools, 5, |tx| {
+            // Written, then refused: what it wrote goes with it.
+            RUNS.fetch_add(1, Ordering::SeqCst);
+            tx.execute("INSERT INTO seen (n) VALUES (50)", [])?;
+            Err(StoreError::Task("refused".into()))
+        })
+        .await;
+        let last = queue_insert(&tools, 6, counted).await;
+        go.send(()).unwrap();
+        first.await.unwrap().unwrap();
+        assert!(refused.await.unwrap().is_err());
+        last.await.unwrap().unwrap();
+        // 4 and the refused call ran, failed, and ran again in savepoints with 6 after them.
+        assert_eq!(RUNS.load(Ordering::SeqCst), 3 + 2 + 2 + 1);
+        assert_eq!(seen(&tools).await, vec![1, 2, 3, 4, 6]);
+        let state = tools.queue.state();
+        assert_eq!((state.shared_commits, state.shared_calls), (2, 6));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
