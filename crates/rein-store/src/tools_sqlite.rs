@@ -548,6 +548,29 @@ fn note_run(
     Ok(())
 }
 
+/// Write `draft` on run `run_id`'s row. The row is there (its call's count wrote it), so this
+/// is an update of two columns, not [`note_run`]'s insert that finds the row and updates it
+/// instead (a quarter of a run's bookkeeping); a row pruned since is written afresh by it.
+fn note_draft(
+    tx: &Transaction<'_>,
+    run_id: &str,
+    conversation_id: Option<&str>,
+    draft: &str,
+    now_unix_ms: i64,
+) -> Result<(), StoreError> {
+    let updated = tx
+        .prepare_cached(
+            "UPDATE runs SET draft = ?2, touched_unix_ms = MAX(touched_unix_ms, ?3)
+             WHERE run_id = ?1",
+        )?
+        .execute(params![run_id, draft, now_unix_ms])?;
+    if updated == 0 {
+        let note = RunNote { draft: Some(draft.to_owned()), ..RunNote::default() };
+        note_run(tx, run_id, conversation_id, &note, now_unix_ms)?;
+    }
+    Ok(())
+}
+
 /// Add `micro_usd` to `conversation_id`'s spend in one statement: the total after it.
 fn add_spend(
     tx: &Transaction<'_>,
@@ -1355,7 +1378,7 @@ impl ToolStore for SqliteToolStore {
         let run_id = done.run_id.to_owned();
         let conversation = done.conversation_id.map(str::to_owned);
         let spender = done.spender.to_owned();
-        let note = RunNote { draft: done.draft.map(str::to_owned), ..RunNote::default() };
+        let draft = done.draft.map(str::to_owned);
         let (micro_usd, now) = (done.micro_usd, done.now_unix_ms);
         // Queued, not waited for: the run's next call is queued behind it, so it counts this
         // spend and its packet has this draft, and the answer goes out without a second wait
@@ -1364,8 +1387,8 @@ impl ToolStore for SqliteToolStore {
             if let Some(micro_usd) = micro_usd {
                 add_spend(tx, &spender, micro_usd, now)?;
             }
-            if note.draft.is_some() {
-                note_run(tx, &run_id, conversation.as_deref(), &note, now)?;
+            if let Some(draft) = &draft {
+                note_draft(tx, &run_id, conversation.as_deref(), draft, now)?;
             }
             Ok(())
         });

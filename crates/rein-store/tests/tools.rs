@@ -2035,6 +2035,13 @@ async fn an_answered_model_call_adds_its_cost_and_notes_its_draft_at_once(backen
     assert_eq!(backend.another().await.spend_of("conv-1").await.unwrap(), 1_300);
     let info = store.run_get("r1").await.unwrap().unwrap();
     assert_eq!(info.draft.as_deref(), Some("Monday, by noon."));
+    // A draft for a run whose row has gone (pruned while its call was out) writes it afresh.
+    let pruned = ModelCallDone { run_id: "r7", ..done(None, Some("Back soon.")) };
+    store.run_model_call_done(&pruned).await.unwrap();
+    store.settle().await.unwrap();
+    let info = store.run_get("r7").await.unwrap().unwrap();
+    assert_eq!((info.draft.as_deref(), info.model_calls), (Some("Back soon."), 0));
+    assert_eq!(info.conversation_id.as_deref(), Some("conv-1"));
 
     // Nothing to add or note writes nothing: a run never seen gets no row.
     let nothing = ModelCallDone { run_id: "r9", ..done(None, None) };
