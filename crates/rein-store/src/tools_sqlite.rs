@@ -72,7 +72,7 @@ const MAX_SHARED: usize = 64;
 /// savepoint of its own ([`run_shared`]); the last run's outcome is the one told.
 trait Bookkeeping: Send {
     /// Run the work in `tx`; `false` when it failed (its writes are to be rolled back).
-    fn work(&mut self, tx: &Transaction<'_>) -> bool;
+    fn work(&mut self, tx: &Connection) -> bool;
     /// Tell the caller: the work's own failure, else its value when the transaction committed
     /// (`Ok`) or the transaction's failure.
     fn settle(self: Box<Self>, committed: Result<(), &StoreError>);
@@ -97,9 +97,9 @@ enum Tell<T> {
 impl<T, F> Bookkeeping for Booked<T, F>
 where
     T: Send,
-    F: FnMut(&Transaction<'_>) -> Result<T, StoreError> + Send,
+    F: FnMut(&Connection) -> Result<T, StoreError> + Send,
 {
-    fn work(&mut self, tx: &Transaction<'_>) -> bool {
+    fn work(&mut self, tx: &Connection) -> bool {
         let outcome = work_caught(&mut self.work, tx);
         let worked = outcome.is_ok();
         self.outcome = Some(outcome);
@@ -125,8 +125,8 @@ where
 /// `work` in `tx`; a panic is this call's failure, not the queue's (its writes are rolled back
 /// alone).
 fn work_caught<T>(
-    work: &mut impl FnMut(&Transaction<'_>) -> Result<T, StoreError>,
-    tx: &Transaction<'_>,
+    work: &mut impl FnMut(&Connection) -> Result<T, StoreError>,
+    tx: &Connection,
 ) -> Result<T, StoreError> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(tx)))
         .unwrap_or_else(|panic| Err(StoreError::Task(panic_text(&*panic))))
@@ -288,7 +288,7 @@ fn run_shared(
     jobs: &mut impl Iterator<Item = Box<dyn Bookkeeping>>,
     ran: &mut Vec<Box<dyn Bookkeeping>>,
 ) -> Result<(), StoreError> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = Begun::immediate(conn)?;
     for job in jobs.by_ref() {
         ran.push(job);
         let Some(job) = ran.last_mut() else { break };
@@ -297,8 +297,7 @@ fn run_shared(
             return run_saved(conn, jobs, ran);
         }
     }
-    tx.commit()?;
-    Ok(())
+    tx.commit()
 }
 
 /// [`run_shared`] after a call failed: the calls in `ran` again, then the rest of `jobs`, each
@@ -308,7 +307,7 @@ fn run_saved(
     jobs: &mut impl Iterator<Item = Box<dyn Bookkeeping>>,
     ran: &mut Vec<Box<dyn Bookkeeping>>,
 ) -> Result<(), StoreError> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = Begun::immediate(conn)?;
     let mut next = 0;
     loop {
         if next == ran.len() {
@@ -328,8 +327,50 @@ fn run_saved(
         }
         tx.prepare_cached("RELEASE call")?.execute([])?;
     }
-    tx.commit()?;
-    Ok(())
+    tx.commit()
+}
+
+/// A write transaction (`BEGIN IMMEDIATE`) of the shared bookkeeping, begun and committed with
+/// statements from the connection's cache: rusqlite's own transaction prepares its `BEGIN` and
+/// `COMMIT` afresh each time, two statement compilations a commit. Rolled back when dropped
+/// uncommitted (unless SQLite already has).
+struct Begun<'c> {
+    conn: &'c Connection,
+    open: bool,
+}
+
+impl<'c> Begun<'c> {
+    fn immediate(conn: &'c Connection) -> Result<Self, StoreError> {
+        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        Ok(Self { conn, open: true })
+    }
+
+    fn commit(mut self) -> Result<(), StoreError> {
+        self.open = false;
+        if let Err(error) = self.conn.prepare_cached("COMMIT").and_then(|mut s| s.execute([])) {
+            // A failed commit leaves the transaction open (a busy or full disk): roll it back,
+            // as rusqlite's transaction does when dropped, so the next begin finds none.
+            self.open = true;
+            return Err(error.into());
+        }
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for Begun<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Drop for Begun<'_> {
+    fn drop(&mut self) {
+        if self.open && !self.conn.is_autocommit() {
+            let _ = self.conn.prepare_cached("ROLLBACK").and_then(|mut s| s.execute([]));
+        }
+    }
 }
 
 /// The queue's drain on a blocking thread. Dropped without having run (its runtime was shutting
@@ -414,7 +455,7 @@ impl SqliteToolStore {
     async fn write_relaxed<T, F>(&self, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnMut(&Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
+        F: FnMut(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let (done, result) = tokio::sync::oneshot::channel();
         let job = Job::Booked(Box::new(Booked { work, outcome: None, tell: Tell::Caller(done) }));
@@ -427,7 +468,7 @@ impl SqliteToolStore {
     /// writes, and nobody waits for its commit. A failure is logged as `what` not recorded.
     fn queue_relaxed<F>(&self, what: &'static str, work: F)
     where
-        F: FnMut(&Transaction<'_>) -> Result<(), StoreError> + Send + 'static,
+        F: FnMut(&Connection) -> Result<(), StoreError> + Send + 'static,
     {
         let job = Job::Booked(Box::new(Booked { work, outcome: None, tell: Tell::Log(what) }));
         self.queue.push(&self.store, job);
@@ -464,7 +505,7 @@ fn transact<T>(
 /// `tx`: the run's row after it, not yet written ([`write_run`]). A run that starts afresh has
 /// its per-call counts and tool log deleted here.
 fn count_run(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     run_id: &str,
     conversation_id: Option<&str>,
     event: RunEvent<'_>,
@@ -483,7 +524,7 @@ fn count_run(
 }
 
 /// Write run `run_id`'s whole row.
-fn write_run(tx: &Transaction<'_>, run_id: &str, row: &runs::RunRow) -> Result<(), StoreError> {
+fn write_run(tx: &Connection, run_id: &str, row: &runs::RunRow) -> Result<(), StoreError> {
     tx.prepare_cached(
         "INSERT INTO runs (run_id, conversation_id, first_unix_ms, touched_unix_ms,
              model_calls, tool_calls, last_error, same_error, stopped, route, message,
@@ -518,7 +559,7 @@ fn write_run(tx: &Transaction<'_>, run_id: &str, row: &runs::RunRow) -> Result<(
 
 /// Write `note` on run `run_id`'s row in one statement ([`ToolStore::run_note`]).
 fn note_run(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     run_id: &str,
     conversation_id: Option<&str>,
     note: &RunNote,
@@ -552,7 +593,7 @@ fn note_run(
 /// is an update of two columns, not [`note_run`]'s insert that finds the row and updates it
 /// instead (a quarter of a run's bookkeeping); a row pruned since is written afresh by it.
 fn note_draft(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     run_id: &str,
     conversation_id: Option<&str>,
     draft: &str,
@@ -573,7 +614,7 @@ fn note_draft(
 
 /// Add `micro_usd` to `conversation_id`'s spend in one statement: the total after it.
 fn add_spend(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     conversation_id: &str,
     micro_usd: i64,
     now_unix_ms: i64,
@@ -667,7 +708,7 @@ fn get_hold(conn: &Connection, id: i64) -> Result<Option<Hold>, StoreError> {
 
 /// Rewrite the key's record (if it has one) as `change` says, with `result`, lease released.
 fn set_key(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     key: &str,
     change: KeyChange,
     result: &Value,
@@ -685,7 +726,7 @@ fn set_key(
 /// Settle one pending item: `sql` updates it and returns its key (no row: it was no longer
 /// pending), and that key is rewritten as `change` says. Whether the item was changed.
 fn settle(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     sql: &str,
     params: impl rusqlite::Params,
     change: KeyChange,
@@ -700,7 +741,7 @@ fn settle(
 
 /// Add a pending item for `key` and mark the key `Queued`, or return the key's existing item.
 fn enqueue(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     new: &NewOutboxItem,
     queued_result: &Value,
     now_unix_ms: i64,
@@ -738,7 +779,7 @@ fn enqueue(
 }
 
 /// Where an item stands, for the operator moves that depend on it.
-fn item_standing(tx: &Transaction<'_>, id: i64) -> Result<Option<ItemStanding>, StoreError> {
+fn item_standing(tx: &Connection, id: i64) -> Result<Option<ItemStanding>, StoreError> {
     let sql = format!("SELECT {STANDING_COLUMNS} FROM tool_outbox WHERE id = ?1");
     Ok(tx.query_row(&sql, [id], |row| rows::item_standing(row)).optional()?)
 }
@@ -1918,7 +1959,7 @@ mod tests {
 
     use super::*;
 
-    fn synchronous(tx: &Transaction<'_>) -> Result<i64, StoreError> {
+    fn synchronous(tx: &Connection) -> Result<i64, StoreError> {
         Ok(tx.query_row("PRAGMA synchronous", [], |row| row.get(0))?)
     }
 
@@ -2006,7 +2047,7 @@ mod tests {
     async fn queue_insert(
         tools: &SqliteToolStore,
         n: i64,
-        then: fn(&Transaction<'_>) -> Result<(), StoreError>,
+        then: fn(&Connection) -> Result<(), StoreError>,
     ) -> tokio::task::JoinHandle<Result<(), StoreError>> {
         let queued = tools.queue.state().jobs.len();
         let own = tools.clone();
@@ -2037,7 +2078,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn bookkeeping_queued_together_commits_once_and_a_failing_call_is_rolled_back_alone() {
         let (tools, go) = held_store().await;
-        let fine: fn(&Transaction<'_>) -> Result<(), StoreError> = |_tx| Ok(());
+        let fine: fn(&Connection) -> Result<(), StoreError> = |_tx| Ok(());
         let first = queue_insert(&tools, 1, fine).await;
         let refused = queue_insert(&tools, 2, |_tx| Err(StoreError::Task("refused".into()))).await;
         let panicked = queue_insert(&tools, 3, |_tx| panic!("boom")).await;
@@ -2064,7 +2105,7 @@ mod tests {
     async fn shared_calls_run_once_and_all_run_again_only_when_one_of_them_fails() {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static RUNS: AtomicUsize = AtomicUsize::new(0);
-        let counted: fn(&Transaction<'_>) -> Result<(), StoreError> = |_tx| {
+        let counted: fn(&Connection) -> Result<(), StoreError> = |_tx| {
             RUNS.fetch_add(1, Ordering::SeqCst);
             Ok(())
         };
@@ -2104,7 +2145,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn calls_behind_a_lost_transaction_go_in_the_next_and_those_before_it_fail() {
         let (tools, go) = held_store().await;
-        let fine: fn(&Transaction<'_>) -> Result<(), StoreError> = |_tx| Ok(());
+        let fine: fn(&Connection) -> Result<(), StoreError> = |_tx| Ok(());
         let before = queue_insert(&tools, 1, fine).await;
         // What an I/O error or a full disk does: SQLite rolls the whole transaction back.
         let lost = queue_insert(&tools, 2, |tx| {
@@ -2226,16 +2267,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("rein.sqlite")).unwrap();
         let tools = SqliteToolStore::new(Arc::new(store));
-        assert_eq!(tools.write(synchronous).await.unwrap(), 2, "FULL");
+        assert_eq!(tools.write(|tx| synchronous(tx)).await.unwrap(), 2, "FULL");
         assert_eq!(tools.write_relaxed(synchronous).await.unwrap(), 1, "NORMAL for this one");
-        assert_eq!(tools.write(synchronous).await.unwrap(), 2, "and FULL again after it");
+        assert_eq!(tools.write(|tx| synchronous(tx)).await.unwrap(), 2, "and FULL again after it");
         let failed = tools
-            .write_relaxed(|_tx: &Transaction<'_>| -> Result<(), StoreError> {
+            .write_relaxed(|_tx: &Connection| -> Result<(), StoreError> {
                 Err(StoreError::Task("refused".into()))
             })
             .await;
         assert!(failed.is_err());
-        assert_eq!(tools.write(synchronous).await.unwrap(), 2, "FULL again after a failed one");
+        assert_eq!(
+            tools.write(|tx| synchronous(tx)).await.unwrap(),
+            2,
+            "FULL again after a failed one"
+        );
         // The level stays relaxed from one bookkeeping commit to the next, and whatever takes
         // the connection otherwise (a read, the store's own calls) finds it `FULL`.
         assert_eq!(tools.write_relaxed(synchronous).await.unwrap(), 1);
@@ -2244,7 +2289,7 @@ mod tests {
             Ok(conn.query_row("PRAGMA synchronous", [], |row| row.get(0))?)
         };
         assert_eq!(tools.run(level).await.unwrap(), 2, "FULL for a read after them");
-        tools.write_relaxed(|_tx: &Transaction<'_>| Ok(())).await.unwrap();
+        tools.write_relaxed(|_tx: &Connection| Ok(())).await.unwrap();
         let direct: rusqlite::Result<i64> =
             tools.store.conn().query_row("PRAGMA synchronous", [], |row| row.get(0));
         assert_eq!(direct.unwrap(), 2, "FULL for the store's own calls");
