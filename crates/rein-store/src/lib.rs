@@ -323,8 +323,8 @@ impl Store {
     fn init(mut conn: Connection) -> Result<Self, StoreError> {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
-        // A transaction's statement journals (each savepoint of a shared commit, each
-        // multi-row insert of the calls' records) stay in memory: past 64 KiB SQLite's default
+        // A transaction's statement journals (each multi-row insert of the calls' records, the
+        // savepoints of a shared commit run again after a call failed) stay in memory: past 64 KiB SQLite's default
         // spills them to a temporary file, written page by page and thrown away at the commit,
         // which was half the store's writes to the disk under load. Nothing durable is kept
         // there; the WAL holds what a commit writes.
