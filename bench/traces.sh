@@ -17,7 +17,9 @@
 #
 # Environment: DURATION (s per wrk run, 4), ROUNDS (3), CONNS (32), REIN_BIN (a rein binary;
 # else built with the cargo profile BUILD_PROFILE, dist by default), REIN_PHOENIX_BIN (a
-# `phoenix` executable: adds otlp-live), OUT (bench/results/traces-latest.md).
+# `phoenix` executable: adds otlp-live), BASE_BIN (a second rein binary, the baseline: each
+# variant also runs on it, `VARIANT@base`, interleaved in the same rounds, and the report adds
+# this build's ratios to it), OUT (bench/results/traces-latest.md).
 set -euo pipefail
 BUILD_PROFILE=${BUILD_PROFILE:-dist}
 
@@ -46,10 +48,15 @@ if [ -z "${REIN_BIN:-}" ]; then
   REIN_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/$BUILD_PROFILE/rein"
 fi
 [ -x "$REIN_BIN" ] || die "no rein binary at $REIN_BIN"
+[ -z "${BASE_BIN:-}" ] || [ -x "$BASE_BIN" ] || die "no rein binary at BASE_BIN=$BASE_BIN"
 
 TMP=$(mktemp -d)
 cp "$REIN_BIN" "$TMP/rein"
 REIN_BIN="$TMP/rein"
+if [ -n "${BASE_BIN:-}" ]; then
+  cp "$BASE_BIN" "$TMP/rein-base"
+  BASE_BIN="$TMP/rein-base"
+fi
 PIDS=()
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -102,13 +109,18 @@ if [ -n "${REIN_PHOENIX_BIN:-}" ]; then
   wait_port "$PHX_PORT" "phoenix"
   VARIANTS+=(otlp-live otlp-live-runs)
 fi
+if [ -n "${BASE_BIN:-}" ]; then # each variant beside its baseline, so both see the same moment
+  paired=()
+  for v in "${VARIANTS[@]}"; do paired+=("$v" "$v@base"); done
+  VARIANTS=("${paired[@]}")
+fi
 
 declare -A PORT PID
 for v in "${VARIANTS[@]}"; do
   PORT[$v]=$(free_port)
   mkdir -p "$TMP/$v"
   traces=""
-  case "$v" in
+  case "${v%@base}" in
     off) traces=$'[traces]\nenabled = false' ;;
     otlp-dead) traces=$'[traces.otlp]\nendpoint = "http://127.0.0.1:'"$DEAD_PORT"$'/v1/traces"\ntimeout_ms = 1000' ;;
     otlp-live | otlp-live-runs) traces=$'[traces.otlp]\nendpoint = "http://127.0.0.1:'"$PHX_PORT"$'/v1/traces"' ;;
@@ -133,7 +145,9 @@ name = "primary"
 provider = "fixed"
 model = "bench-model"
 EOF
-  RUST_LOG=error "$REIN_BIN" serve --config "$TMP/$v/rein.toml" >"$TMP/$v/stdout.log" 2>"$TMP/$v/stderr.log" &
+  bin=$REIN_BIN
+  [[ "$v" == *@base ]] && bin=$BASE_BIN
+  RUST_LOG=error "$bin" serve --config "$TMP/$v/rein.toml" >"$TMP/$v/stdout.log" 2>"$TMP/$v/stderr.log" &
   PID[$v]=$!
   PIDS+=("${PID[$v]}")
   wait_port "${PORT[$v]}" "rein ($v)"
@@ -146,7 +160,7 @@ RAW="$TMP/raw.tsv"
 : >"$RAW"
 run() { # variant conns -> records rps, p50, p99, cpu
   local v=$1 c=$2 c0 c1 line requests dur p50 p99 script=$LIB/post.lua
-  [ "$v" = otlp-live-runs ] && script=$LIB/post_run.lua
+  [ "${v%@base}" = otlp-live-runs ] && script=$LIB/post_run.lua
   c0=$(cpu_ticks "${PID[$v]}")
   line=$(BENCH_BODY=$BODY wrk -t"$((c < 2 ? 1 : 2))" -c"$c" -d"${DURATION}s" --timeout 5s -s "$script" \
     "http://127.0.0.1:${PORT[$v]}/v1/chat/completions" | grep '^BENCH ') || die "$v: wrk failed"
@@ -208,12 +222,30 @@ print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 for v in variants:
     rps, p50, p99, cpu = (col(v, conns, i) for i in range(4))
     p50_1 = col(v, "1", 1)
-    o = ("off", "store")
+    suffix = "@base" if v.endswith("@base") else ""
+    o = ("off" + suffix, "store" + suffix)
     r = [col(b, conns, 0) for b in o]
     c = [col(b, conns, 3) for b in o]
     l = [col(b, "1", 1) for b in o]
     print(f"| {v} | {rps:.0f} | {rps / r[0]:.3f} | {rps / r[1]:.3f} | {p50 / 1000:.3f} | {p99 / 1000:.3f} "
           f"| {cpu:.1f} | {cpu / c[0]:.3f} | {cpu / c[1]:.3f} | {p50_1 / 1000:.3f} | {p50_1 / l[0]:.3f} | {p50_1 / l[1]:.3f} |")
+runs = [v for v in variants if v.startswith("otlp-live-runs")]
+if runs:
+    print()
+for v in runs:
+    live = v.replace("otlp-live-runs", "otlp-live")
+    print(f"A model call in a run ({v}), traces exported live: {col(v, conns, 3) / col(live, conns, 3):.2f}x "
+          f"the CPU of the same call outside a run ({live}; target <= 1.10x), "
+          f"{col(v, conns, 0) / col(live, conns, 0):.2f}x its req/s.")
+base = [v for v in variants if not v.endswith("@base") and v + "@base" in variants]
+if base:
+    print("\nThis build against the baseline (`BASE_BIN`), the same variant in the same rounds:\n")
+    print(f"| variant | req/s @{conns} | CPU µs/req @{conns} | p50 ms @1 |")
+    print("|---|--:|--:|--:|")
+    for v in base:
+        b = v + "@base"
+        print(f"| {v} | {col(v, conns, 0) / col(b, conns, 0):.3f} | {col(v, conns, 3) / col(b, conns, 3):.3f} "
+              f"| {col(v, '1', 1) / col(b, '1', 1):.3f} |")
 print("\n| variant | call records dropped | spans dropped: queue full | spans dropped: export failed | spans exported | runs stopped |")
 print("|---|--:|--:|--:|--:|--:|")
 for line in open(counters):
