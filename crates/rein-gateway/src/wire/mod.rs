@@ -167,6 +167,30 @@ pub fn rein_summary(report: &CallReport) -> Value {
     summary
 }
 
+/// [`rein_summary`] written straight into `out`: the same bytes its tree serializes to (keys in
+/// the same sorted order), for the answers and last chunks written without a tree.
+pub(crate) fn push_summary(out: &mut Vec<u8>, report: &CallReport) {
+    use rein_providers::json_write::{push_i64, push_opt_str, push_str, push_u64};
+    out.extend_from_slice(br#"{"attempts":"#);
+    push_u64(out, report.attempt_count() as u64);
+    out.extend_from_slice(br#","outcome":"#);
+    push_str(out, report.outcome.as_str());
+    out.extend_from_slice(br#","route":"#);
+    push_str(out, &report.route);
+    if let Some(status) = report.run_status() {
+        out.extend_from_slice(br#","run_status":"#);
+        push_str(out, status);
+    }
+    out.extend_from_slice(br#","settings_version":"#);
+    match report.settings_version {
+        Some(version) => push_i64(out, version),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(br#","tier":"#);
+    push_opt_str(out, report.served_by.as_ref().map(|served| served.tier_name.as_str()));
+    out.push(b'}');
+}
+
 #[cfg(test)]
 pub(crate) mod fixtures;
 

@@ -21,7 +21,7 @@ use super::json::{
     StringOrObject, TextOr, extra, may_hold_what_only_the_tree_refuses, parse_object, require,
     typed,
 };
-use super::{ErrorKind, ResponseMeta, WireError, rein_summary};
+use super::{ErrorKind, ResponseMeta, WireError, push_summary, rein_summary};
 
 pub use super::openai_stream::OpenAiStream;
 
@@ -530,7 +530,7 @@ pub fn render_response_bytes(completion: &Completion, meta: &ResponseMeta) -> Ve
 
 /// [`render_response_bytes`] for an answer without logprobs, written field by field.
 fn render_response_direct(completion: &Completion, meta: &ResponseMeta) -> Vec<u8> {
-    use rein_providers::json_write::{push_i64, push_opt_str, push_str, push_u64};
+    use rein_providers::json_write::{push_opt_str, push_str, push_u64};
     let response = &completion.response;
     let report = &completion.report;
     let content = content_of(response);
@@ -568,24 +568,9 @@ fn render_response_direct(completion: &Completion, meta: &ResponseMeta) -> Vec<u
     push_str(&mut out, &meta.id);
     out.extend_from_slice(br#","model":"#);
     push_str(&mut out, &response.model);
-    out.extend_from_slice(br#","object":"chat.completion","rein":{"attempts":"#);
-    push_u64(&mut out, report.attempt_count() as u64);
-    out.extend_from_slice(br#","outcome":"#);
-    push_str(&mut out, report.outcome.as_str());
-    out.extend_from_slice(br#","route":"#);
-    push_str(&mut out, &report.route);
-    if let Some(status) = report.run_status() {
-        out.extend_from_slice(br#","run_status":"#);
-        push_str(&mut out, status);
-    }
-    out.extend_from_slice(br#","settings_version":"#);
-    match report.settings_version {
-        Some(version) => push_i64(&mut out, version),
-        None => out.extend_from_slice(b"null"),
-    }
-    out.extend_from_slice(br#","tier":"#);
-    push_opt_str(&mut out, report.served_by.as_ref().map(|served| served.tier_name.as_str()));
-    out.extend_from_slice(br#"},"system_fingerprint":null,"usage":{"completion_tokens":"#);
+    out.extend_from_slice(br#","object":"chat.completion","rein":"#);
+    push_summary(&mut out, report);
+    out.extend_from_slice(br#","system_fingerprint":null,"usage":{"completion_tokens":"#);
     push_u64(&mut out, u64::from(response.usage.output_tokens));
     out.extend_from_slice(br#","prompt_tokens":"#);
     push_u64(&mut out, u64::from(response.usage.input_tokens));

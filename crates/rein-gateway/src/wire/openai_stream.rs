@@ -11,11 +11,11 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use rein_core::{CallError, Completion, Released, StreamEvent};
+use rein_core::{CallError, ChatResponse, Completion, Released, StreamEvent};
 
 use super::json::sse_frame;
-use super::openai::{call_error_body, finish_reason, logprobs_json, usage_json};
-use super::{ResponseMeta, rein_summary};
+use super::openai::{call_error_body, finish_reason, logprobs_json};
+use super::{ResponseMeta, push_summary, rein_summary};
 
 /// Encodes one streamed answer. Feed it every [`Released`] item in order; call
 /// [`close`](Self::close) if the engine's stream ends without a `Completed` or `Failed`.
@@ -138,19 +138,15 @@ impl OpenAiStream {
             self.text_tail = None;
         }
         self.ensure_started(&mut frames);
-        let reason = finish_reason(response.stop_reason.as_ref());
-        let mut last = self.chunk(json!({}), json!(reason), Value::Null);
-        if let Value::Object(map) = &mut last {
-            map.insert("rein".into(), rein_summary(&completion.report));
-        }
-        frames.push(sse_frame(None, &last));
+        let last = self.last_frame(completion);
+        #[cfg(debug_assertions)]
+        assert_eq!(last, self.last_frame_tree(completion), "the written last chunk is the tree's");
+        frames.push(last);
         if self.include_usage {
-            let mut usage = self.base();
-            if let Value::Object(map) = &mut usage {
-                map.insert("choices".into(), json!([]));
-                map.insert("usage".into(), usage_json(response));
-            }
-            frames.push(sse_frame(None, &usage));
+            let usage = self.usage_frame(response);
+            #[cfg(debug_assertions)]
+            assert_eq!(usage, self.usage_frame_tree(response), "the written usage is the tree's");
+            frames.push(usage);
         }
         frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
         self.finished = true;
@@ -166,6 +162,75 @@ impl OpenAiStream {
         // Nothing was sent yet: the caller gets the error the plain call would have had.
         let (_, body) = call_error_body(error);
         vec![sse_frame(None, &body)]
+    }
+
+    /// The chunk with the finish reason and rein's summary, written field by field: the same
+    /// bytes as [`Self::last_frame_tree`] (keys in the same sorted order), without building
+    /// and serializing the tree each stream ended with.
+    fn last_frame(&self, completion: &Completion) -> Bytes {
+        use rein_providers::json_write::{push_str, push_u64};
+        let mut out = Vec::with_capacity(320);
+        out.extend_from_slice(br#"data: {"choices":[{"delta":{},"finish_reason":"#);
+        push_str(&mut out, &finish_reason(completion.response.stop_reason.as_ref()));
+        out.extend_from_slice(br#","index":0,"logprobs":null}],"created":"#);
+        push_u64(&mut out, self.meta.created);
+        out.extend_from_slice(br#","id":"#);
+        push_str(&mut out, &self.meta.id);
+        out.extend_from_slice(br#","model":"#);
+        push_str(&mut out, self.model.as_deref().unwrap_or_default());
+        out.extend_from_slice(br#","object":"chat.completion.chunk","rein":"#);
+        push_summary(&mut out, &completion.report);
+        out.extend_from_slice(br#","system_fingerprint":null"#);
+        if self.include_usage {
+            out.extend_from_slice(br#","usage":null"#);
+        }
+        out.extend_from_slice(b"}\n\n");
+        Bytes::from(out)
+    }
+
+    /// The usage chunk (`choices: []`) the caller asked for with `include_usage`, written
+    /// field by field: the same bytes as [`Self::usage_frame_tree`].
+    fn usage_frame(&self, response: &ChatResponse) -> Bytes {
+        use rein_providers::json_write::{push_str, push_u64};
+        let usage = response.usage;
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(br#"data: {"choices":[],"created":"#);
+        push_u64(&mut out, self.meta.created);
+        out.extend_from_slice(br#","id":"#);
+        push_str(&mut out, &self.meta.id);
+        out.extend_from_slice(br#","model":"#);
+        push_str(&mut out, self.model.as_deref().unwrap_or_default());
+        out.extend_from_slice(br#","object":"chat.completion.chunk","system_fingerprint":null"#);
+        out.extend_from_slice(br#","usage":{"completion_tokens":"#);
+        push_u64(&mut out, u64::from(usage.output_tokens));
+        out.extend_from_slice(br#","prompt_tokens":"#);
+        push_u64(&mut out, u64::from(usage.input_tokens));
+        out.extend_from_slice(br#","total_tokens":"#);
+        push_u64(&mut out, u64::from(usage.input_tokens) + u64::from(usage.output_tokens));
+        out.extend_from_slice(b"}}\n\n");
+        Bytes::from(out)
+    }
+
+    /// [`Self::usage_frame`] as a JSON tree: the reference it is checked against.
+    #[cfg(any(test, debug_assertions))]
+    fn usage_frame_tree(&self, response: &ChatResponse) -> Bytes {
+        let mut usage = self.base();
+        if let Value::Object(map) = &mut usage {
+            map.insert("choices".into(), json!([]));
+            map.insert("usage".into(), super::openai::usage_json(response));
+        }
+        sse_frame(None, &usage)
+    }
+
+    /// [`Self::last_frame`] as a JSON tree: the reference it is checked against.
+    #[cfg(any(test, debug_assertions))]
+    fn last_frame_tree(&self, completion: &Completion) -> Bytes {
+        let reason = finish_reason(completion.response.stop_reason.as_ref());
+        let mut last = self.chunk(json!({}), json!(reason), Value::Null);
+        if let Value::Object(map) = &mut last {
+            map.insert("rein".into(), rein_summary(&completion.report));
+        }
+        sse_frame(None, &last)
     }
 
     fn ensure_started(&mut self, frames: &mut Vec<Bytes>) {
@@ -316,6 +381,61 @@ mod tests {
         }
     }
     use crate::wire::fixtures::{self, frames_json};
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+
+        /// The last chunk and the usage chunk written directly are byte for byte the tree's
+        /// frames, whatever the strings hold and whichever optional parts the summary has.
+        #[test]
+        fn a_directly_written_last_chunk_is_the_tree_frame(
+            include_usage in proptest::prelude::any::<bool>(),
+            model in proptest::option::of("\\PC{0,20}"),
+            id in ".{0,16}",
+            created in proptest::prelude::any::<u64>(),
+            stop in proptest::option::of(0usize..8),
+            other in ".{0,8}",
+            version in proptest::option::of(proptest::prelude::any::<i64>()),
+            served in proptest::option::of((0usize..3, "[a-z\"]{1,8}")),
+            route in ".{0,10}",
+            run_stopped in proptest::option::of("[a-z_\"]{1,20}"),
+            tokens in (proptest::prelude::any::<u32>(), proptest::prelude::any::<u32>()),
+        ) {
+            use rein_core::{Outcome, StopReason};
+            let stop_reason = stop.map(|index| match index {
+                0 => StopReason::EndTurn,
+                1 => StopReason::StopSequence,
+                2 => StopReason::MaxTokens,
+                3 => StopReason::ToolUse,
+                4 => StopReason::ContentFilter,
+                5 => StopReason::Refusal,
+                6 => StopReason::PauseTurn,
+                _ => StopReason::Other(other.clone()),
+            });
+            let mut report = fixtures::report(
+                Outcome::Answered,
+                served.as_ref().map(|(tier, name)| (*tier, name.as_str())),
+            );
+            report.route = route;
+            report.settings_version = version;
+            if let Some(status) = run_stopped {
+                report.steps.push(rein_core::report::Step::RunStopped { status });
+            }
+            let usage = rein_core::Usage { input_tokens: tokens.0, output_tokens: tokens.1 };
+            let response = ChatResponse { stop_reason, usage, ..ChatResponse::default() };
+            let completion = Completion { response, report };
+            let mut stream = OpenAiStream::new(ResponseMeta::new(id, created), include_usage);
+            stream.model = model;
+            proptest::prop_assert_eq!(
+                String::from_utf8(stream.last_frame(&completion).to_vec()).unwrap(),
+                String::from_utf8(stream.last_frame_tree(&completion).to_vec()).unwrap()
+            );
+            proptest::prop_assert_eq!(
+                String::from_utf8(stream.usage_frame(&completion.response).to_vec()).unwrap(),
+                String::from_utf8(stream.usage_frame_tree(&completion.response).to_vec()).unwrap()
+            );
+        }
+    }
 
     fn encode_all(stream: &mut OpenAiStream, items: &[Released]) -> Vec<Bytes> {
         items.iter().flat_map(|item| stream.encode(item)).collect()
