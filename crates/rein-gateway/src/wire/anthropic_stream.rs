@@ -14,7 +14,7 @@ use rein_core::{CallError, Completion, Released, StreamEvent, Usage};
 
 use super::anthropic::{call_error_body, stop_reason};
 use super::json::sse_frame;
-use super::{ResponseMeta, rein_summary};
+use super::{ResponseMeta, push_summary, rein_summary};
 
 /// The kind of the content block being written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,18 +158,15 @@ impl AnthropicStream {
         }
         self.ensure_started(&mut frames);
         self.close_block(&mut frames);
-        let message_delta = json!({
-            "type": "message_delta",
-            "delta": {"stop_reason": stop_reason(response.stop_reason.as_ref()),
-                      "stop_sequence": null},
-            "usage": {
-                "input_tokens": response.usage.input_tokens,
-                "output_tokens": response.usage.output_tokens,
-            },
-            "rein": rein_summary(&completion.report),
-        });
-        frames.push(sse_frame(Some("message_delta"), &message_delta));
-        frames.push(sse_frame(Some("message_stop"), &json!({"type": "message_stop"})));
+        let message_delta = message_delta(completion);
+        #[cfg(debug_assertions)]
+        assert_eq!(
+            message_delta,
+            message_delta_tree(completion),
+            "the written delta is the tree's"
+        );
+        frames.push(message_delta);
+        frames.push(Bytes::from_static(MESSAGE_STOP));
         self.finished = true;
         frames
     }
@@ -293,6 +290,44 @@ fn text_delta(index: u32, kind: TextKind, text: &str) -> Bytes {
     frame
 }
 
+/// The stream's last frame, always the same bytes.
+const MESSAGE_STOP: &[u8] = b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
+/// `message_delta` (the stop reason, the usage, rein's summary), written field by field: the
+/// bytes [`message_delta_tree`] renders, keys in the same sorted order. Debug builds check it.
+fn message_delta(completion: &Completion) -> Bytes {
+    use rein_providers::json_write::{push_str, push_u64};
+    let response = &completion.response;
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"event: message_delta\ndata: {\"delta\":{\"stop_reason\":");
+    push_str(&mut out, &stop_reason(response.stop_reason.as_ref()));
+    out.extend_from_slice(br#","stop_sequence":null},"rein":"#);
+    push_summary(&mut out, &completion.report);
+    out.extend_from_slice(br#","type":"message_delta","usage":{"input_tokens":"#);
+    push_u64(&mut out, u64::from(response.usage.input_tokens));
+    out.extend_from_slice(br#","output_tokens":"#);
+    push_u64(&mut out, u64::from(response.usage.output_tokens));
+    out.extend_from_slice(b"}}\n\n");
+    Bytes::from(out)
+}
+
+/// [`message_delta`] as a JSON tree: the reference it is checked against.
+#[cfg(any(test, debug_assertions))]
+fn message_delta_tree(completion: &Completion) -> Bytes {
+    let response = &completion.response;
+    let body = json!({
+        "type": "message_delta",
+        "delta": {"stop_reason": stop_reason(response.stop_reason.as_ref()),
+                  "stop_sequence": null},
+        "usage": {
+            "input_tokens": response.usage.input_tokens,
+            "output_tokens": response.usage.output_tokens,
+        },
+        "rein": rein_summary(&completion.report),
+    });
+    sse_frame(Some("message_delta"), &body)
+}
+
 fn error_frame(kind: &str, message: &str, summary: Option<Value>) -> Bytes {
     let mut body = json!({"type": "error", "error": {"type": kind, "message": message}});
     if let (Some(summary), Value::Object(map)) = (summary, &mut body) {
@@ -317,6 +352,59 @@ mod tests {
             .iter()
             .map(|frame| frame["event"].as_str().unwrap().to_string())
             .collect()
+    }
+
+    #[test]
+    fn the_last_frame_is_the_tree_frame() {
+        assert_eq!(
+            Bytes::from_static(MESSAGE_STOP),
+            sse_frame(Some("message_stop"), &json!({"type": "message_stop"}))
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+
+        /// `message_delta` written directly is byte for byte the tree's frame, whatever the
+        /// strings hold and whichever optional parts the summary has.
+        #[test]
+        fn a_directly_written_message_delta_is_the_tree_frame(
+            stop in proptest::option::of(0usize..8),
+            other in ".{0,8}",
+            version in proptest::option::of(proptest::prelude::any::<i64>()),
+            served in proptest::option::of((0usize..3, "[a-z\"]{1,8}")),
+            route in ".{0,10}",
+            run_stopped in proptest::option::of("[a-z_\"]{1,20}"),
+            tokens in (proptest::prelude::any::<u32>(), proptest::prelude::any::<u32>()),
+        ) {
+            use rein_core::{ChatResponse, Outcome, StopReason};
+            let stop_reason = stop.map(|index| match index {
+                0 => StopReason::EndTurn,
+                1 => StopReason::StopSequence,
+                2 => StopReason::MaxTokens,
+                3 => StopReason::ToolUse,
+                4 => StopReason::ContentFilter,
+                5 => StopReason::Refusal,
+                6 => StopReason::PauseTurn,
+                _ => StopReason::Other(other.clone()),
+            });
+            let mut report = fixtures::report(
+                Outcome::Answered,
+                served.as_ref().map(|(tier, name)| (*tier, name.as_str())),
+            );
+            report.route = route;
+            report.settings_version = version;
+            if let Some(status) = run_stopped {
+                report.steps.push(rein_core::report::Step::RunStopped { status });
+            }
+            let usage = Usage { input_tokens: tokens.0, output_tokens: tokens.1 };
+            let response = ChatResponse { stop_reason, usage, ..ChatResponse::default() };
+            let completion = Completion { response, report };
+            proptest::prop_assert_eq!(
+                String::from_utf8(message_delta(&completion).to_vec()).unwrap(),
+                String::from_utf8(message_delta_tree(&completion).to_vec()).unwrap()
+            );
+        }
     }
 
     proptest::proptest! {
