@@ -31,6 +31,57 @@ fn attempt(tier: usize, tier_name: &str, number: u32) -> Step {
     })
 }
 
+/// For property tests: a stop reason by `index` (0 to 6 the named ones, else `Other(other)`).
+pub(crate) fn stop_reason(index: usize, other: &str) -> StopReason {
+    match index {
+        0 => StopReason::EndTurn,
+        1 => StopReason::StopSequence,
+        2 => StopReason::MaxTokens,
+        3 => StopReason::ToolUse,
+        4 => StopReason::ContentFilter,
+        5 => StopReason::Refusal,
+        6 => StopReason::PauseTurn,
+        _ => StopReason::Other(other.to_string()),
+    }
+}
+
+/// For property tests: what rein's summary of a call reads, varied. `served` as [`report`]'s.
+pub(crate) fn summary_report(
+    served: Option<&(usize, String)>,
+    route: String,
+    settings_version: Option<i64>,
+    run_stopped: Option<String>,
+) -> CallReport {
+    let mut report = report(Outcome::Answered, served.map(|(tier, name)| (*tier, name.as_str())));
+    report.route = route;
+    report.settings_version = settings_version;
+    if let Some(status) = run_stopped {
+        report.steps.push(Step::RunStopped { status });
+    }
+    report
+}
+
+/// For property tests of a stream's last frames: finished calls, their stop reason
+/// ([`stop_reason`]), usage and summary ([`summary_report`]) varied, strings with quotes.
+pub(crate) fn ended_calls() -> impl proptest::strategy::Strategy<Value = Completion> {
+    use proptest::option::of;
+    use proptest::prelude::{Strategy, any};
+    let stop = (of(0usize..8), ".{0,8}");
+    let summary =
+        (of((0usize..3, "[a-z\"]{1,8}")), ".{0,10}", of(any::<i64>()), of("[a-z_\"]{1,20}"));
+    (stop, (any::<u32>(), any::<u32>()), summary).prop_map(
+        |((stop, other), tokens, (served, route, version, run_stopped))| {
+            let response = ChatResponse {
+                stop_reason: stop.map(|index| stop_reason(index, &other)),
+                usage: Usage { input_tokens: tokens.0, output_tokens: tokens.1 },
+                ..ChatResponse::default()
+            };
+            let report = summary_report(served.as_ref(), route, version, run_stopped);
+            Completion { response, report }
+        },
+    )
+}
+
 /// A report for route `support`; `served` is the tier index and name that answered.
 pub(crate) fn report(outcome: Outcome, served: Option<(usize, &str)>) -> CallReport {
     let steps = match served {

@@ -393,37 +393,8 @@ mod tests {
             model in proptest::option::of("\\PC{0,20}"),
             id in ".{0,16}",
             created in proptest::prelude::any::<u64>(),
-            stop in proptest::option::of(0usize..8),
-            other in ".{0,8}",
-            version in proptest::option::of(proptest::prelude::any::<i64>()),
-            served in proptest::option::of((0usize..3, "[a-z\"]{1,8}")),
-            route in ".{0,10}",
-            run_stopped in proptest::option::of("[a-z_\"]{1,20}"),
-            tokens in (proptest::prelude::any::<u32>(), proptest::prelude::any::<u32>()),
+            completion in fixtures::ended_calls(),
         ) {
-            use rein_core::{Outcome, StopReason};
-            let stop_reason = stop.map(|index| match index {
-                0 => StopReason::EndTurn,
-                1 => StopReason::StopSequence,
-                2 => StopReason::MaxTokens,
-                3 => StopReason::ToolUse,
-                4 => StopReason::ContentFilter,
-                5 => StopReason::Refusal,
-                6 => StopReason::PauseTurn,
-                _ => StopReason::Other(other.clone()),
-            });
-            let mut report = fixtures::report(
-                Outcome::Answered,
-                served.as_ref().map(|(tier, name)| (*tier, name.as_str())),
-            );
-            report.route = route;
-            report.settings_version = version;
-            if let Some(status) = run_stopped {
-                report.steps.push(rein_core::report::Step::RunStopped { status });
-            }
-            let usage = rein_core::Usage { input_tokens: tokens.0, output_tokens: tokens.1 };
-            let response = ChatResponse { stop_reason, usage, ..ChatResponse::default() };
-            let completion = Completion { response, report };
             let mut stream = OpenAiStream::new(ResponseMeta::new(id, created), include_usage);
             stream.model = model;
             proptest::prop_assert_eq!(

@@ -530,17 +530,7 @@ proptest::proptest! {
         run_stopped in proptest::option::of("[a-z_]{1,20}"),
         created in proptest::prelude::any::<u64>(),
     ) {
-        use rein_core::StopReason;
-        let stop_reason = stop.map(|index| match index {
-            0 => StopReason::EndTurn,
-            1 => StopReason::StopSequence,
-            2 => StopReason::MaxTokens,
-            3 => StopReason::ToolUse,
-            4 => StopReason::ContentFilter,
-            5 => StopReason::Refusal,
-            6 => StopReason::PauseTurn,
-            _ => StopReason::Other(other.clone()),
-        });
+        let stop_reason = stop.map(|index| fixtures::stop_reason(index, &other));
         let response = ChatResponse {
             model,
             text,
@@ -553,15 +543,7 @@ proptest::proptest! {
             usage: rein_core::Usage { input_tokens: usage.0, output_tokens: usage.1 },
             ..ChatResponse::default()
         };
-        let mut report = fixtures::report(
-            Outcome::Answered,
-            served.as_ref().map(|(tier, name)| (*tier, name.as_str())),
-        );
-        report.route = route;
-        report.settings_version = version;
-        if let Some(status) = run_stopped {
-            report.steps.push(rein_core::report::Step::RunStopped { status });
-        }
+        let report = fixtures::summary_report(served.as_ref(), route, version, run_stopped);
         let case = Completion { response, report };
         let meta = ResponseMeta::new("chatcmpl-\"prop\"", created);
         let tree = serde_json::to_vec(&render_response(&case, &meta)).unwrap();
