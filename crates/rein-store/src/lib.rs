@@ -14,6 +14,7 @@ pub mod handoffs;
 pub mod kill;
 pub mod levers;
 mod open;
+mod run_cache;
 pub mod runs;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -296,6 +297,9 @@ pub struct Store {
     /// statement once), so it changes only when the next use needs the other level, not twice
     /// around every bookkeeping commit. Only read and written with the connection's lock held.
     relaxed: AtomicBool,
+    /// Runs' rows as this connection last wrote them (the tool store's bookkeeping reads them
+    /// here rather than from the file); locked only while the connection's lock is held.
+    runs: Mutex<run_cache::RunCache>,
 }
 
 impl Store {
@@ -339,7 +343,7 @@ impl Store {
         // run's evidence read was parsed anew at every model call.
         conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
         migrate(&mut conn)?;
-        Ok(Self { conn: Mutex::new(conn), relaxed: AtomicBool::new(false) })
+        Ok(Self { conn: Mutex::new(conn), relaxed: AtomicBool::new(false), runs: Mutex::default() })
     }
 
     /// The connection, at `synchronous = FULL`: a commit made on it is on disk when it returns.
@@ -370,6 +374,11 @@ impl Store {
             self.relaxed.store(true, Ordering::Relaxed);
         }
         Ok(conn)
+    }
+
+    /// The runs' rows kept beside the connection; take it with the connection's lock held.
+    pub(crate) fn run_cache(&self) -> MutexGuard<'_, run_cache::RunCache> {
+        self.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn locked(&self) -> MutexGuard<'_, Connection> {

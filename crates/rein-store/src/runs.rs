@@ -297,17 +297,17 @@ pub(crate) fn judge_model_call(
 }
 
 /// The counts a caller sees: `row` for `run_id`, with `same_call` for a tool call.
-pub(crate) fn counts(run_id: &str, row: RunRow, same_call: i64) -> RunCounts {
+pub(crate) fn counts(run_id: &str, row: &RunRow, same_call: i64) -> RunCounts {
     RunCounts {
         run_id: run_id.to_string(),
-        conversation_id: row.conversation_id,
+        conversation_id: row.conversation_id.clone(),
         model_calls: row.model_calls,
         tool_calls: row.tool_calls,
         same_call,
         same_error: row.same_error,
         first_unix_ms: row.first_unix_ms,
         last_unix_ms: row.touched_unix_ms,
-        stopped: row.stopped,
+        stopped: row.stopped.clone(),
     }
 }
 
@@ -356,7 +356,7 @@ mod tests {
     #[test]
     fn the_counts_make_the_tally_the_stop_conditions_judge() {
         let (row, _) = step(None, None, RunEvent::ModelCall, 1_000, IDLE);
-        let counts = counts("r", row, 3);
+        let counts = counts("r", &row, 3);
         let tally = counts.tally(21_000);
         assert_eq!((tally.model_calls, tally.same_call), (1, 3));
         assert_eq!(tally.elapsed, std::time::Duration::from_secs(20));

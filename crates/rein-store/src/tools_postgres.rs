@@ -881,7 +881,7 @@ impl ToolStore for PostgresToolStore {
                 _ => 0,
             };
             tx.commit().await?;
-            Ok(runs::counts(run_id, row, same_call))
+            Ok(runs::counts(run_id, &row, same_call))
         })
         .await
     }

@@ -10,6 +10,7 @@
 //! Reading a row and deciding what a call does with it come from `tools::rows` and
 //! `tools::rules`, which the Postgres backend shares.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -28,6 +29,7 @@ use crate::calls::{
 use crate::handoffs::{
     Handoff, HandoffDelivery, HandoffFilter, NewHandoff, ReviewDecision, ReviewStats,
 };
+use crate::run_cache::RunCache;
 use crate::runs::{
     self, ModelCall, ModelCallDone, ModelCallStep, OwnedEvent, RunCounts, RunEvent, RunInfo,
     RunNote, RunToolCall,
@@ -72,7 +74,7 @@ const MAX_SHARED: usize = 64;
 /// savepoint of its own ([`run_shared`]); the last run's outcome is the one told.
 trait Bookkeeping: Send {
     /// Run the work in `tx`; `false` when it failed (its writes are to be rolled back).
-    fn work(&mut self, tx: &Connection) -> bool;
+    fn work(&mut self, tx: &Tx<'_>) -> bool;
     /// Tell the caller: the work's own failure, else its value when the transaction committed
     /// (`Ok`) or the transaction's failure.
     fn settle(self: Box<Self>, committed: Result<(), &StoreError>);
@@ -97,9 +99,9 @@ enum Tell<T> {
 impl<T, F> Bookkeeping for Booked<T, F>
 where
     T: Send,
-    F: FnMut(&Connection) -> Result<T, StoreError> + Send,
+    F: FnMut(&Tx<'_>) -> Result<T, StoreError> + Send,
 {
-    fn work(&mut self, tx: &Connection) -> bool {
+    fn work(&mut self, tx: &Tx<'_>) -> bool {
         let outcome = work_caught(&mut self.work, tx);
         let worked = outcome.is_ok();
         self.outcome = Some(outcome);
@@ -125,8 +127,8 @@ where
 /// `work` in `tx`; a panic is this call's failure, not the queue's (its writes are rolled back
 /// alone).
 fn work_caught<T>(
-    work: &mut impl FnMut(&Connection) -> Result<T, StoreError>,
-    tx: &Connection,
+    work: &mut impl FnMut(&Tx<'_>) -> Result<T, StoreError>,
+    tx: &Tx<'_>,
 ) -> Result<T, StoreError> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(tx)))
         .unwrap_or_else(|panic| Err(StoreError::Task(panic_text(&*panic))))
@@ -258,7 +260,12 @@ fn commit_shared(
     // what follows under load) needs no change, and anything else takes the connection through
     // `Store::conn`, which puts it back to `FULL` first.
     let committed = match store.conn_relaxed() {
-        Ok(mut conn) => run_shared(&mut conn, &mut jobs, &mut ran),
+        Ok(mut conn) => {
+            let mut runs = store.run_cache();
+            let committed = run_shared(&mut conn, &mut runs, &mut jobs, &mut ran);
+            runs.ended(committed.is_ok());
+            committed
+        }
         Err(error) => Err(error),
     };
     let unrun: Vec<_> = jobs.collect();
@@ -285,29 +292,34 @@ fn commit_shared(
 /// its own ([`run_saved`]), so the failed one is rolled back alone.
 fn run_shared(
     conn: &mut Connection,
+    runs: &mut RunCache,
     jobs: &mut impl Iterator<Item = Box<dyn Bookkeeping>>,
     ran: &mut Vec<Box<dyn Bookkeeping>>,
 ) -> Result<(), StoreError> {
-    let tx = Begun::immediate(conn)?;
+    let begun = Begun::immediate(conn)?;
+    let tx = Tx { conn: &begun, runs: RefCell::new(&mut *runs) };
     for job in jobs.by_ref() {
         ran.push(job);
         let Some(job) = ran.last_mut() else { break };
         if !job.work(&tx) {
-            drop(tx);
-            return run_saved(conn, jobs, ran);
+            drop(begun);
+            runs.ended(false);
+            return run_saved(conn, runs, jobs, ran);
         }
     }
-    tx.commit()
+    begun.commit()
 }
 
 /// [`run_shared`] after a call failed: the calls in `ran` again, then the rest of `jobs`, each
 /// in a savepoint of its own.
 fn run_saved(
     conn: &mut Connection,
+    runs: &mut RunCache,
     jobs: &mut impl Iterator<Item = Box<dyn Bookkeeping>>,
     ran: &mut Vec<Box<dyn Bookkeeping>>,
 ) -> Result<(), StoreError> {
-    let tx = Begun::immediate(conn)?;
+    let begun = Begun::immediate(conn)?;
+    let tx = Tx { conn: &begun, runs: RefCell::new(&mut *runs) };
     let mut next = 0;
     loop {
         if next == ran.len() {
@@ -324,10 +336,34 @@ fn run_saved(
                 ));
             }
             tx.prepare_cached("ROLLBACK TO call")?.execute([])?;
+            tx.runs().rolled_back();
         }
         tx.prepare_cached("RELEASE call")?.execute([])?;
     }
-    tx.commit()
+    begun.commit()
+}
+
+/// What a bookkeeping call works in: the shared transaction's connection, and the runs' rows
+/// the store keeps beside it ([`RunCache`]), to be kept true to every write of `runs` the call
+/// makes.
+pub(crate) struct Tx<'c> {
+    conn: &'c Connection,
+    runs: RefCell<&'c mut RunCache>,
+}
+
+impl<'c> Tx<'c> {
+    /// The runs' rows kept beside the connection.
+    fn runs(&self) -> std::cell::RefMut<'_, &'c mut RunCache> {
+        self.runs.borrow_mut()
+    }
+}
+
+impl std::ops::Deref for Tx<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
 }
 
 /// A write transaction (`BEGIN IMMEDIATE`) of the shared bookkeeping, begun and committed with
@@ -455,7 +491,7 @@ impl SqliteToolStore {
     async fn write_relaxed<T, F>(&self, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnMut(&Connection) -> Result<T, StoreError> + Send + 'static,
+        F: FnMut(&Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     {
         let (done, result) = tokio::sync::oneshot::channel();
         let job = Job::Booked(Box::new(Booked { work, outcome: None, tell: Tell::Caller(done) }));
@@ -468,7 +504,7 @@ impl SqliteToolStore {
     /// writes, and nobody waits for its commit. A failure is logged as `what` not recorded.
     fn queue_relaxed<F>(&self, what: &'static str, work: F)
     where
-        F: FnMut(&Connection) -> Result<(), StoreError> + Send + 'static,
+        F: FnMut(&Tx<'_>) -> Result<(), StoreError> + Send + 'static,
     {
         let job = Job::Booked(Box::new(Booked { work, outcome: None, tell: Tell::Log(what) }));
         self.queue.push(&self.store, job);
@@ -505,16 +541,22 @@ fn transact<T>(
 /// `tx`: the run's row after it, not yet written ([`write_run`]). A run that starts afresh has
 /// its per-call counts and tool log deleted here.
 fn count_run(
-    tx: &Connection,
+    tx: &Tx<'_>,
     run_id: &str,
     conversation_id: Option<&str>,
     event: RunEvent<'_>,
     (now_unix_ms, idle_ms): (i64, i64),
 ) -> Result<runs::RunRow, StoreError> {
     static SELECT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let select = SELECT.get_or_init(|| format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1"));
-    let stored =
-        tx.prepare_cached(select)?.query_row([run_id], |row| rows::run_row(row)).optional()?;
+    let kept = tx.runs().take(tx, run_id)?;
+    let stored = match kept {
+        Some(row) => Some(row),
+        None => {
+            let select =
+                SELECT.get_or_init(|| format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?1"));
+            tx.prepare_cached(select)?.query_row([run_id], |row| rows::run_row(row)).optional()?
+        }
+    };
     let (row, fresh) = runs::step(stored, conversation_id, event, now_unix_ms, idle_ms);
     if fresh {
         tx.prepare_cached("DELETE FROM run_calls WHERE run_id = ?1")?.execute([run_id])?;
@@ -523,8 +565,14 @@ fn count_run(
     Ok(row)
 }
 
-/// Write run `run_id`'s whole row.
-fn write_run(tx: &Connection, run_id: &str, row: &runs::RunRow) -> Result<(), StoreError> {
+/// Write run `run_id`'s whole row, and keep it beside the connection for the run's next call.
+fn write_run(tx: &Tx<'_>, run_id: &str, row: runs::RunRow) -> Result<(), StoreError> {
+    write_run_row(tx, run_id, &row)?;
+    tx.runs().put(run_id, row);
+    Ok(())
+}
+
+fn write_run_row(tx: &Connection, run_id: &str, row: &runs::RunRow) -> Result<(), StoreError> {
     tx.prepare_cached(
         "INSERT INTO runs (run_id, conversation_id, first_unix_ms, touched_unix_ms,
              model_calls, tool_calls, last_error, same_error, stopped, route, message,
@@ -559,12 +607,13 @@ fn write_run(tx: &Connection, run_id: &str, row: &runs::RunRow) -> Result<(), St
 
 /// Write `note` on run `run_id`'s row in one statement ([`ToolStore::run_note`]).
 fn note_run(
-    tx: &Connection,
+    tx: &Tx<'_>,
     run_id: &str,
     conversation_id: Option<&str>,
     note: &RunNote,
     now_unix_ms: i64,
 ) -> Result<(), StoreError> {
+    tx.runs().forget(run_id);
     tx.prepare_cached(
         "INSERT INTO runs (run_id, conversation_id, first_unix_ms, touched_unix_ms,
              model_calls, tool_calls, same_error, route, message, draft, coverage)
@@ -593,7 +642,7 @@ fn note_run(
 /// is an update of two columns, not [`note_run`]'s insert that finds the row and updates it
 /// instead (a quarter of a run's bookkeeping); a row pruned since is written afresh by it.
 fn note_draft(
-    tx: &Connection,
+    tx: &Tx<'_>,
     run_id: &str,
     conversation_id: Option<&str>,
     draft: &str,
@@ -605,6 +654,10 @@ fn note_draft(
              WHERE run_id = ?1",
         )?
         .execute(params![run_id, draft, now_unix_ms])?;
+    tx.runs().update(tx, run_id, |row| {
+        row.note.draft = Some(draft.to_owned());
+        row.touched_unix_ms = row.touched_unix_ms.max(now_unix_ms);
+    })?;
     if updated == 0 {
         let note = RunNote { draft: Some(draft.to_owned()), ..RunNote::default() };
         note_run(tx, run_id, conversation_id, &note, now_unix_ms)?;
@@ -1233,7 +1286,6 @@ impl ToolStore for SqliteToolStore {
         self.write_relaxed(move |tx| {
             let at = (now_unix_ms, idle_ms);
             let row = count_run(tx, &run_id, conversation.as_deref(), event.event(), at)?;
-            write_run(tx, &run_id, &row)?;
             let same_call = match &event {
                 OwnedEvent::ToolCall { tool, args_hash } => tx
                     .prepare_cached(
@@ -1244,7 +1296,9 @@ impl ToolStore for SqliteToolStore {
                     .query_row(params![run_id, tool, args_hash], |r| r.get(0))?,
                 _ => 0,
             };
-            Ok(runs::counts(&run_id, row, same_call))
+            let counts = runs::counts(&run_id, &row, same_call);
+            write_run(tx, &run_id, row)?;
+            Ok(counts)
         })
         .await
     }
@@ -1257,6 +1311,7 @@ impl ToolStore for SqliteToolStore {
     ) -> Result<String, StoreError> {
         let (run_id, status) = (run_id.to_owned(), status.to_owned());
         self.write_relaxed(move |tx| {
+            tx.runs().forget(&run_id);
             tx.execute(
                 "INSERT INTO runs (run_id, first_unix_ms, touched_unix_ms, model_calls, tool_calls,
                      same_error, stopped)
@@ -1270,7 +1325,9 @@ impl ToolStore for SqliteToolStore {
     }
 
     async fn runs_prune(&self, before_unix_ms: i64) -> Result<u64, StoreError> {
+        let store = Arc::clone(&self.store);
         self.write(move |tx| {
+            store.run_cache().forget_all();
             tx.execute(
                 "DELETE FROM run_calls WHERE run_id IN
                      (SELECT run_id FROM runs WHERE touched_unix_ms < ?1)",
@@ -1406,7 +1463,7 @@ impl ToolStore for SqliteToolStore {
                 None => 0,
             };
             let stopped = runs::judge_model_call(&mut row, &limits, spent, &note, at.0);
-            write_run(tx, &run_id, &row)?;
+            write_run(tx, &run_id, row)?;
             Ok(ModelCallStep { evidence, stopped })
         })
         .await
@@ -2268,10 +2325,14 @@ mod tests {
         let store = Store::open(&dir.path().join("rein.sqlite")).unwrap();
         let tools = SqliteToolStore::new(Arc::new(store));
         assert_eq!(tools.write(|tx| synchronous(tx)).await.unwrap(), 2, "FULL");
-        assert_eq!(tools.write_relaxed(synchronous).await.unwrap(), 1, "NORMAL for this one");
+        assert_eq!(
+            tools.write_relaxed(|tx| synchronous(tx)).await.unwrap(),
+            1,
+            "NORMAL for this one"
+        );
         assert_eq!(tools.write(|tx| synchronous(tx)).await.unwrap(), 2, "and FULL again after it");
         let failed = tools
-            .write_relaxed(|_tx: &Connection| -> Result<(), StoreError> {
+            .write_relaxed(|_tx: &Tx<'_>| -> Result<(), StoreError> {
                 Err(StoreError::Task("refused".into()))
             })
             .await;
@@ -2283,15 +2344,137 @@ mod tests {
         );
         // The level stays relaxed from one bookkeeping commit to the next, and whatever takes
         // the connection otherwise (a read, the store's own calls) finds it `FULL`.
-        assert_eq!(tools.write_relaxed(synchronous).await.unwrap(), 1);
-        assert_eq!(tools.write_relaxed(synchronous).await.unwrap(), 1);
+        assert_eq!(tools.write_relaxed(|tx| synchronous(tx)).await.unwrap(), 1);
+        assert_eq!(tools.write_relaxed(|tx| synchronous(tx)).await.unwrap(), 1);
         let level = |conn: &mut Connection| -> Result<i64, StoreError> {
             Ok(conn.query_row("PRAGMA synchronous", [], |row| row.get(0))?)
         };
         assert_eq!(tools.run(level).await.unwrap(), 2, "FULL for a read after them");
-        tools.write_relaxed(|_tx: &Connection| Ok(())).await.unwrap();
+        tools.write_relaxed(|_tx: &Tx<'_>| Ok(())).await.unwrap();
         let direct: rusqlite::Result<i64> =
             tools.store.conn().query_row("PRAGMA synchronous", [], |row| row.get(0));
         assert_eq!(direct.unwrap(), 2, "FULL for the store's own calls");
+    }
+
+    /// A model call of run `run` at `now` (ms), the route's default limits.
+    async fn model_call(tools: &SqliteToolStore, run: &str, now: i64) -> ModelCallStep {
+        let note = RunNote::default();
+        let call = ModelCall {
+            run_id: run,
+            conversation_id: None,
+            limits: rein_core::run::RunLimits { max_model_calls: 100, ..Default::default() },
+            spender: run,
+            note: &note,
+            now_unix_ms: now,
+            idle_ms: 600_000,
+        };
+        tools.run_model_call(&call).await.unwrap()
+    }
+
+    async fn model_calls(tools: &SqliteToolStore, run: &str) -> i64 {
+        tools.run_get(run).await.unwrap().unwrap().model_calls
+    }
+
+    #[tokio::test]
+    async fn a_runs_next_call_finds_its_row_kept_beside_the_connection() {
+        let tools = SqliteToolStore::new(Arc::new(Store::open_in_memory().unwrap()));
+        for now in [1_000, 2_000, 3_000] {
+            assert_eq!(model_call(&tools, "r1", now).await.stopped, None);
+        }
+        assert_eq!(model_calls(&tools, "r1").await, 3);
+        assert_eq!(tools.store.run_cache().hits_and_misses(), (2, 1), "read once, then kept");
+    }
+
+    #[tokio::test]
+    async fn a_run_written_by_another_connection_is_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rein.sqlite");
+        let ours = SqliteToolStore::new(Arc::new(Store::open(&path).unwrap()));
+        let theirs = SqliteToolStore::new(Arc::new(Store::open(&path).unwrap()));
+        model_call(&ours, "r1", 1_000).await;
+        model_call(&theirs, "r1", 2_000).await;
+        model_call(&theirs, "r1", 3_000).await;
+        model_call(&ours, "r1", 4_000).await;
+        assert_eq!(model_calls(&ours, "r1").await, 4, "their two calls counted");
+        theirs.run_stop("r1", "halted", 5_000).await.unwrap();
+        let step = model_call(&ours, "r1", 6_000).await;
+        assert_eq!(step.stopped, Some(("halted".to_string(), false)), "their stop seen");
+    }
+
+    #[tokio::test]
+    async fn every_write_of_a_runs_row_keeps_the_kept_row_true() {
+        let tools = SqliteToolStore::new(Arc::new(Store::open_in_memory().unwrap()));
+        model_call(&tools, "r1", 1_000).await;
+        let done = ModelCallDone {
+            run_id: "r1",
+            conversation_id: None,
+            spender: "r1",
+            micro_usd: None,
+            draft: Some("it ships today"),
+            now_unix_ms: 1_500,
+        };
+        tools.run_model_call_done(&done).await.unwrap();
+        model_call(&tools, "r1", 2_000).await;
+        let note = RunNote { message: Some("where is it?".into()), ..RunNote::default() };
+        tools.run_note("r1", Some("c1"), &note, 2_500).await.unwrap();
+        model_call(&tools, "r1", 3_000).await;
+        let run = tools.run_get("r1").await.unwrap().unwrap();
+        assert_eq!(run.draft.as_deref(), Some("it ships today"), "the draft not written over");
+        assert_eq!(run.message.as_deref(), Some("where is it?"), "the note not written over");
+        assert_eq!(run.conversation_id.as_deref(), Some("c1"));
+        assert_eq!(run.model_calls, 3);
+        tools.run_stop("r1", "halted", 3_500).await.unwrap();
+        let step = model_call(&tools, "r1", 4_000).await;
+        assert_eq!(step.stopped, Some(("halted".to_string(), false)), "the stop seen");
+        assert_eq!(tools.runs_prune(10_000).await.unwrap(), 1);
+        assert_eq!(model_call(&tools, "r1", 10_500).await.stopped, None, "afresh after the prune");
+        assert_eq!(model_calls(&tools, "r1").await, 1);
+    }
+
+    /// Queue `call` on `tools`' thread (held) and wait until it is queued.
+    async fn queued<T: Send + 'static>(
+        tools: &SqliteToolStore,
+        call: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
+        let queued = tools.queue.state().jobs.len();
+        let call = tokio::spawn(call);
+        while tools.queue.state().jobs.len() == queued {
+            tokio::task::yield_now().await;
+        }
+        call
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_runs_row_written_by_a_call_rolled_back_is_not_kept() {
+        let (tools, go) = held_store().await;
+        // Counted in the first pass of the transaction, which a failing call behind it rolls
+        // back: counted again in the second, from the file.
+        let own = tools.clone();
+        let counted = queued(&tools, async move { model_call(&own, "r1", 1_000).await }).await;
+        let refused = queue_insert(&tools, 1, |_tx| Err(StoreError::Task("refused".into()))).await;
+        go.send(()).unwrap();
+        counted.await.unwrap();
+        assert!(refused.await.unwrap().is_err());
+        assert_eq!(model_calls(&tools, "r1").await, 1);
+
+        // A call that counts the run and then fails, rolled back to its savepoint: the run's
+        // next call in the same transaction reads the row from the file.
+        let go = hold(&tools).await;
+        let own = tools.clone();
+        let failing = queued(&tools, async move {
+            own.write_relaxed(|tx| {
+                let row = count_run(tx, "r1", None, RunEvent::ModelCall, (2_000, 600_000))?;
+                write_run(tx, "r1", row)?;
+                Err::<(), _>(StoreError::Task("refused after counting".into()))
+            })
+            .await
+        })
+        .await;
+        let own = tools.clone();
+        let counted = queued(&tools, async move { model_call(&own, "r1", 3_000).await }).await;
+        go.send(()).unwrap();
+        assert!(failing.await.unwrap().is_err());
+        counted.await.unwrap();
+        assert_eq!(model_calls(&tools, "r1").await, 2);
     }
 }
