@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use http::header::{ACCEPT, HeaderMap, HeaderValue, USER_AGENT};
+use http::header::{ACCEPT, HOST, HeaderMap, HeaderValue, USER_AGENT};
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
@@ -97,6 +97,24 @@ pub(crate) struct Endpoint {
     uri: Uri,
     via_proxy: bool,
     version: HttpVersion,
+    /// The `Host` header of a direct HTTP/1.1 request ([`host_header`]), made once here: hyper's
+    /// client otherwise formats it for every request (`host:port`, a string and a header value
+    /// a request).
+    host: Option<HeaderValue>,
+}
+
+/// The `Host` header hyper's client writes on an HTTP/1.1 request to `uri`: the host, and the
+/// port when it is not the scheme's default.
+fn host_header(uri: &Uri) -> Option<HeaderValue> {
+    let host = uri.host()?;
+    let secure = matches!(uri.scheme_str(), Some("https" | "wss"));
+    let value = match uri.port() {
+        Some(port) if port.as_u16() != if secure { 443 } else { 80 } => {
+            HeaderValue::from_str(&format!("{host}:{port}"))
+        }
+        _ => HeaderValue::from_str(host),
+    };
+    value.ok()
 }
 
 /// A response whose headers arrived: status, headers and the body as it streams in.
@@ -213,7 +231,11 @@ impl HttpClient {
     ) -> Result<Endpoint, http::uri::InvalidUri> {
         let uri: Uri = url.as_str().parse()?;
         let via_proxy = self.proxies.intercept(&uri).is_some();
-        Ok(Endpoint { url, uri, via_proxy, version })
+        let host = match (via_proxy, version) {
+            (false, HttpVersion::Http1) => host_header(&uri),
+            _ => None,
+        };
+        Ok(Endpoint { url, uri, via_proxy, version, host })
     }
 
     /// This thread's copy of the pooled client for `version`.
@@ -281,6 +303,9 @@ impl HttpClient {
             let mut sent = headers.clone();
             sent.entry(USER_AGENT).or_insert(HeaderValue::from_static(AGENT));
             sent.entry(ACCEPT).or_insert(HeaderValue::from_static("*/*"));
+            if let Some(host) = &endpoint.host {
+                sent.entry(HOST).or_insert_with(|| host.clone());
+            }
             *request.headers_mut() = sent;
             Sending::Direct(self.local(endpoint.version).request(request))
         };
@@ -521,6 +546,53 @@ mod tests {
             "{request}"
         );
         assert!(request.contains("x-test: yes\r\n"), "{request}");
+    }
+
+    /// A direct HTTP/1.1 request names its host once, with the port when it is not the
+    /// scheme's default, as hyper's client would; the provider's own `Host` stays.
+    #[tokio::test]
+    async fn a_direct_request_names_its_host_and_port_once() {
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = server.local_addr().unwrap();
+        let seen = tokio::spawn(async move {
+            let mut heads = Vec::new();
+            for _ in 0..2 {
+                let (mut socket, _) = server.accept().await.unwrap();
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !String::from_utf8_lossy(&request).contains("{}") {
+                    let n = socket.read(&mut buf).await.unwrap();
+                    assert!(n > 0, "client closed early");
+                    request.extend_from_slice(&buf[..n]);
+                }
+                let reply = "HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+                socket.write_all(reply.as_bytes()).await.unwrap();
+                heads.push(String::from_utf8(request).unwrap().to_lowercase());
+            }
+            heads
+        });
+        let rules = Matcher::builder().build();
+        let client = HttpClient::with_proxies(&HttpClientConfig::default(), rules, None).unwrap();
+        let url = Url::parse(&format!("http://{addr}/v1/chat/completions")).unwrap();
+        let endpoint = client.endpoint(url, HttpVersion::Http1).unwrap();
+        let body = || Bytes::from_static(b"{}");
+        client.post(&endpoint, &HeaderMap::new(), body()).await.unwrap();
+        let mut own = HeaderMap::new();
+        own.insert(HOST, HeaderValue::from_static("api.example"));
+        client.post(&endpoint, &own, body()).await.unwrap();
+        let heads = seen.await.unwrap();
+        assert_eq!(heads[0].matches("host:").count(), 1, "{}", heads[0]);
+        assert!(heads[0].contains(&format!("\r\nhost: {addr}\r\n")), "{}", heads[0]);
+        assert_eq!(heads[1].matches("host:").count(), 1, "{}", heads[1]);
+        assert!(heads[1].contains("\r\nhost: api.example\r\n"), "{}", heads[1]);
+
+        let host = |url: &str| host_header(&url.parse().unwrap());
+        assert_eq!(host("http://a.example:80/v1").unwrap(), "a.example");
+        assert_eq!(host("https://a.example:443/v1").unwrap(), "a.example");
+        assert_eq!(host("https://a.example:80/v1").unwrap(), "a.example:80");
+        assert_eq!(host("http://a.example:8443/v1").unwrap(), "a.example:8443");
+        let h2 = Url::parse(&format!("http://{addr}/v1")).unwrap();
+        assert!(client.endpoint(h2, HttpVersion::Http2).unwrap().host.is_none(), "h2: :authority");
     }
 
     /// A server on loopback that counts the connections it accepts and answers every request
