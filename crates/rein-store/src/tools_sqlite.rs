@@ -654,10 +654,10 @@ fn note_draft(
              WHERE run_id = ?1",
         )?
         .execute(params![run_id, draft, now_unix_ms])?;
-    tx.runs().update(tx, run_id, |row| {
+    tx.runs().update(run_id, |row| {
         row.note.draft = Some(draft.to_owned());
         row.touched_unix_ms = row.touched_unix_ms.max(now_unix_ms);
-    })?;
+    });
     if updated == 0 {
         let note = RunNote { draft: Some(draft.to_owned()), ..RunNote::default() };
         note_run(tx, run_id, conversation_id, &note, now_unix_ms)?;
@@ -2396,6 +2396,21 @@ mod tests {
         model_call(&theirs, "r1", 3_000).await;
         model_call(&ours, "r1", 4_000).await;
         assert_eq!(model_calls(&ours, "r1").await, 4, "their two calls counted");
+        // Our draft written on the row they have counted a call on since: our kept row takes
+        // the draft, and our next call still reads the row again.
+        model_call(&theirs, "r1", 4_200).await;
+        let done = ModelCallDone {
+            run_id: "r1",
+            conversation_id: None,
+            spender: "r1",
+            micro_usd: None,
+            draft: Some("it ships today"),
+            now_unix_ms: 4_400,
+        };
+        ours.run_model_call_done(&done).await.unwrap();
+        model_call(&ours, "r1", 4_600).await;
+        let run = ours.run_get("r1").await.unwrap().unwrap();
+        assert_eq!((run.model_calls, run.draft.as_deref()), (6, Some("it ships today")));
         theirs.run_stop("r1", "halted", 5_000).await.unwrap();
         let step = model_call(&ours, "r1", 6_000).await;
         assert_eq!(step.stopped, Some(("halted".to_string(), false)), "their stop seen");
