@@ -2371,6 +2371,18 @@ mod tests {
         tools.run_model_call(&call).await.unwrap()
     }
 
+    /// Run `r1`'s answered call at `now_unix_ms`, its draft "it ships today".
+    fn drafted(now_unix_ms: i64) -> ModelCallDone<'static> {
+        ModelCallDone {
+            run_id: "r1",
+            conversation_id: None,
+            spender: "r1",
+            micro_usd: None,
+            draft: Some("it ships today"),
+            now_unix_ms,
+        }
+    }
+
     async fn model_calls(tools: &SqliteToolStore, run: &str) -> i64 {
         tools.run_get(run).await.unwrap().unwrap().model_calls
     }
@@ -2399,15 +2411,7 @@ mod tests {
         // Our draft written on the row they have counted a call on since: our kept row takes
         // the draft, and our next call still reads the row again.
         model_call(&theirs, "r1", 4_200).await;
-        let done = ModelCallDone {
-            run_id: "r1",
-            conversation_id: None,
-            spender: "r1",
-            micro_usd: None,
-            draft: Some("it ships today"),
-            now_unix_ms: 4_400,
-        };
-        ours.run_model_call_done(&done).await.unwrap();
+        ours.run_model_call_done(&drafted(4_400)).await.unwrap();
         model_call(&ours, "r1", 4_600).await;
         let run = ours.run_get("r1").await.unwrap().unwrap();
         assert_eq!((run.model_calls, run.draft.as_deref()), (6, Some("it ships today")));
@@ -2420,15 +2424,7 @@ mod tests {
     async fn every_write_of_a_runs_row_keeps_the_kept_row_true() {
         let tools = SqliteToolStore::new(Arc::new(Store::open_in_memory().unwrap()));
         model_call(&tools, "r1", 1_000).await;
-        let done = ModelCallDone {
-            run_id: "r1",
-            conversation_id: None,
-            spender: "r1",
-            micro_usd: None,
-            draft: Some("it ships today"),
-            now_unix_ms: 1_500,
-        };
-        tools.run_model_call_done(&done).await.unwrap();
+        tools.run_model_call_done(&drafted(1_500)).await.unwrap();
         model_call(&tools, "r1", 2_000).await;
         let note = RunNote { message: Some("where is it?".into()), ..RunNote::default() };
         tools.run_note("r1", Some("c1"), &note, 2_500).await.unwrap();
