@@ -78,6 +78,9 @@ trait Bookkeeping: Send {
     /// Tell the caller: the work's own failure, else its value when the transaction committed
     /// (`Ok`) or the transaction's failure.
     fn settle(self: Box<Self>, committed: Result<(), &StoreError>);
+    /// Whether a caller waits for the commit ([`Queue::next`] lingers only for calls nobody
+    /// waits for).
+    fn waited(&self) -> bool;
 }
 
 /// [`Bookkeeping`] of a closure, and whom it tells how it went.
@@ -106,6 +109,10 @@ where
         let worked = outcome.is_ok();
         self.outcome = Some(outcome);
         worked
+    }
+
+    fn waited(&self) -> bool {
+        matches!(self.tell, Tell::Caller(_))
     }
 
     fn settle(self: Box<Self>, committed: Result<(), &StoreError>) {
@@ -162,15 +169,33 @@ enum Next {
 /// in flight woke only to fight over the lock. Bookkeeping queued back to back commits together
 /// (a group commit): one that fails is rolled back alone ([`run_shared`]), and no caller hears of
 /// its work before the transaction holding it committed.
-#[derive(Default)]
 struct Queue {
     state: std::sync::Mutex<QueueState>,
+    /// Rung when a call is queued while the drain lingers.
+    arrived: std::sync::Condvar,
+    /// How long bookkeeping nobody waits for waits for more to share its commit ([`LINGER`]).
+    linger: std::time::Duration,
+}
+
+/// How long bookkeeping nobody waits for (a run's spend and draft, queued after its answer) waits
+/// for more bookkeeping to share its commit, when none is queued behind it. Under load the next
+/// call comes within it, and the two commit as one (a commit is about a sixth of a run's
+/// bookkeeping); a call someone waits for ends the wait at once, and a call that is not
+/// bookkeeping too (it runs after the commit, in order).
+const LINGER: std::time::Duration = std::time::Duration::from_millis(2);
+
+impl Default for Queue {
+    fn default() -> Self {
+        Self::lingering(LINGER)
+    }
 }
 
 #[derive(Default)]
 struct QueueState {
     jobs: std::collections::VecDeque<Job>,
     draining: bool,
+    /// The drain waits for more calls ([`Queue::next`]).
+    lingering: bool,
     /// Transactions of bookkeeping committed, and the calls they held.
     shared_commits: u64,
     shared_calls: u64,
@@ -183,6 +208,10 @@ impl std::fmt::Debug for Queue {
 }
 
 impl Queue {
+    fn lingering(linger: std::time::Duration) -> Self {
+        Self { state: Default::default(), arrived: Default::default(), linger }
+    }
+
     fn state(&self) -> std::sync::MutexGuard<'_, QueueState> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -192,6 +221,9 @@ impl Queue {
         let mut state = self.state();
         state.jobs.push_back(job);
         if state.draining {
+            if state.lingering {
+                self.arrived.notify_one();
+            }
             return;
         }
         state.draining = true;
@@ -201,7 +233,9 @@ impl Queue {
     }
 
     /// The next work: the call at the front, with the bookkeeping queued right behind it when it
-    /// is bookkeeping; none when the queue is empty (and the drain ends).
+    /// is bookkeeping; none when the queue is empty (and the drain ends). Bookkeeping nobody
+    /// waits for, with nothing queued behind it, first waits up to [`Queue::linger`] for more to
+    /// share its commit.
     fn next(&self) -> Option<Next> {
         let mut state = self.state();
         match state.jobs.pop_front() {
@@ -212,11 +246,30 @@ impl Queue {
             Some(Job::Alone(job)) => Some(Next::Alone(job)),
             Some(Job::Booked(first)) => {
                 let mut group = vec![first];
-                while group.len() < MAX_SHARED && matches!(state.jobs.front(), Some(Job::Booked(_)))
-                {
-                    if let Some(Job::Booked(job)) = state.jobs.pop_front() {
-                        group.push(job);
+                let mut lingered = false;
+                loop {
+                    while group.len() < MAX_SHARED
+                        && matches!(state.jobs.front(), Some(Job::Booked(_)))
+                    {
+                        if let Some(Job::Booked(job)) = state.jobs.pop_front() {
+                            group.push(job);
+                        }
                     }
+                    let full = group.len() >= MAX_SHARED;
+                    let waited = group.iter().any(|job| job.waited());
+                    if lingered || full || waited || !state.jobs.is_empty() {
+                        break;
+                    }
+                    // Once: what came meanwhile (or nothing, at the timeout or a spurious wake)
+                    // goes with the group. The condition variable waits in real time, on the
+                    // drain's own thread.
+                    state.lingering = true;
+                    state = match self.arrived.wait_timeout(state, self.linger) {
+                        Ok((state, _)) => state,
+                        Err(poisoned) => poisoned.into_inner().0,
+                    };
+                    state.lingering = false;
+                    lingered = true;
                 }
                 Some(Next::Shared(group))
             }
@@ -2487,5 +2540,80 @@ mod tests {
         assert!(failing.await.unwrap().is_err());
         counted.await.unwrap();
         assert_eq!(model_calls(&tools, "r1").await, 2);
+    }
+
+    fn lingering_tools(store: Store, linger: std::time::Duration) -> SqliteToolStore {
+        SqliteToolStore { store: Arc::new(store), queue: Arc::new(Queue::lingering(linger)) }
+    }
+
+    fn a_draft(now_unix_ms: i64) -> ModelCallDone<'static> {
+        ModelCallDone {
+            run_id: "r1",
+            conversation_id: None,
+            spender: "r1",
+            micro_usd: Some(250),
+            draft: Some("it ships today"),
+            now_unix_ms,
+        }
+    }
+
+    /// Wait until `tools`' drain lingers.
+    async fn lingers(tools: &SqliteToolStore) {
+        let lingering = async {
+            while !tools.queue.state().lingering {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(PROMPTLY, lingering).await.expect("the drain lingers");
+    }
+
+    /// Long enough that nothing in these tests ends a linger but what they queue.
+    const A_MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
+    /// What ending a linger may take at most here (not a measure of speed: without the ring
+    /// the call would wait out the minute).
+    const PROMPTLY: std::time::Duration = std::time::Duration::from_secs(20);
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bookkeeping_nobody_waits_for_lingers_and_shares_the_next_calls_commit() {
+        let tools = lingering_tools(Store::open_in_memory().unwrap(), A_MINUTE);
+        tools.run_model_call_done(&a_draft(1_000)).await.unwrap();
+        lingers(&tools).await;
+        let waited = tools.write_relaxed(|tx| spend_of(tx, "r1"));
+        let spent = tokio::time::timeout(PROMPTLY, waited).await.expect("the linger ended");
+        assert_eq!(spent.unwrap(), 250, "in the same transaction, after the spend");
+        // Behind the drain's count of the commit (it counts after telling the callers).
+        tools.settle().await.unwrap();
+        let state = tools.queue.state();
+        assert_eq!((state.shared_commits, state.shared_calls), (1, 2), "one commit for the two");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_that_is_not_bookkeeping_ends_the_linger_and_runs_after_its_commit() {
+        let tools = lingering_tools(Store::open_in_memory().unwrap(), A_MINUTE);
+        tools.run_model_call_done(&a_draft(1_000)).await.unwrap();
+        lingers(&tools).await;
+        let read = tokio::time::timeout(PROMPTLY, tools.run_get("r1")).await.expect("ended");
+        assert_eq!(read.unwrap().unwrap().draft.as_deref(), Some("it ships today"));
+        let state = tools.queue.state();
+        assert_eq!((state.shared_commits, state.shared_calls), (1, 1));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bookkeeping_nobody_waits_for_commits_when_nothing_comes_to_share_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rein.sqlite");
+        let linger = std::time::Duration::from_millis(20);
+        let tools = lingering_tools(Store::open(&path).unwrap(), linger);
+        tools.run_model_call_done(&a_draft(1_000)).await.unwrap();
+        // Another connection to the file sees it once committed; nothing else is queued here.
+        let other = SqliteToolStore::new(Arc::new(Store::open(&path).unwrap()));
+        let seen = async {
+            while other.spend_of("r1").await.unwrap() != 250 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(PROMPTLY, seen).await.expect("committed after the linger");
+        tools.settle().await.unwrap();
+        assert_eq!(tools.queue.state().shared_commits, 1);
     }
 }
