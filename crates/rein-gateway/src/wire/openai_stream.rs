@@ -168,16 +168,12 @@ impl OpenAiStream {
     /// bytes as [`Self::last_frame_tree`] (keys in the same sorted order), without building
     /// and serializing the tree each stream ended with.
     fn last_frame(&self, completion: &Completion) -> Bytes {
-        use rein_providers::json_write::{push_str, push_u64};
+        use rein_providers::json_write::push_str;
         let mut out = Vec::with_capacity(320);
         out.extend_from_slice(br#"data: {"choices":[{"delta":{},"finish_reason":"#);
         push_str(&mut out, &finish_reason(completion.response.stop_reason.as_ref()));
-        out.extend_from_slice(br#","index":0,"logprobs":null}],"created":"#);
-        push_u64(&mut out, self.meta.created);
-        out.extend_from_slice(br#","id":"#);
-        push_str(&mut out, &self.meta.id);
-        out.extend_from_slice(br#","model":"#);
-        push_str(&mut out, self.model.as_deref().unwrap_or_default());
+        out.extend_from_slice(br#","index":0,"logprobs":null}],"#);
+        self.push_created_id_model(&mut out);
         out.extend_from_slice(br#","object":"chat.completion.chunk","rein":"#);
         push_summary(&mut out, &completion.report);
         out.extend_from_slice(br#","system_fingerprint":null"#);
@@ -188,18 +184,26 @@ impl OpenAiStream {
         Bytes::from(out)
     }
 
+    /// A chunk's `"created":…,"id":…,"model":…` (the keys between `choices` and `object` in
+    /// sorted order), as [`Self::last_frame`] and [`Self::usage_frame`] write them.
+    fn push_created_id_model(&self, out: &mut Vec<u8>) {
+        use rein_providers::json_write::{push_str, push_u64};
+        out.extend_from_slice(br#""created":"#);
+        push_u64(out, self.meta.created);
+        out.extend_from_slice(br#","id":"#);
+        push_str(out, &self.meta.id);
+        out.extend_from_slice(br#","model":"#);
+        push_str(out, self.model.as_deref().unwrap_or_default());
+    }
+
     /// The usage chunk (`choices: []`) the caller asked for with `include_usage`, written
     /// field by field: the same bytes as [`Self::usage_frame_tree`].
     fn usage_frame(&self, response: &ChatResponse) -> Bytes {
-        use rein_providers::json_write::{push_str, push_u64};
+        use rein_providers::json_write::push_u64;
         let usage = response.usage;
         let mut out = Vec::with_capacity(256);
-        out.extend_from_slice(br#"data: {"choices":[],"created":"#);
-        push_u64(&mut out, self.meta.created);
-        out.extend_from_slice(br#","id":"#);
-        push_str(&mut out, &self.meta.id);
-        out.extend_from_slice(br#","model":"#);
-        push_str(&mut out, self.model.as_deref().unwrap_or_default());
+        out.extend_from_slice(br#"data: {"choices":[],"#);
+        self.push_created_id_model(&mut out);
         out.extend_from_slice(br#","object":"chat.completion.chunk","system_fingerprint":null"#);
         out.extend_from_slice(br#","usage":{"completion_tokens":"#);
         push_u64(&mut out, u64::from(usage.output_tokens));
