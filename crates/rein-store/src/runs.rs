@@ -122,6 +122,17 @@ pub struct RunNote {
 }
 
 impl RunNote {
+    /// Whether writing this note on `kept` would change it.
+    pub(crate) fn changes(&self, kept: &RunNote) -> bool {
+        fn differs<T: PartialEq>(kept: &Option<T>, note: &Option<T>) -> bool {
+            note.is_some() && note != kept
+        }
+        differs(&kept.route, &self.route)
+            || differs(&kept.message, &self.message)
+            || differs(&kept.draft, &self.draft)
+            || differs(&kept.coverage, &self.coverage)
+    }
+
     /// Write this note on `kept`: each `Some` field overwrites the kept one.
     fn write_on(&self, kept: &mut RunNote) {
         fn overwrite<T: Clone>(kept: &mut Option<T>, note: &Option<T>) {
@@ -167,6 +178,37 @@ pub(crate) struct RunRow {
     pub stopped: Option<String>,
     /// The notes on the run (none after a fresh start).
     pub note: RunNote,
+}
+
+/// What a write of a run's row changes of the row as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// No row is stored: the whole row is new.
+    New,
+    /// Its counts (and times, and stop); its notes are as stored.
+    Counts,
+    /// Any of it, notes included (a fresh start forgets them, a model call notes them).
+    Whole,
+}
+
+impl Change {
+    /// What a write of a row counted by [`step`] changes: `stored`, whether a row was, and
+    /// `fresh`, whether the run started afresh.
+    pub(crate) fn of(stored: bool, fresh: bool) -> Self {
+        match (stored, fresh) {
+            (false, _) => Self::New,
+            (true, true) => Self::Whole,
+            (true, false) => Self::Counts,
+        }
+    }
+
+    /// The change once `note` is to be written on `row` too.
+    pub(crate) fn noting(self, note: &RunNote, row: &RunRow) -> Self {
+        match self {
+            Self::Counts if note.changes(&row.note) => Self::Whole,
+            change => change,
+        }
+    }
 }
 
 /// The row after `event`, from the row as stored, and whether the run starts afresh (none
@@ -367,6 +409,23 @@ mod tests {
         );
         // A clock that went back never makes a negative age.
         assert_eq!(counts.tally(0).elapsed, std::time::Duration::ZERO);
+    }
+
+    #[test]
+    fn a_write_changes_the_notes_only_of_a_new_or_fresh_row_or_a_note_that_differs() {
+        use Change::{Counts, New, Whole};
+        assert_eq!((Change::of(false, true), Change::of(false, false)), (New, New));
+        assert_eq!((Change::of(true, true), Change::of(true, false)), (Whole, Counts));
+        let mut row = after(None, RunEvent::ModelCall, 0);
+        row.note = RunNote { route: Some("support".into()), ..RunNote::default() };
+        let same = RunNote { route: Some("support".into()), ..RunNote::default() };
+        assert_eq!(Counts.noting(&same, &row), Counts);
+        assert_eq!(Counts.noting(&RunNote::default(), &row), Counts, "None fields change nothing");
+        let other = RunNote { message: Some("where is it?".into()), ..same.clone() };
+        assert_eq!(Counts.noting(&other, &row), Whole);
+        let route = RunNote { route: Some("billing".into()), ..RunNote::default() };
+        assert_eq!(Counts.noting(&route, &row), Whole);
+        assert_eq!((New.noting(&same, &row), Whole.noting(&same, &row)), (New, Whole));
     }
 
     #[test]

@@ -591,15 +591,16 @@ fn transact<T>(
 }
 
 /// Count `event` in run `run_id` (of `conversation_id`) at `at` (now, the idle time) inside
-/// `tx`: the run's row after it, not yet written ([`write_run`]). A run that starts afresh has
-/// its per-call counts and tool log deleted here.
+/// `tx`: the run's row after it, not yet written ([`write_run`]), and what of the stored row
+/// writing it changes. A run that starts afresh has its per-call counts and tool log deleted
+/// here.
 fn count_run(
     tx: &Tx<'_>,
     run_id: &str,
     conversation_id: Option<&str>,
     event: RunEvent<'_>,
     (now_unix_ms, idle_ms): (i64, i64),
-) -> Result<runs::RunRow, StoreError> {
+) -> Result<(runs::RunRow, runs::Change), StoreError> {
     static SELECT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let kept = tx.runs().take(tx, run_id)?;
     let stored = match kept {
@@ -610,19 +611,58 @@ fn count_run(
             tx.prepare_cached(select)?.query_row([run_id], |row| rows::run_row(row)).optional()?
         }
     };
+    let was_stored = stored.is_some();
     let (row, fresh) = runs::step(stored, conversation_id, event, now_unix_ms, idle_ms);
     if fresh {
         tx.prepare_cached("DELETE FROM run_calls WHERE run_id = ?1")?.execute([run_id])?;
         tx.prepare_cached("DELETE FROM run_tool_log WHERE run_id = ?1")?.execute([run_id])?;
     }
-    Ok(row)
+    Ok((row, runs::Change::of(was_stored, fresh)))
 }
 
-/// Write run `run_id`'s whole row, and keep it beside the connection for the run's next call.
-fn write_run(tx: &Tx<'_>, run_id: &str, row: runs::RunRow) -> Result<(), StoreError> {
-    write_run_row(tx, run_id, &row)?;
+/// Write run `run_id`'s row, and keep it beside the connection for the run's next call. A row
+/// whose notes are as stored (`Change::Counts`, a busy run's every call but its first) has its
+/// counts updated in place, the notes' texts neither bound nor compared again; any other, the
+/// whole row.
+fn write_run(
+    tx: &Tx<'_>,
+    run_id: &str,
+    row: runs::RunRow,
+    change: runs::Change,
+) -> Result<(), StoreError> {
+    let updated = change == runs::Change::Counts && update_run_counts(tx, run_id, &row)?;
+    if !updated {
+        write_run_row(tx, run_id, &row)?;
+    }
     tx.runs().put(run_id, row);
     Ok(())
+}
+
+/// Update run `run_id`'s counts, times and stop to `row`'s: whether its row was there.
+fn update_run_counts(
+    tx: &Connection,
+    run_id: &str,
+    row: &runs::RunRow,
+) -> Result<bool, StoreError> {
+    let updated = tx
+        .prepare_cached(
+            "UPDATE runs SET conversation_id = ?2, first_unix_ms = ?3, touched_unix_ms = ?4,
+                 model_calls = ?5, tool_calls = ?6, last_error = ?7, same_error = ?8,
+                 stopped = ?9
+             WHERE run_id = ?1",
+        )?
+        .execute(params![
+            run_id,
+            row.conversation_id,
+            row.first_unix_ms,
+            row.touched_unix_ms,
+            row.model_calls,
+            row.tool_calls,
+            row.last_error,
+            row.same_error,
+            row.stopped,
+        ])?;
+    Ok(updated == 1)
 }
 
 fn write_run_row(tx: &Connection, run_id: &str, row: &runs::RunRow) -> Result<(), StoreError> {
@@ -1338,7 +1378,7 @@ impl ToolStore for SqliteToolStore {
         let event = OwnedEvent::of(event);
         self.write_relaxed(move |tx| {
             let at = (now_unix_ms, idle_ms);
-            let row = count_run(tx, &run_id, conversation.as_deref(), event.event(), at)?;
+            let (row, change) = count_run(tx, &run_id, conversation.as_deref(), event.event(), at)?;
             let same_call = match &event {
                 OwnedEvent::ToolCall { tool, args_hash } => tx
                     .prepare_cached(
@@ -1350,7 +1390,7 @@ impl ToolStore for SqliteToolStore {
                 _ => 0,
             };
             let counts = runs::counts(&run_id, &row, same_call);
-            write_run(tx, &run_id, row)?;
+            write_run(tx, &run_id, row, change)?;
             Ok(counts)
         })
         .await
@@ -1510,13 +1550,14 @@ impl ToolStore for SqliteToolStore {
                 .query_map(params![run_id, at.0.saturating_sub(at.1)], |row| rows::json(row, 0))?
                 .collect::<Result<Vec<Value>, _>>()?;
             let event = RunEvent::ModelCall;
-            let mut row = count_run(tx, &run_id, conversation.as_deref(), event, at)?;
+            let (mut row, change) = count_run(tx, &run_id, conversation.as_deref(), event, at)?;
+            let change = change.noting(&note, &row);
             let spent = match limits.max_spend_micro_usd {
                 Some(_) => spend_of(tx, &spender)?,
                 None => 0,
             };
             let stopped = runs::judge_model_call(&mut row, &limits, spent, &note, at.0);
-            write_run(tx, &run_id, row)?;
+            write_run(tx, &run_id, row, change)?;
             Ok(ModelCallStep { evidence, stopped })
         })
         .await
@@ -2495,6 +2536,25 @@ mod tests {
         assert_eq!(model_calls(&tools, "r1").await, 1);
     }
 
+    #[tokio::test]
+    async fn a_counts_update_that_finds_no_row_writes_the_whole_row() {
+        let tools = SqliteToolStore::new(Arc::new(Store::open_in_memory().unwrap()));
+        model_call(&tools, "r1", 1_000).await;
+        let change = tools
+            .write_relaxed(|tx| {
+                let (row, change) =
+                    count_run(tx, "r1", None, RunEvent::ModelCall, (2_000, 600_000))?;
+                // Gone behind the kept row's back (no statement of the store does this).
+                tx.execute("DELETE FROM runs WHERE run_id = 'r1'", [])?;
+                write_run(tx, "r1", row, change)?;
+                Ok(change)
+            })
+            .await
+            .unwrap();
+        assert_eq!(change, runs::Change::Counts, "a kept row's call updates its counts");
+        assert_eq!(model_calls(&tools, "r1").await, 2, "written whole when no row was updated");
+    }
+
     /// Queue `call` on `tools`' thread (held) and wait until it is queued.
     async fn queued<T: Send + 'static>(
         tools: &SqliteToolStore,
@@ -2527,8 +2587,9 @@ mod tests {
         let own = tools.clone();
         let failing = queued(&tools, async move {
             own.write_relaxed(|tx| {
-                let row = count_run(tx, "r1", None, RunEvent::ModelCall, (2_000, 600_000))?;
-                write_run(tx, "r1", row)?;
+                let (row, change) =
+                    count_run(tx, "r1", None, RunEvent::ModelCall, (2_000, 600_000))?;
+                write_run(tx, "r1", row, change)?;
                 Err::<(), _>(StoreError::Task("refused after counting".into()))
             })
             .await
