@@ -10,6 +10,10 @@
 //! when the provider is built. A destination that the
 //! environment's proxy settings (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`) send
 //! through a proxy goes out on reqwest instead, which speaks to proxies.
+//!
+//! A direct HTTP/1.1 request names its destination by a short pool name ([`PoolNames`]) that
+//! the connector turns back into the real one: hyper's pool hashes a request's destination a
+//! byte at a time, several times a request.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -51,6 +55,9 @@ thread_local! {
     static THREAD_CLIENTS: ThreadClients = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Most destinations [`PoolNames`] names; past them requests carry their own authority.
+const MAX_POOL_NAMES: usize = 4096;
+
 /// Most distinct clients a thread keeps copies of (config reloads make new ones; each client
 /// has one per HTTP version).
 const MAX_THREAD_CLIENTS: usize = 32;
@@ -72,6 +79,8 @@ pub struct HttpClient {
     pool_max_idle_per_host: usize,
     /// The environment's proxy rules, read once.
     proxies: Arc<Matcher>,
+    /// The HTTP/1.1 connector's pool names (shared with it).
+    names: Arc<PoolNames>,
     /// For destinations behind a proxy: HTTP/1.1 only, and HTTP/2 only.
     proxied_http1: reqwest::Client,
     proxied_http2: reqwest::Client,
@@ -90,7 +99,8 @@ impl std::fmt::Debug for HttpClient {
 }
 
 /// Where a provider's requests go, resolved once when the provider is built: the URL (for
-/// display and the proxy path) and the same address as hyper's URI.
+/// display and the proxy path) and the same address as hyper's URI (for a direct HTTP/1.1
+/// endpoint, by its pool name).
 #[derive(Debug, Clone)]
 pub(crate) struct Endpoint {
     pub url: Url,
@@ -170,13 +180,16 @@ impl HttpClient {
         let tls_builder =
             || hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(connector_tls.clone());
         let limit = config.connect_timeout();
+        let names = Arc::new(PoolNames::default());
         let http1 = Bounded {
             inner: tls_builder().https_or_http().enable_http1().wrap_connector(http.clone()),
             limit,
+            names: Some(names.clone()),
         };
         let http2 = Bounded {
             inner: tls_builder().https_or_http().enable_http2().wrap_connector(http),
             limit,
+            names: None,
         };
         crate::install_crypto_provider();
         let proxied = |version: HttpVersion| {
@@ -213,6 +226,7 @@ impl HttpClient {
             id,
             http1,
             http2,
+            names,
             pool_idle_timeout: Duration::from_millis(config.pool_idle_timeout_ms),
             pool_max_idle_per_host: config.pool_max_idle_per_host,
             proxies: Arc::new(proxies),
@@ -231,9 +245,13 @@ impl HttpClient {
     ) -> Result<Endpoint, http::uri::InvalidUri> {
         let uri: Uri = url.as_str().parse()?;
         let via_proxy = self.proxies.intercept(&uri).is_some();
-        let host = match (via_proxy, version) {
-            (false, HttpVersion::Http1) => host_header(&uri),
-            _ => None,
+        let (uri, host) = match (via_proxy, version) {
+            (false, HttpVersion::Http1) => {
+                let host = host_header(&uri);
+                (self.names.name(uri), host)
+            }
+            // HTTP/2 sends the authority (`:authority`); reqwest connects by the URL.
+            _ => (uri, None),
         };
         Ok(Endpoint { url, uri, via_proxy, version, host })
     }
@@ -416,11 +434,78 @@ impl std::error::Error for ConnectTimedOut {}
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A connector whose whole connect (TCP, then TLS) is bounded by one timeout, as reqwest's
-/// `connect_timeout` is.
+/// `connect_timeout` is; with `names`, it connects a pool name to its destination.
 #[derive(Clone)]
 struct Bounded<C> {
     inner: C,
     limit: Duration,
+    names: Option<Arc<PoolNames>>,
+}
+
+/// Direct HTTP/1.1 destinations (scheme and authority) by a short name, `~` and a number
+/// (`~0`, `~1f`): a direct HTTP/1.1 request's URI carries it as its authority. hyper's pool
+/// keys connections by scheme and authority, hashed a byte at a time (SipHash, 60 to 90
+/// instructions a byte) when a request takes a connection and again when it gives it back, so
+/// a provider's host (`127.0.0.1:8080`, `api.anthropic.com`) cost 2-5k instructions a request.
+/// The same destination gets the same name, so its requests share one pool as before. Nothing
+/// of the name leaves rein: the connector connects (and TLS checks the certificate against)
+/// the real destination, an HTTP/1.1 request line is in origin form (the path alone), and the
+/// `Host` header is the endpoint's own ([`host_header`]). `~` is no DNS name's character, so
+/// no real host is taken for a name.
+#[derive(Debug, Default)]
+struct PoolNames {
+    destinations: std::sync::RwLock<Vec<Uri>>,
+}
+
+impl PoolNames {
+    /// `uri` with its authority replaced by its destination's name; `uri` as it is once
+    /// [`MAX_POOL_NAMES`] destinations are named.
+    fn name(&self, uri: Uri) -> Uri {
+        let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else { return uri };
+        let index = {
+            let mut destinations =
+                self.destinations.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let known = destinations.iter().position(|known| {
+                known.scheme() == Some(scheme) && known.authority() == Some(authority)
+            });
+            match known {
+                Some(index) => index,
+                None if destinations.len() < MAX_POOL_NAMES => {
+                    let destination = Uri::builder()
+                        .scheme(scheme.clone())
+                        .authority(authority.clone())
+                        .path_and_query("/")
+                        .build();
+                    let Ok(destination) = destination else { return uri };
+                    destinations.push(destination);
+                    destinations.len() - 1
+                }
+                None => return uri,
+            }
+        };
+        let mut parts = uri.clone().into_parts();
+        match http::uri::Authority::try_from(format!("~{index:x}")) {
+            Ok(name) => parts.authority = Some(name),
+            Err(_) => return uri,
+        }
+        Uri::from_parts(parts).unwrap_or(uri)
+    }
+
+    /// The destination `uri` names (its scheme and authority, with `uri`'s path); `uri` as it
+    /// is when it names none.
+    fn destination(&self, uri: Uri) -> Uri {
+        let index = uri
+            .host()
+            .and_then(|host| host.strip_prefix('~'))
+            .and_then(|number| usize::from_str_radix(number, 16).ok());
+        let Some(index) = index else { return uri };
+        let destinations =
+            self.destinations.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(authority) = destinations.get(index).and_then(Uri::authority) else { return uri };
+        let mut parts = uri.clone().into_parts();
+        parts.authority = Some(authority.clone());
+        Uri::from_parts(parts).unwrap_or(uri)
+    }
 }
 
 impl tower_service::Service<Uri> for Bounded<HttpsConnector<HttpConnector>> {
@@ -433,6 +518,10 @@ impl tower_service::Service<Uri> for Bounded<HttpsConnector<HttpConnector>> {
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
+        let uri = match &self.names {
+            Some(names) => names.destination(uri),
+            None => uri,
+        };
         let connecting = self.inner.call(uri);
         let limit = self.limit;
         Box::pin(async move {
@@ -581,6 +670,10 @@ mod tests {
         own.insert(HOST, HeaderValue::from_static("api.example"));
         client.post(&endpoint, &own, body()).await.unwrap();
         let heads = seen.await.unwrap();
+        for head in &heads {
+            assert!(head.starts_with("post /v1/chat/completions http/1.1\r\n"), "{head}");
+            assert!(!head.contains('~'), "no pool name leaves rein: {head}");
+        }
         assert_eq!(heads[0].matches("host:").count(), 1, "{}", heads[0]);
         assert!(heads[0].contains(&format!("\r\nhost: {addr}\r\n")), "{}", heads[0]);
         assert_eq!(heads[1].matches("host:").count(), 1, "{}", heads[1]);
@@ -593,6 +686,59 @@ mod tests {
         assert_eq!(host("http://a.example:8443/v1").unwrap(), "a.example:8443");
         let h2 = Url::parse(&format!("http://{addr}/v1")).unwrap();
         assert!(client.endpoint(h2, HttpVersion::Http2).unwrap().host.is_none(), "h2: :authority");
+    }
+
+    /// Endpoints of one destination share a name (and so hyper's pool of connections to it);
+    /// another destination, or another scheme, has its own; a name goes back to its
+    /// destination, anything else as it came.
+    #[test]
+    fn a_destination_has_one_pool_name() {
+        let names = PoolNames::default();
+        let uri = |text: &str| text.parse::<Uri>().unwrap();
+        let chat = names.name(uri("http://127.0.0.1:8080/v1/chat/completions?x=1"));
+        assert_eq!(chat.to_string(), "http://~0/v1/chat/completions?x=1");
+        assert_eq!(names.name(uri("http://127.0.0.1:8080/v1/messages")).authority().unwrap(), "~0");
+        assert_eq!(names.name(uri("https://127.0.0.1:8080/v1")).authority().unwrap(), "~1");
+        assert_eq!(names.name(uri("http://api.example/v1")).authority().unwrap(), "~2");
+        assert_eq!(
+            names.destination(chat).to_string(),
+            "http://127.0.0.1:8080/v1/chat/completions?x=1"
+        );
+        assert_eq!(
+            names.destination(uri("https://~1/v1")).to_string(),
+            "https://127.0.0.1:8080/v1"
+        );
+        for other in ["http://api.example/v1", "http://~9/v1", "http://~zz/v1", "http://a~0/v1"] {
+            assert_eq!(names.destination(uri(other)), uri(other), "{other}");
+        }
+        // Once every name is taken, a new destination's requests carry its own authority.
+        for port in 3..MAX_POOL_NAMES {
+            names.name(uri(&format!("http://127.0.0.1:{port}/")));
+        }
+        let unnamed = uri("http://203.0.113.7:9000/v1");
+        assert_eq!(names.name(unnamed.clone()), unnamed);
+        assert_eq!(names.name(uri("http://api.example/v2")).authority().unwrap(), "~2");
+    }
+
+    /// Two providers at one destination (two endpoints) take turns on one kept-alive
+    /// connection, as they would on hyper's pool keyed by the real authority.
+    #[tokio::test]
+    async fn endpoints_of_one_destination_share_its_connections() {
+        let client = HttpClient::with_proxies(
+            &HttpClientConfig::default(),
+            Matcher::builder().build(),
+            None,
+        )
+        .unwrap();
+        let (addr, connections) = counting_server(1, false).await;
+        let url = |path: &str| Url::parse(&format!("http://{addr}{path}")).unwrap();
+        let chat = client.endpoint(url("/v1/chat/completions"), HttpVersion::Http1).unwrap();
+        let other = client.endpoint(url("/sse/v1/chat/completions"), HttpVersion::Http1).unwrap();
+        for endpoint in [&chat, &other, &chat] {
+            let answer = client.post(endpoint, &HeaderMap::new(), Bytes::from_static(b"{}")).await;
+            assert_eq!(body_text(answer.unwrap()).await, "HTTP/1.1");
+        }
+        assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     /// A server on loopback that counts the connections it accepts and answers every request
