@@ -216,6 +216,89 @@ pub struct Metrics {
     >,
     /// The first rung's source per tool: a call served by any other rung is a fallback.
     primaries: std::sync::RwLock<std::collections::HashMap<String, String>>,
+    /// Each route's series that every model call touches.
+    hot: HotRoutes,
+}
+
+/// The most routes whose series [`HotRoutes`] keeps handles on; a call on any other route
+/// finds its series in the families, as every call did before.
+const MAX_HOT_ROUTES: usize = 1024;
+
+/// The most (tier, provider, result) series of attempts a route keeps handles on.
+const MAX_HOT_ATTEMPTS: usize = 64;
+
+/// Handles on the series every model call touches (its request count and latency by outcome,
+/// its attempts, its SLI counts), by route. prometheus-client finds a series by hashing its
+/// labels into the family's map (SipHash, a byte at a time) at every `get_or_create`, and each
+/// call built its labels as owned strings to ask: five families and seven strings a call, ~2k
+/// instructions. A handle is the series itself (a counter or histogram shares its value with
+/// its clones), taken from the family the first time the call needs it, so a series still
+/// appears only once something counted in it.
+#[derive(Debug, Default)]
+struct HotRoutes {
+    routes: std::sync::RwLock<
+        std::collections::HashMap<String, Arc<RouteSeries>, foldhash::fast::RandomState>,
+    >,
+}
+
+impl HotRoutes {
+    /// `route`'s handles: kept ones, else new ones kept from now on (or, past
+    /// [`MAX_HOT_ROUTES`] routes, new ones for this call alone).
+    fn route(&self, route: &str) -> Arc<RouteSeries> {
+        let routes = self.routes.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(series) = routes.get(route) {
+            return series.clone();
+        }
+        drop(routes);
+        let mut routes = self.routes.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(series) = routes.get(route) {
+            return series.clone();
+        }
+        let series = Arc::new(RouteSeries::default());
+        if routes.len() < MAX_HOT_ROUTES {
+            routes.insert(route.to_string(), series.clone());
+        }
+        series
+    }
+}
+
+/// One route's handles, each set the first time a call counts in it.
+#[derive(Debug, Default)]
+struct RouteSeries {
+    /// Requests and latency, by [`outcome_index`].
+    outcomes: [std::sync::OnceLock<(Counter, Histogram)>; 8],
+    attempts: std::sync::Mutex<Vec<(AttemptLabels, Counter)>>,
+    sli_calls: std::sync::OnceLock<Counter>,
+    sli_unavailable: std::sync::OnceLock<Counter>,
+    sli_answered: std::sync::OnceLock<Counter>,
+    sli_invalid_first_try: std::sync::OnceLock<Counter>,
+    sli_fallback_beyond_plan: std::sync::OnceLock<Counter>,
+    sli_degraded: std::sync::OnceLock<Counter>,
+}
+
+/// Where [`RouteSeries::outcomes`] keeps an outcome's series.
+fn outcome_index(outcome: rein_core::Outcome) -> usize {
+    use rein_core::Outcome;
+    match outcome {
+        Outcome::Answered => 0,
+        Outcome::Fallback => 1,
+        Outcome::Degraded => 2,
+        Outcome::Stopped => 3,
+        Outcome::Interrupted => 4,
+        Outcome::Declined => 5,
+        Outcome::HandedOff => 6,
+        Outcome::Clarified => 7,
+    }
+}
+
+/// Count one in `cell`'s counter, taken from `family` (for `route`) the first time.
+fn count_in(
+    cell: &std::sync::OnceLock<Counter>,
+    family: &Family<RouteLabel, Counter>,
+    route: &str,
+) {
+    cell.get_or_init(|| family.get_or_create(&RouteLabel { route: route.to_string() }).clone())
+        .inc();
 }
 
 impl Default for Metrics {
@@ -512,6 +595,7 @@ impl Metrics {
             records_dropped,
             label_values: Default::default(),
             primaries: Default::default(),
+            hot: HotRoutes::default(),
         }
     }
 
@@ -538,25 +622,28 @@ impl Metrics {
 
     /// Count a finished call for the SLIs, by the spec's definitions (`rein_core::sli`).
     pub fn sli(&self, record: &rein_core::sli::CallRecord) {
-        let route = RouteLabel { route: record.route.clone() };
-        self.sli_calls.get_or_create(&route).inc();
+        let route = record.route.as_str();
+        let hot = self.hot.route(route);
+        count_in(&hot.sli_calls, &self.sli_calls, route);
         if !record.available() {
-            self.sli_unavailable.get_or_create(&route).inc();
+            count_in(&hot.sli_unavailable, &self.sli_unavailable, route);
         }
         if record.answered() {
-            self.sli_answered.get_or_create(&route).inc();
+            count_in(&hot.sli_answered, &self.sli_answered, route);
             if record.repaired {
-                self.sli_invalid_first_try.get_or_create(&route).inc();
+                count_in(&hot.sli_invalid_first_try, &self.sli_invalid_first_try, route);
             }
         }
         if record.fallback_beyond_plan() {
-            self.sli_fallback_beyond_plan.get_or_create(&route).inc();
+            count_in(&hot.sli_fallback_beyond_plan, &self.sli_fallback_beyond_plan, route);
         }
         if record.outcome == rein_core::Outcome::Degraded {
-            self.sli_degraded.get_or_create(&route).inc();
+            count_in(&hot.sli_degraded, &self.sli_degraded, route);
         }
         if let Some(score) = record.quality {
-            self.quality_score.get_or_create(&route).observe(score);
+            self.quality_score
+                .get_or_create(&RouteLabel { route: route.to_string() })
+                .observe(score);
         }
     }
 
@@ -730,15 +817,28 @@ pub struct MetricsObserver(pub Arc<Metrics>);
 impl Observer for MetricsObserver {
     fn on_attempt(&self, route: &str, attempt: &AttemptRecord) {
         let result = attempt.classified.as_ref().map_or("ok", |c| c.kind.as_str());
-        self.0
-            .attempts
-            .get_or_create(&AttemptLabels {
-                route: route.to_string(),
-                tier: attempt.tier_name.clone(),
-                provider: attempt.provider.clone(),
-                result: result.to_string(),
-            })
-            .inc();
+        let hot = self.0.hot.route(route);
+        let mut attempts = hot.attempts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let known = attempts.iter().find(|(labels, _)| {
+            labels.result == result
+                && labels.tier == attempt.tier_name
+                && labels.provider == attempt.provider
+        });
+        if let Some((_, counter)) = known {
+            counter.inc();
+            return;
+        }
+        let labels = AttemptLabels {
+            route: route.to_string(),
+            tier: attempt.tier_name.clone(),
+            provider: attempt.provider.clone(),
+            result: result.to_string(),
+        };
+        let counter = self.0.attempts.get_or_create(&labels).clone();
+        counter.inc();
+        if attempts.len() < MAX_HOT_ATTEMPTS {
+            attempts.push((labels, counter));
+        }
     }
 
     fn on_alert(&self, alert: &Alert) {
@@ -753,12 +853,17 @@ impl Observer for MetricsObserver {
     }
 
     fn on_call(&self, report: &CallReport) {
-        let labels = RouteOutcome {
-            route: report.route.clone(),
-            outcome: report.outcome.as_str().to_string(),
-        };
-        self.0.requests.get_or_create(&labels).inc();
-        self.0.latency.get_or_create(&labels).observe(report.elapsed_ms as f64 / 1000.0);
+        let hot = self.0.hot.route(&report.route);
+        let (requests, latency) = hot.outcomes[outcome_index(report.outcome)].get_or_init(|| {
+            let labels = RouteOutcome {
+                route: report.route.clone(),
+                outcome: report.outcome.as_str().to_string(),
+            };
+            let requests = self.0.requests.get_or_create(&labels).clone();
+            (requests, self.0.latency.get_or_create(&labels).clone())
+        });
+        requests.inc();
+        latency.observe(report.elapsed_ms as f64 / 1000.0);
         if !report.labels.is_empty() {
             self.0.labeled_call(report);
         }
@@ -867,5 +972,172 @@ impl rein_runtime::online_judge::VerdictObserver for VerdictMetrics {
 
     fn no_verdict(&self, route: &str, why: rein_runtime::online_judge::NoVerdict) {
         self.0.no_verdict(route, why);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rein_core::Outcome;
+
+    fn report(route: &str, outcome: Outcome) -> CallReport {
+        CallReport {
+            route: route.to_string(),
+            settings_version: None,
+            outcome,
+            served_by: None,
+            steps: Vec::new(),
+            alerts: Vec::new(),
+            elapsed_ms: 40,
+            rejected_draft: None,
+            labels: Default::default(),
+        }
+    }
+
+    fn attempt(tier: &str, provider: &str) -> AttemptRecord {
+        AttemptRecord {
+            tier: 0,
+            tier_name: tier.to_string(),
+            provider: provider.to_string(),
+            model: "m".to_string(),
+            number: 1,
+            started_ms: 0,
+            elapsed_ms: 40,
+            failure: None,
+            classified: None,
+            probe: false,
+        }
+    }
+
+    fn record(route: &str, outcome: Outcome) -> rein_core::sli::CallRecord {
+        rein_core::sli::CallRecord {
+            route: route.to_string(),
+            tier: Some("primary".to_string()),
+            labels: Default::default(),
+            outcome,
+            failover: false,
+            attempts: 1,
+            repaired: false,
+            elapsed_ms: 40,
+            first_token_ms: None,
+            deadline_ms: 20_000,
+            escalation: None,
+            covered: None,
+            quality: None,
+            quality_probability: None,
+        }
+    }
+
+    /// The value of the series `series` (its name and labels, as rendered) in `text`.
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    fn render(metrics: &Metrics) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &metrics.registry).unwrap();
+        out
+    }
+
+    /// A route's calls count in the series their outcome, attempt and SLIs name, through the
+    /// kept handles as through the families; a series nothing counted in is not there.
+    #[test]
+    fn a_routes_calls_count_in_their_own_series() {
+        let metrics = Arc::new(Metrics::new());
+        let observer = MetricsObserver(metrics.clone());
+        for (route, outcome) in [
+            ("support", Outcome::Answered),
+            ("support", Outcome::Answered),
+            ("support", Outcome::Degraded),
+            ("billing", Outcome::Answered),
+        ] {
+            observer.on_attempt(route, &attempt("primary", "openai"));
+            observer.on_call(&report(route, outcome));
+            metrics.sli(&record(route, outcome));
+        }
+        observer.on_attempt("support", &attempt("backup", "anthropic"));
+        observer.on_attempt("support", &attempt("primary", "azure"));
+        let cut = rein_core::classify::classify(&rein_core::Failure::StreamCut);
+        let result = cut.kind.as_str();
+        observer.on_attempt(
+            "support",
+            &AttemptRecord { classified: Some(cut), ..attempt("primary", "openai") },
+        );
+        let text = render(&metrics);
+        let value = |series: &str| sample(&text, series);
+        assert_eq!(value(r#"rein_requests_total{route="support",outcome="answered"}"#), Some(2.0));
+        assert_eq!(value(r#"rein_requests_total{route="support",outcome="degraded"}"#), Some(1.0));
+        assert_eq!(value(r#"rein_requests_total{route="billing",outcome="answered"}"#), Some(1.0));
+        assert_eq!(
+            value(r#"rein_request_duration_seconds_count{route="support",outcome="answered"}"#),
+            Some(2.0)
+        );
+        let attempts = |tier: &str, provider: &str| {
+            value(&format!(
+                r#"rein_attempts_total{{route="support",tier="{tier}",provider="{provider}",result="ok"}}"#
+            ))
+        };
+        let azure = attempts("primary", "azure");
+        let failed = format!(
+            r#"rein_attempts_total{{route="support",tier="primary",provider="openai",result="{result}"}}"#
+        );
+        assert_eq!(value(&failed), Some(1.0), "{text}");
+        assert_eq!(
+            (attempts("primary", "openai"), attempts("backup", "anthropic"), azure),
+            (Some(3.0), Some(1.0), Some(1.0))
+        );
+        assert_eq!(value(r#"rein_sli_calls_total{route="support"}"#), Some(3.0));
+        assert_eq!(value(r#"rein_sli_answered_total{route="support"}"#), Some(2.0));
+        assert_eq!(value(r#"rein_sli_degraded_total{route="support"}"#), Some(1.0));
+        assert_eq!(value(r#"rein_sli_calls_total{route="billing"}"#), Some(1.0));
+        assert!(!text.contains(r#"rein_sli_degraded_total{route="billing"}"#), "{text}");
+        assert_eq!(value(r#"rein_sli_unavailable_total{route="support"}"#), Some(1.0), "degraded");
+        assert!(!text.contains(r#"rein_sli_unavailable_total{route="billing"}"#), "{text}");
+    }
+
+    /// Past the routes (and a route's attempt series) kept, calls still count, each finding
+    /// its series in the family.
+    #[test]
+    fn calls_past_the_kept_handles_still_count() {
+        let metrics = Arc::new(Metrics::new());
+        let observer = MetricsObserver(metrics.clone());
+        for n in 0..MAX_HOT_ROUTES + 2 {
+            metrics.sli(&record(&format!("r{n}"), Outcome::Answered));
+        }
+        let last = format!("r{}", MAX_HOT_ROUTES + 1);
+        for _ in 0..2 {
+            observer.on_call(&report(&last, Outcome::Answered));
+            metrics.sli(&record(&last, Outcome::Answered));
+        }
+        let text = render(&metrics);
+        assert_eq!(sample(&text, &format!(r#"rein_sli_calls_total{{route="{last}"}}"#)), Some(3.0));
+        let requests = format!(r#"rein_requests_total{{route="{last}",outcome="answered"}}"#);
+        assert_eq!(sample(&text, &requests), Some(2.0));
+        assert_eq!(metrics.hot.routes.read().unwrap().len(), MAX_HOT_ROUTES);
+
+        // A kept route, past the attempt series it keeps.
+        let metrics = Arc::new(Metrics::new());
+        let observer = MetricsObserver(metrics.clone());
+        for n in 0..MAX_HOT_ATTEMPTS + 2 {
+            observer.on_attempt("support", &attempt("primary", &format!("p{n}")));
+        }
+        let provider = format!("p{}", MAX_HOT_ATTEMPTS + 1);
+        observer.on_attempt("support", &attempt("primary", &provider));
+        observer.on_attempt("support", &attempt("primary", "p0"));
+        let text = render(&metrics);
+        let attempts = |provider: &str| {
+            sample(
+                &text,
+                &format!(
+                    r#"rein_attempts_total{{route="support",tier="primary",provider="{provider}",result="ok"}}"#
+                ),
+            )
+        };
+        assert_eq!(
+            (attempts(&provider), attempts("p0"), attempts("p1")),
+            (Some(2.0), Some(2.0), Some(1.0))
+        );
+        let kept = metrics.hot.route("support").attempts.lock().unwrap().len();
+        assert_eq!(kept, MAX_HOT_ATTEMPTS);
     }
 }
