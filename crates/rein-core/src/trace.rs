@@ -62,9 +62,15 @@ fn hex(value: u128, digits: usize) -> String {
 /// text of trace, span and request ids.
 pub fn push_hex(out: &mut String, value: u128, digits: usize) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    for nibble in (0..digits.min(32)).rev() {
-        out.push(char::from(HEX[((value >> (nibble * 4)) & 0xf) as usize]));
+    // Written into a buffer and appended once: a `push` a digit cost ~12 instructions each
+    // (a capacity check and a char's encoding), 1.4k a call for its four ids.
+    let digits = digits.min(32);
+    let mut text = [0u8; 32];
+    for (at, digit) in text[..digits].iter_mut().enumerate() {
+        let nibble = digits - 1 - at;
+        *digit = HEX[((value >> (nibble * 4)) & 0xf) as usize];
     }
+    out.push_str(std::str::from_utf8(&text[..digits]).unwrap_or_default());
 }
 
 /// A random, non-zero 32-digit trace id.
@@ -776,6 +782,9 @@ mod tests {
         for value in [1u128, 0x0123_4567_89ab_cdef, u128::from(u64::MAX) << 3, 7 << 100] {
             assert_eq!(hex(value, 32), format!("{value:032x}"));
         }
+        let mut id = "req_".to_string();
+        push_hex(&mut id, 0xabc, 40);
+        assert_eq!(id, format!("req_{:032x}", 0xabc), "appended, at most 32 digits");
         let (trace, span) = (new_trace_id(), new_span_id());
         assert_eq!((trace.len(), span.len()), (32, 16));
         assert!(TraceParent::parse(&format!("00-{trace}-{span}-01")).is_some());

@@ -324,9 +324,12 @@ struct Writer {
 /// one writes at most `per_second` a second.
 struct RoutineTraces {
     per_second: u32,
-    routes: std::collections::HashMap<String, Bucket>,
-    tools: std::collections::HashMap<String, Bucket>,
+    routes: Buckets,
+    tools: Buckets,
 }
+
+/// Buckets by route or tool name (configured names, hashed with foldhash at every call).
+type Buckets = std::collections::HashMap<String, Bucket, foldhash::fast::RandomState>;
 
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
@@ -353,12 +356,7 @@ impl RoutineTraces {
         Self::take(&mut self.tools, self.per_second, tool, at_unix_ms)
     }
 
-    fn take(
-        buckets: &mut std::collections::HashMap<String, Bucket>,
-        per_second: u32,
-        key: &str,
-        at_unix_ms: i64,
-    ) -> bool {
+    fn take(buckets: &mut Buckets, per_second: u32, key: &str, at_unix_ms: i64) -> bool {
         if per_second == 0 {
             return false;
         }
