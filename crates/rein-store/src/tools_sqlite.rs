@@ -651,18 +651,23 @@ fn update_run_counts(
                  stopped = ?9
              WHERE run_id = ?1",
         )?
-        .execute(params![
-            run_id,
-            row.conversation_id,
-            row.first_unix_ms,
-            row.touched_unix_ms,
-            row.model_calls,
-            row.tool_calls,
-            row.last_error,
-            row.same_error,
-            row.stopped,
-        ])?;
+        .execute(counts_params(&run_id, row).as_slice())?;
     Ok(updated == 1)
+}
+
+/// Run `run_id`'s id and its row's counts, times and stop: a statement's `?1` to `?9`.
+fn counts_params<'a>(run_id: &'a &'a str, row: &'a runs::RunRow) -> [&'a dyn ToSql; 9] {
+    [
+        run_id as &dyn ToSql,
+        &row.conversation_id,
+        &row.first_unix_ms,
+        &row.touched_unix_ms,
+        &row.model_calls,
+        &row.tool_calls,
+        &row.last_error,
+        &row.same_error,
+        &row.stopped,
+    ]
 }
 
 fn write_run_row(tx: &Connection, run_id: &str, row: &runs::RunRow) -> Result<(), StoreError> {
@@ -680,21 +685,12 @@ fn write_run_row(tx: &Connection, run_id: &str, row: &runs::RunRow) -> Result<()
              message = excluded.message, draft = excluded.draft,
              coverage = excluded.coverage",
     )?
-    .execute(params![
-        run_id,
-        row.conversation_id,
-        row.first_unix_ms,
-        row.touched_unix_ms,
-        row.model_calls,
-        row.tool_calls,
-        row.last_error,
-        row.same_error,
-        row.stopped,
-        row.note.route,
-        row.note.message,
-        row.note.draft,
-        row.note.coverage.as_ref().map(JsonText)
-    ])?;
+    .execute(rusqlite::params_from_iter(counts_params(&run_id, row).into_iter().chain([
+        &row.note.route as &dyn ToSql,
+        &row.note.message,
+        &row.note.draft,
+        &row.note.coverage.as_ref().map(JsonText),
+    ])))?;
     Ok(())
 }
 
