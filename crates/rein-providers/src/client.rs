@@ -24,6 +24,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use http::header::{ACCEPT, HOST, HeaderMap, HeaderValue, USER_AGENT};
+use http::uri::{Authority, Scheme};
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
@@ -454,7 +455,7 @@ struct Bounded<C> {
 /// no real host is taken for a name.
 #[derive(Debug, Default)]
 struct PoolNames {
-    destinations: std::sync::RwLock<Vec<Uri>>,
+    destinations: std::sync::RwLock<Vec<(Scheme, Authority)>>,
 }
 
 impl PoolNames {
@@ -465,30 +466,19 @@ impl PoolNames {
         let index = {
             let mut destinations =
                 self.destinations.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let known = destinations.iter().position(|known| {
-                known.scheme() == Some(scheme) && known.authority() == Some(authority)
-            });
+            let known =
+                destinations.iter().position(|(known, at)| known == scheme && at == authority);
             match known {
                 Some(index) => index,
                 None if destinations.len() < MAX_POOL_NAMES => {
-                    let destination = Uri::builder()
-                        .scheme(scheme.clone())
-                        .authority(authority.clone())
-                        .path_and_query("/")
-                        .build();
-                    let Ok(destination) = destination else { return uri };
-                    destinations.push(destination);
+                    destinations.push((scheme.clone(), authority.clone()));
                     destinations.len() - 1
                 }
                 None => return uri,
             }
         };
-        let mut parts = uri.clone().into_parts();
-        match http::uri::Authority::try_from(format!("~{index:x}")) {
-            Ok(name) => parts.authority = Some(name),
-            Err(_) => return uri,
-        }
-        Uri::from_parts(parts).unwrap_or(uri)
+        let Ok(name) = Authority::try_from(format!("~{index:x}")) else { return uri };
+        with_authority(uri, name)
     }
 
     /// The destination `uri` names (its scheme and authority, with `uri`'s path); `uri` as it
@@ -501,11 +491,16 @@ impl PoolNames {
         let Some(index) = index else { return uri };
         let destinations =
             self.destinations.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(authority) = destinations.get(index).and_then(Uri::authority) else { return uri };
-        let mut parts = uri.clone().into_parts();
-        parts.authority = Some(authority.clone());
-        Uri::from_parts(parts).unwrap_or(uri)
+        let Some((_, authority)) = destinations.get(index) else { return uri };
+        with_authority(uri, authority.clone())
     }
+}
+
+/// `uri` with `authority` in place of its own (`uri` as it is should that not make a URI).
+fn with_authority(uri: Uri, authority: Authority) -> Uri {
+    let mut parts = uri.clone().into_parts();
+    parts.authority = Some(authority);
+    Uri::from_parts(parts).unwrap_or(uri)
 }
 
 impl tower_service::Service<Uri> for Bounded<HttpsConnector<HttpConnector>> {
