@@ -2,7 +2,7 @@
 //! as `rein serve` and nothing else. An event loop a core, each a current-thread tokio runtime
 //! accepting from the same listener; hyper's HTTP/1.1 server; the request body read whole, then
 //! POSTed through a pooled hyper-util client of the loop's own to the upstream; the upstream's
-//! status, content type and body (streamed as it arrives) sent back. mimalloc as in rein. No
+//! status, content type and body (streamed as it arrives) sent back. rein's allocator. No
 //! parsing, no routing, no record: what rein costs above this row is rein's own work.
 //!
 //! ```text
@@ -22,7 +22,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: rein_alloc::Allocator = rein_alloc::Allocator;
 
 type Body = BoxBody<Bytes, hyper::Error>;
 type Upstream = Client<HttpConnector, Full<Bytes>>;

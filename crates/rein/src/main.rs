@@ -24,11 +24,12 @@ mod serve;
 mod traces;
 
 /// A proxy allocates and frees many small buffers per request; mimalloc does that with far less
-/// CPU than glibc's allocator (the benchmark's profile showed ~12% of rein's time in malloc/free).
+/// CPU than glibc's allocator (the benchmark's profile showed ~12% of rein's time in malloc/free),
+/// asked through `rein-alloc` so that blocks over 1 KiB take its malloc path.
 /// Built with `no_thp`: transparent huge pages would back each thread's small heap pages with 2 MiB
 /// ones, which costs memory per open stream and keeps RSS up after a burst.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: rein_alloc::Allocator = rein_alloc::Allocator;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]

@@ -9,6 +9,8 @@
 //!   formats use no server types either.
 //! - No production crate depends on the simulator except behind a feature.
 //! - One `CallContext` per call, made at the edge: nothing below it builds a deadline.
+//! - Unsafe code is the global allocator's alone: every other crate takes the workspace's lints,
+//!   which forbid it.
 //!
 //! And one rule of the code's layout: each type's inherent `impl` lives in the file that defines
 //! the type, so concept modules hold free functions and the type's file its methods.
@@ -152,6 +154,33 @@ fn no_production_crate_depends_on_the_simulator_except_behind_a_feature() {
         let Some(sim) = dependencies(&dir).get("rein-sim").cloned() else { continue };
         let optional = sim.get("optional").and_then(|o| o.as_bool()).unwrap_or(false);
         assert!(optional, "{name} depends on rein-sim outside a feature (`optional = true`)");
+    }
+}
+
+#[test]
+fn unsafe_code_is_the_allocators_alone() {
+    let root: toml::Table =
+        fs::read_to_string(workspace().join("Cargo.toml")).unwrap().parse().unwrap();
+    let forbidden = root["workspace"]["lints"]["rust"]["unsafe_code"].as_str();
+    assert_eq!(forbidden, Some("forbid"), "the workspace forbids unsafe code");
+    let mut dirs: Vec<(String, PathBuf)> = crates();
+    dirs.push(("rein-bench-floor".into(), workspace().join("bench/floor")));
+    for (name, dir) in dirs {
+        let table: toml::Table =
+            fs::read_to_string(dir.join("Cargo.toml")).unwrap().parse().unwrap();
+        let inherits = table
+            .get("lints")
+            .and_then(|lints| lints.get("workspace"))
+            .and_then(|workspace| workspace.as_bool())
+            .unwrap_or(false);
+        if name == "rein-alloc" {
+            assert!(!inherits, "rein-alloc is the global allocator: it keeps lints of its own");
+        } else {
+            assert!(
+                inherits,
+                "{name} must take the workspace's lints (`[lints] workspace = true`)"
+            );
+        }
     }
 }
 
