@@ -24,26 +24,42 @@ use super::run::{self, Followup};
 use crate::wire::{self, ErrorKind, ResponseMeta};
 use rein_runtime::config::ServerConfig;
 
+/// The model-call endpoint a `POST` to `path` reaches: the edge hands these calls to [`serve`]
+/// itself, without the router (its path match, extensions and boxed service cost ~3k
+/// instructions a call); the router keeps the same routes for everything else it answers
+/// about them (a `GET` is a 405 there).
+pub(super) fn endpoint(path: &str) -> Option<Api> {
+    match path {
+        "/v1/chat/completions" => Some(Api::OpenAi),
+        "/v1/responses" => Some(Api::Responses),
+        "/v1/messages" => Some(Api::Anthropic),
+        _ => None,
+    }
+}
+
+/// A model call to the endpoint of `api`, as the router's handlers below make it.
+pub(super) async fn serve(gateway: Arc<Gateway>, api: Api, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    handle(gateway, api, headers_alone(parts), body).await
+}
+
 // The whole request is taken (not a `HeaderMap` extractor, which clones the headers).
 pub(super) async fn openai_chat(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
-    let (parts, body) = request.into_parts();
-    handle(gateway, Api::OpenAi, headers_alone(parts), body).await
+    serve(gateway, Api::OpenAi, request).await
 }
 
 pub(super) async fn openai_responses(
     State(gateway): State<Arc<Gateway>>,
     request: Request,
 ) -> Response {
-    let (parts, body) = request.into_parts();
-    handle(gateway, Api::Responses, headers_alone(parts), body).await
+    serve(gateway, Api::Responses, request).await
 }
 
 pub(super) async fn anthropic_messages(
     State(gateway): State<Arc<Gateway>>,
     request: Request,
 ) -> Response {
-    let (parts, body) = request.into_parts();
-    handle(gateway, Api::Anthropic, headers_alone(parts), body).await
+    serve(gateway, Api::Anthropic, request).await
 }
 
 /// The request's headers; the rest of its head (the URI, and axum's copy of it in the

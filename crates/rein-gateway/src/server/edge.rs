@@ -23,6 +23,9 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::response::Response;
+use futures_util::FutureExt;
+use futures_util::future::Either;
+use hyper::Method;
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -133,7 +136,8 @@ pub(super) async fn serve_connections(
         let stop = stop.clone();
         tokio::spawn(async move {
             let conn = Arc::new(ConnClock::new(limits));
-            let service = Tracked { router, conn: conn.clone() };
+            let gateway = admitted.gateway.clone();
+            let service = Tracked { router, gateway, conn: conn.clone() };
             // A task's state is as large as its largest branch, and every open connection holds
             // one: the TLS branch (over twice a cleartext connection's state) is boxed, so a
             // cleartext connection does not carry its room.
@@ -478,10 +482,12 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
     }
 }
 
-/// The router, marking each request in flight until its response body is done.
+/// The router, marking each request in flight until its response body is done. A `POST` to a
+/// model-call endpoint goes to its handler directly (see `chat::endpoint`).
 #[derive(Clone)]
 struct Tracked {
     router: Router,
+    gateway: Arc<Gateway>,
     conn: Arc<ConnClock>,
 }
 
@@ -494,10 +500,18 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Tracked {
 
     fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
         let in_flight = self.conn.request_started();
-        let mut router = self.router.clone();
         let deadline = Instant::now() + self.conn.limits.body_read_timeout;
         let request = request.map(|body| Body::new(TimedBody { body, deadline, timer: None }));
-        let answer = tower_service::Service::call(&mut router, request);
+        let call = match request.method() == Method::POST {
+            true => super::chat::endpoint(request.uri().path()),
+            false => None,
+        };
+        let answer = match call {
+            Some(api) => {
+                Either::Left(super::chat::serve(self.gateway.clone(), api, request).map(Ok))
+            }
+            None => Either::Right(tower_service::Service::call(&mut self.router.clone(), request)),
+        };
         Box::pin(async move {
             let response = answer.await?;
             Ok(response.map(|body| Body::new(Finishing { body, _in_flight: in_flight })))

@@ -1,7 +1,8 @@
 //! What frameworks and third-party gateway suites tripped over at the HTTP surface: the 413 for
 //! an oversize body reaches a client that is still sending; a body that stalls gets a 408; 405s,
 //! unknown paths and the models list in the caller's format; `max_tokens: 0` and an unusable
-//! caller schema are 400s naming the field; calls whose client goes away are counted.
+//! caller schema are 400s naming the field; calls whose client goes away are counted; the edge's
+//! own way to each model-call endpoint answers as the router's.
 
 use std::time::Duration;
 
@@ -132,6 +133,15 @@ async fn methods_paths_and_the_models_list_answer_in_the_callers_format() {
         .unwrap();
     assert_eq!(anthropic.status(), 405);
     assert_eq!(anthropic.json::<Value>().await.unwrap()["type"], "error");
+
+    // Only the endpoints' own paths are model calls: a trailing slash or a step below one is a
+    // path rein does not serve.
+    for path in ["/v1/chat/completions/", "/v1/responses/x", "/v1/messages/", "/V1/messages"] {
+        let unknown = gw.post(path, KEY, chat("chat")).await;
+        assert_eq!(unknown.status(), 404, "{path}");
+        let body: Value = unknown.json().await.unwrap();
+        assert!(body["error"]["message"].as_str().unwrap().contains(path), "{path}: {body}");
+    }
 
     // An unknown path is not a missing model: frameworks report `model_not_found` as one.
     let unknown = gw.client.post(gw.url("/v1/embeddings")).json(&json!({})).send().await.unwrap();
@@ -271,5 +281,62 @@ async fn a_call_whose_client_goes_away_is_counted_as_abandoned() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(counted, 2);
+    gw.stop().await.unwrap();
+}
+
+/// The edge hands a `POST` to a model-call endpoint to its handler without the router: each
+/// endpoint answers over HTTP as the router's route for it does (its API's shape, the same
+/// report headers).
+#[tokio::test]
+async fn the_edges_way_to_each_endpoint_answers_as_the_routers_does() {
+    use tower_service::Service;
+    let gw = start().await;
+    let question = json!([{"role": "user", "content": "where is my order?"}]);
+    let calls = [
+        ("/v1/chat/completions", None, json!({"model": "chat", "messages": question})),
+        ("/v1/responses", None, json!({"model": "chat", "input": "where is my order?"})),
+        (
+            "/v1/messages",
+            Some("2023-06-01"),
+            json!({"model": "chat", "max_tokens": 100, "messages": question}),
+        ),
+    ];
+    for (path, version, body) in calls {
+        let mut over_http = gw.client.post(gw.url(path)).bearer_auth("client-secret-1");
+        let mut routed = http::Request::post(path)
+            .header("authorization", "Bearer client-secret-1")
+            .header("content-type", "application/json");
+        if let Some(version) = version {
+            over_http = over_http.header("anthropic-version", version);
+            routed = routed.header("anthropic-version", version);
+        }
+        let over_http = over_http.json(&body).send().await.unwrap();
+        let routed = routed.body(axum::body::Body::from(body.to_string())).unwrap();
+        let mut router = rein_gateway::server::router(gw.gateway.clone());
+        let routed = router.call(routed).await.unwrap();
+
+        assert_eq!(over_http.status(), routed.status(), "{path}");
+        assert_eq!(over_http.status(), 200, "{path}");
+        let names = |headers: &http::HeaderMap| {
+            let mut names: Vec<String> =
+                headers.keys().map(|name| name.to_string()).filter(|name| name != "date").collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names(over_http.headers()), names(routed.headers()), "{path}");
+        assert!(over_http.headers().contains_key("x-rein-outcome"), "{path}");
+        let keys = |body: &Value| {
+            let mut keys: Vec<String> = body.as_object().unwrap().keys().cloned().collect();
+            keys.sort();
+            keys
+        };
+        let over_http: Value = over_http.json().await.unwrap();
+        let routed = axum::body::to_bytes(routed.into_body(), usize::MAX).await.unwrap();
+        let routed: Value = serde_json::from_slice(&routed).unwrap();
+        assert_eq!(keys(&over_http), keys(&routed), "{path}: {over_http} against {routed}");
+        for field in ["object", "type"] {
+            assert_eq!(over_http.get(field), routed.get(field), "{path}: {field}");
+        }
+    }
     gw.stop().await.unwrap();
 }
