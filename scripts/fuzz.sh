@@ -24,10 +24,10 @@
 # toolchain of rust-toolchain.toml with RUSTC_BOOTSTRAP=1 (libFuzzer's coverage instrumentation
 # needs no nightly-only flag without a sanitizer). No sanitizer is used (`-s none`): the fuzzed
 # crates have no unsafe code for AddressSanitizer to watch (rein's only unsafe code, the global
-# allocator in crates/rein-alloc, is not linked into the targets), and its runtime would need nightly. cargo-fuzz
-# itself is installed (a pinned version, with `cargo install --locked`) when missing, and
-# libFuzzer's C++ part needs a C++ compiler (Debian's g++, installed through apt-get when
-# missing).
+# allocator in crates/rein-alloc, is not linked into the targets), and its runtime would need
+# nightly. cargo-fuzz itself is installed (a pinned version, with `cargo install --locked`) when
+# missing, and libFuzzer's C++ part needs a C++ compiler (Debian's g++, installed through
+# apt-get when missing).
 set -euo pipefail
 corpus_out=${FUZZ_CORPUS_OUT:+$(realpath -m "$FUZZ_CORPUS_OUT")}
 cd "$(dirname "$0")/.."
