@@ -15,9 +15,11 @@
 //! the cut, not the chunk, is what went wrong.
 
 use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
-use futures_util::stream::{self, BoxStream, StreamExt};
+use futures_util::stream::{self, BoxStream, Stream, StreamExt};
 
 use rein_core::failure::ResponseLimit;
 use rein_core::{ChatResponse, EventStream, Failure, StreamEvent, WireFormat};
@@ -30,7 +32,7 @@ use crate::sse::{SseError, SseEvent, SseParser};
 pub(crate) type Body = BoxStream<'static, Result<Bytes, Failure>>;
 
 /// Interprets one SSE record of a provider's stream.
-pub(crate) trait Decoder: Send + 'static {
+pub(crate) trait Decoder: Send + Unpin + 'static {
     fn decode(&mut self, record: &SseEvent) -> Result<Vec<StreamEvent>, Failure>;
 }
 
@@ -202,23 +204,35 @@ impl<D: Decoder> Pump<D> {
 
 /// The events of a live SSE body.
 pub(crate) fn sse_events<D: Decoder>(body: Body, decoder: D, reading: Reading) -> EventStream {
-    let state = (body, Pump::new(decoder, reading));
-    stream::unfold(state, |(mut body, mut pump)| async move {
+    SseEvents { body, pump: Pump::new(decoder, reading) }.boxed()
+}
+
+/// A live SSE body and its pump, polled in place: each event is handed on without moving the
+/// pump's state in and out of a future, as a stream built by `unfold` would.
+struct SseEvents<D> {
+    body: Body,
+    pump: Pump<D>,
+}
+
+impl<D: Decoder> Stream for SseEvents<D> {
+    type Item = Result<StreamEvent, Failure>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
         loop {
-            if let Some(item) = pump.pending.pop_front() {
-                return Some((item, (body, pump)));
+            if let Some(item) = this.pump.pending.pop_front() {
+                return Poll::Ready(Some(item));
             }
-            if pump.done {
-                return None;
+            if this.pump.done {
+                return Poll::Ready(None);
             }
-            match body.next().await {
-                Some(Ok(bytes)) => pump.push_bytes(&bytes),
-                Some(Err(failure)) => pump.fail(failure),
-                None => pump.finish(),
+            match ready!(this.body.poll_next_unpin(cx)) {
+                Some(Ok(bytes)) => this.pump.push_bytes(&bytes),
+                Some(Err(failure)) => this.pump.fail(failure),
+                None => this.pump.finish(),
             }
         }
-    })
-    .boxed()
+    }
 }
 
 /// The events of a recorded SSE body, decoded the way a live one would be.
