@@ -11,7 +11,6 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use bytes::BytesMut;
 use futures_util::StreamExt;
 use rein_core::validate::Evidence;
 use rein_core::{CallContext, CallReport, ChatRequest, ReleaseMode, ReleaseStream, Released};
@@ -407,6 +406,18 @@ impl Encoder {
         }
     }
 
+    /// The frames for `item`, appended to `out`.
+    fn encode_into(&mut self, item: &Released, out: &mut Vec<u8>) {
+        match self {
+            Encoder::OpenAi(e) => e.encode_into(item, out),
+            _ => {
+                for frame in self.encode(item) {
+                    out.extend_from_slice(&frame);
+                }
+            }
+        }
+    }
+
     fn close(&mut self) -> Vec<Bytes> {
         match self {
             Encoder::OpenAi(e) => e.close(),
@@ -530,11 +541,9 @@ async fn stream(
         ))),
     };
     // Everything held goes out as one body frame (so with the headers in one write).
-    let mut first = BytesMut::new();
+    let mut first = Vec::new();
     for item in &held {
-        for frame in encoder.encode(item) {
-            first.extend_from_slice(&frame);
-        }
+        encoder.encode_into(item, &mut first);
     }
     if quiet {
         first.extend_from_slice(KEEPALIVE);
@@ -546,7 +555,7 @@ async fn stream(
         abandoned.finished();
     }
     let rest = Rest {
-        first: (!first.is_empty()).then(|| first.freeze()),
+        first: (!first.is_empty()).then_some(first),
         released: if finished { None } else { Some(released) },
         keepalive: keepalive.map(|every| (every, Box::pin(tokio::time::sleep(every)))),
         encoder,
@@ -577,6 +586,9 @@ pub(super) fn trace_header(headers: &mut HeaderMap, trace_id: Option<&str>) {
     }
 }
 
+/// The bytes a streamed body's batch starts with room for.
+const BATCH_ROOM: usize = 1024;
+
 /// An SSE comment: every SSE client skips it, and it resets a client's read timeout.
 const KEEPALIVE: &[u8] = b": keep-alive\n\n";
 
@@ -585,7 +597,7 @@ const KEEPALIVE: &[u8] = b": keep-alive\n\n";
 /// waiting for more), so an answer that arrives in one piece leaves in one write while a
 /// slow stream still goes out event by event.
 struct Rest {
-    first: Option<Bytes>,
+    first: Option<Vec<u8>>,
     released: Option<ReleaseStream>,
     /// The keep-alive interval and the quiet gap's timer: an SSE comment goes out when it
     /// fires before anything else does.
@@ -610,13 +622,15 @@ impl futures_util::Stream for Rest {
         use std::task::Poll;
 
         let this = &mut *self;
-        let mut batch = match this.first.take() {
-            Some(first) => BytesMut::from(first),
-            None => BytesMut::new(),
-        };
+        let mut batch = this.first.take().unwrap_or_default();
         while let Some(released) = this.released.as_mut() {
             match released.poll_next_unpin(cx) {
                 Poll::Ready(Some(item)) => {
+                    if batch.capacity() == 0 {
+                        // Room for a few frames at once: an answer that arrives in one piece
+                        // fills the batch in two or three steps, not six.
+                        batch.reserve(BATCH_ROOM);
+                    }
                     if let Released::Completed(done) = &item {
                         log_call(&this.request_id, &done.report);
                         if let Some((gateway, recording)) = this.recording.take() {
@@ -648,9 +662,7 @@ impl futures_util::Stream for Rest {
                             });
                         }
                     }
-                    for frame in this.encoder.encode(&item) {
-                        batch.extend_from_slice(&frame);
-                    }
+                    this.encoder.encode_into(&item, &mut batch);
                 }
                 Poll::Ready(None) => {
                     for frame in this.encoder.close() {
@@ -673,7 +685,7 @@ impl futures_util::Stream for Rest {
             }
         }
         if !batch.is_empty() {
-            Poll::Ready(Some(Ok(batch.freeze())))
+            Poll::Ready(Some(Ok(Bytes::from(batch))))
         } else if this.released.is_none() {
             Poll::Ready(None)
         } else {

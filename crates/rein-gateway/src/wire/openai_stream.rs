@@ -66,6 +66,22 @@ impl OpenAiStream {
         }
     }
 
+    /// As [`Self::encode`], the frames appended to `out`; a text delta, most of a streamed
+    /// answer, is written there directly.
+    pub fn encode_into(&mut self, item: &Released, out: &mut Vec<u8>) {
+        if let Released::Event(StreamEvent::TextDelta { text }) = item
+            && self.started
+            && !self.finished
+            && !text.is_empty()
+        {
+            self.write_text_frame(text, out);
+            return;
+        }
+        for frame in self.encode(item) {
+            out.extend_from_slice(&frame);
+        }
+    }
+
     /// The engine's stream ended without a terminal item: if the answer was not finished, end
     /// with the in-band error rather than let the caller take what it has as complete.
     pub fn close(&mut self) -> Vec<Bytes> {
@@ -294,16 +310,22 @@ impl OpenAiStream {
     /// the rest of the chunk, which is the same for every text chunk of the stream and so is
     /// rendered once. The same bytes as [`Self::chunk`] renders (keys in the same sorted order).
     fn text_frame(&mut self, text: &str) -> Bytes {
+        let mut out = Vec::new();
+        self.write_text_frame(text, &mut out);
+        Bytes::from(out)
+    }
+
+    /// [`Self::text_frame`]'s bytes, appended to `out`.
+    fn write_text_frame(&mut self, text: &str, out: &mut Vec<u8>) {
         const HEAD: &[u8] = br#"data: {"choices":[{"delta":{"content":"#;
         let tail = match &self.text_tail {
             Some(tail) => tail,
             None => self.text_tail.insert(self.render_text_tail()),
         };
-        let mut out = Vec::with_capacity(HEAD.len() + text.len() + 8 + tail.len());
+        out.reserve(HEAD.len() + text.len() + 8 + tail.len());
         out.extend_from_slice(HEAD);
-        rein_providers::json_write::push_str(&mut out, text);
+        rein_providers::json_write::push_str(out, text);
         out.extend_from_slice(tail);
-        Bytes::from(out)
     }
 
     /// What follows the content string in a text chunk, through the frame's blank line.
@@ -414,6 +436,43 @@ mod tests {
 
     fn encode_all(stream: &mut OpenAiStream, items: &[Released]) -> Vec<Bytes> {
         items.iter().flat_map(|item| stream.encode(item)).collect()
+    }
+
+    /// Writing frames straight into the body's buffer changes no byte of the stream, in any
+    /// state: before the first frame, mid-answer, and after the answer has finished.
+    #[test]
+    fn frames_written_into_a_buffer_are_the_frames_encoded() {
+        let text = |text: &str| Released::Event(StreamEvent::TextDelta { text: text.into() });
+        let mut late = fixtures::text_answer_items();
+        late.push(text("after the end"));
+        let mut early = vec![text("before any start")];
+        early.extend(fixtures::interrupted_items());
+        let lists = [
+            fixtures::text_answer_items(),
+            fixtures::tool_answer_items(),
+            fixtures::refusal_items(),
+            fixtures::interrupted_items(),
+            late,
+            early,
+        ];
+        for (n, items) in lists.iter().enumerate() {
+            for include_usage in [false, true] {
+                let mut framed =
+                    OpenAiStream::new(fixtures::meta("chatcmpl-rein-9"), include_usage);
+                let expected: Vec<u8> = encode_all(&mut framed, items).concat();
+                let mut written =
+                    OpenAiStream::new(fixtures::meta("chatcmpl-rein-9"), include_usage);
+                let mut out = Vec::new();
+                for item in items {
+                    written.encode_into(item, &mut out);
+                }
+                assert_eq!(
+                    String::from_utf8(out).unwrap(),
+                    String::from_utf8(expected).unwrap(),
+                    "list {n}, include_usage={include_usage}"
+                );
+            }
+        }
     }
 
     #[test]
