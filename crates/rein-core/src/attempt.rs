@@ -111,7 +111,7 @@ impl Forwarder {
         self.held.clear();
     }
 
-    async fn push(&mut self, event: &StreamEvent) -> bool {
+    async fn push(&mut self, event: StreamEvent) -> bool {
         if matches!(event, StreamEvent::Done) {
             return true;
         }
@@ -120,7 +120,7 @@ impl Forwarder {
             return true;
         }
         if !self.forwarded && !event.is_content() {
-            self.held.push(event.clone());
+            self.held.push(event);
             return true;
         }
         self.forwarded = true;
@@ -129,7 +129,7 @@ impl Forwarder {
                 return false;
             }
         }
-        self.send(event.clone()).await
+        self.send(event).await
     }
 }
 
@@ -171,13 +171,15 @@ pub(crate) async fn run_attempt(
             Ok(None) => return Err(Failure::StreamCut),
             Ok(Some(Err(failure))) => return Err(failure),
             Ok(Some(Ok(event))) => {
+                builder.push(&event);
+                let done = matches!(event, StreamEvent::Done);
+                // The event itself goes on to the caller: the builder keeps its own copy.
                 if let Some(forward) = forward.as_deref_mut()
-                    && !forward.push(&event).await
+                    && !forward.push(event).await
                 {
                     return Err(Failure::Connection { detail: "the caller went away".into() });
                 }
-                builder.push(&event);
-                if matches!(event, StreamEvent::Done) {
+                if done {
                     return if builder.has_stop() {
                         Ok(builder.finish())
                     } else {
