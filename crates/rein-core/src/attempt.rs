@@ -9,13 +9,12 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout_at};
 
 use crate::failure::{Clock, Failure};
 use crate::model::{ChatRequest, ChatResponse, ResponseBuilder, StreamEvent};
 use crate::provider::Provider;
-use crate::release::Released;
+use crate::release::{Relay, Released};
 
 /// The clocks of one attempt, already cut to what the deadline leaves.
 #[derive(Debug, Clone, Copy)]
@@ -29,7 +28,7 @@ pub(crate) struct AttemptClocks {
 /// piece of content are held, so an attempt that fails before its first token leaves no trace.
 #[derive(Debug)]
 pub(crate) struct Forwarder {
-    tx: mpsc::Sender<Released>,
+    tx: Relay,
     held: Vec<StreamEvent>,
     forwarded: bool,
     caller_gone: bool,
@@ -46,7 +45,7 @@ pub(crate) struct Forwarder {
 
 impl Forwarder {
     /// `keep_text`: remember the text sent, for a continuation.
-    pub(crate) fn new(tx: mpsc::Sender<Released>, keep_text: bool) -> Self {
+    pub(crate) fn new(tx: Relay, keep_text: bool) -> Self {
         Self {
             tx,
             held: Vec::new(),
@@ -90,7 +89,7 @@ impl Forwarder {
             | StreamEvent::ToolCallDelta { .. } => self.only_text = false,
             _ => {}
         }
-        if self.tx.send(Released::Event(event)).await.is_err() {
+        if !self.tx.send(Released::Event(event)).await {
             self.caller_gone = true;
             return false;
         }

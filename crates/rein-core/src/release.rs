@@ -8,11 +8,13 @@
 //! the first token is forwarded, and a failure after that ends the stream with an in-band
 //! [`Released::Failed`], never with a truncated answer dressed as complete.
 
+use std::collections::VecDeque;
+use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 
 use futures_core::Stream;
-use tokio::sync::mpsc;
 
 use crate::attempt::Forwarder;
 use crate::chain::{CallError, Completion, Engine, RouteHandle};
@@ -30,17 +32,98 @@ pub enum Released {
     Failed(Box<CallError>),
 }
 
-/// The caller's side of a released stream.
-#[derive(Debug)]
+/// The caller's side of a released stream. Reading it runs the call: the call advances in the
+/// reader's own task each time the stream is polled (no task of its own, so no wake-up of
+/// another thread for each event), and stops when the stream is dropped.
 pub struct ReleaseStream {
-    rx: mpsc::Receiver<Released>,
+    /// The call, until it has sent its last item.
+    call: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    relay: Relay,
+}
+
+/// How many released items may wait unread; the call waits when they do.
+const RELAY_ROOM: usize = 64;
+
+/// The items a call has released and its reader has not yet taken. The call and the reader
+/// run in one task, so the lock is never contended and no waker is needed: a call waiting for
+/// room is polled again when the reader has taken every item ([`ReleaseStream::poll_next`]
+/// polls the call only then).
+#[derive(Debug, Clone)]
+pub(crate) struct Relay(Arc<Mutex<Relayed>>);
+
+impl Relay {
+    fn new() -> Self {
+        // Room for a provider's chunk of events without growing.
+        let items = VecDeque::with_capacity(16);
+        Self(Arc::new(Mutex::new(Relayed { items, reader_gone: false })))
+    }
+}
+
+#[derive(Debug)]
+struct Relayed {
+    items: VecDeque<Released>,
+    /// The reader dropped its stream.
+    reader_gone: bool,
+}
+
+impl Relay {
+    fn lock(&self) -> MutexGuard<'_, Relayed> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Hands `item` to the reader once there is room; false when the reader has gone.
+    pub(crate) async fn send(&self, item: Released) -> bool {
+        let mut item = Some(item);
+        std::future::poll_fn(|_| {
+            let mut relayed = self.lock();
+            if relayed.reader_gone {
+                return Poll::Ready(false);
+            }
+            if relayed.items.len() >= RELAY_ROOM {
+                // No waker: only the reader polls the call, and it does so before each read.
+                return Poll::Pending;
+            }
+            relayed.items.extend(item.take());
+            Poll::Ready(true)
+        })
+        .await
+    }
+}
+
+impl std::fmt::Debug for ReleaseStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReleaseStream").field("running", &self.call.is_some()).finish()
+    }
 }
 
 impl Stream for ReleaseStream {
     type Item = Released;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Released>> {
-        self.rx.poll_recv(cx)
+        let this = &mut *self;
+        if let Some(item) = this.relay.lock().items.pop_front() {
+            return Poll::Ready(Some(item));
+        }
+        // Nothing waiting: the call runs until it releases something or waits. Its wakers are
+        // this task's, so the provider's bytes arriving wake the reader.
+        if let Some(call) = this.call.as_mut()
+            && call.as_mut().poll(cx).is_ready()
+        {
+            this.call = None;
+        }
+        match this.relay.lock().items.pop_front() {
+            Some(item) => Poll::Ready(Some(item)),
+            None if this.call.is_none() => Poll::Ready(None),
+            // Nothing released and the call not waiting for room: what it waits for wakes
+            // this task.
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for ReleaseStream {
+    fn drop(&mut self) {
+        self.relay.lock().reader_gone = true;
     }
 }
 
@@ -84,44 +167,34 @@ fn floor_char_boundary(text: &str, at: usize) -> usize {
     at
 }
 
-/// Run a streamed call on its own task, in the route's release mode; the task stops when the
-/// returned stream is dropped. [`Engine::stream`] is the way in.
-pub(crate) fn spawn(
+/// A streamed call in the route's release mode, run as its stream is read; it stops when the
+/// stream is dropped. [`Engine::stream`] is the way in.
+pub(crate) fn start(
     engine: Engine,
     handle: RouteHandle,
     mut ctx: CallContext,
     request: ChatRequest,
 ) -> ReleaseStream {
-    let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(async move {
-        let closed = tx.clone();
+    let relay = Relay::new();
+    let tx = relay.clone();
+    let call = Box::pin(async move {
         let passthrough = handle.release_mode() == ReleaseMode::Passthrough;
-        let run = async {
-            let mut forwarder = Forwarder::new(tx.clone(), handle.continuation());
-            let forward = passthrough.then_some(&mut forwarder);
-            let result = engine.run(&mut ctx, &handle, &request, forward).await;
-            // Moved on whole, so the outcome takes no room of its own beside the call's state.
-            deliver(&tx, result, forwarder.forwarded()).await;
-        };
-        tokio::select! {
-            _ = closed.closed() => {}
-            _ = run => {}
-        }
+        let mut forwarder = Forwarder::new(tx.clone(), handle.continuation());
+        let forward = passthrough.then_some(&mut forwarder);
+        let result = engine.run(&mut ctx, &handle, &request, forward).await;
+        // Moved on whole, so the outcome takes no room of its own beside the call's state.
+        deliver(&tx, result, forwarder.forwarded()).await;
     });
-    ReleaseStream { rx }
+    ReleaseStream { call: Some(call), relay }
 }
 
 /// Send a finished call's outcome down its stream: the held answer in pieces (unless it went
 /// out as it came), then the completion; or the failure. Stops when the caller has gone.
-async fn deliver(
-    tx: &mpsc::Sender<Released>,
-    result: Result<Completion, CallError>,
-    forwarded: bool,
-) {
+async fn deliver(tx: &Relay, result: Result<Completion, CallError>, forwarded: bool) {
     let completion = match result {
         Ok(completion) => completion,
         Err(error) => {
-            let _ = tx.send(Released::Failed(Box::new(error))).await;
+            tx.send(Released::Failed(Box::new(error))).await;
             return;
         }
     };
@@ -135,13 +208,13 @@ async fn deliver(
                 other => vec![other],
             };
             for event in events {
-                if tx.send(Released::Event(event)).await.is_err() {
+                if !tx.send(Released::Event(event)).await {
                     return;
                 }
             }
         }
     }
-    let _ = tx.send(Released::Completed(Box::new(completion))).await;
+    tx.send(Released::Completed(Box::new(completion))).await;
 }
 
 #[cfg(test)]

@@ -272,8 +272,8 @@ impl Engine {
         }
     }
 
-    /// Start a streamed call in the route's release mode. The call runs on its own task and
-    /// stops when the returned stream is dropped.
+    /// Start a streamed call in the route's release mode. The call runs as the returned
+    /// stream is polled, in the polling task, and stops when the stream is dropped.
     pub fn stream(
         &self,
         ctx: CallContext,
@@ -281,7 +281,7 @@ impl Engine {
         request: ChatRequest,
     ) -> Result<ReleaseStream, CallError> {
         let handle = self.route_state(route)?;
-        Ok(release::spawn(self.clone(), handle, ctx, request))
+        Ok(release::start(self.clone(), handle, ctx, request))
     }
 
     fn route_state(&self, route: &str) -> Result<RouteHandle, CallError> {

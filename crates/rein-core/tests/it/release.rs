@@ -133,3 +133,21 @@ async fn a_caller_that_hangs_up_mid_stream_is_no_failure_of_the_tier() {
     assert_eq!(state.state, BreakerState::Closed, "callers hanging up opened the breaker");
     assert_eq!(primary.arrivals().len(), 20, "no call was turned away from the primary");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_held_answer_longer_than_the_relay_holds_reaches_the_caller_whole() {
+    // ~400 pieces: more than the relay between the call and its reader holds at once, so the
+    // call waits for room and goes on as the reader reads.
+    let text = "the order ships in two days. ".repeat(350);
+    let (engine, _) = engine_with(
+        ReleaseMode::Checked,
+        vec![Act::Say(text.clone(), StopReason::EndTurn)],
+        vec![ok()],
+    );
+    let stream = engine.stream(CallContext::new(), "r", ChatRequest::default()).unwrap();
+    let (received, times, end) = drain(stream).await;
+    assert!(times.len() > 300, "{} pieces", times.len());
+    assert_eq!(received, text);
+    let Released::Completed(done) = end else { panic!("{end:?}") };
+    assert_eq!(done.outcome(), Outcome::Answered);
+}
