@@ -8,7 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
@@ -23,42 +23,27 @@ use super::run::{self, Followup};
 use crate::wire::{self, ErrorKind, ResponseMeta};
 use rein_runtime::config::ServerConfig;
 
-/// The model-call endpoint a `POST` to `path` reaches: the edge hands these calls to [`serve`]
-/// itself, without the router (its path match, extensions and boxed service cost ~3k
-/// instructions a call); the router keeps the same routes for everything else it answers
-/// about them (a `GET` is a 405 there).
+/// The model-call endpoints, each path with the API it speaks: the one table both ways in
+/// read. The edge hands a `POST` to one of them to [`serve`] itself, without the router (its
+/// path match, extensions and boxed service cost ~3k instructions a call); the router routes
+/// the same paths to [`serve`] for everything else it answers about them (a `GET` is a 405
+/// there) and for those who serve the router alone.
+pub(super) const ENDPOINTS: [(&str, Api); 3] = [
+    ("/v1/chat/completions", Api::OpenAi),
+    ("/v1/responses", Api::Responses),
+    ("/v1/messages", Api::Anthropic),
+];
+
+/// The model-call endpoint a `POST` to `path` reaches.
 pub(super) fn endpoint(path: &str) -> Option<Api> {
-    match path {
-        "/v1/chat/completions" => Some(Api::OpenAi),
-        "/v1/responses" => Some(Api::Responses),
-        "/v1/messages" => Some(Api::Anthropic),
-        _ => None,
-    }
+    ENDPOINTS.iter().find(|(endpoint, _)| *endpoint == path).map(|&(_, api)| api)
 }
 
-/// A model call to the endpoint of `api`, as the router's handlers below make it.
+/// A model call to the endpoint of `api`. The whole request is taken, not a `HeaderMap`
+/// extractor, which clones the headers.
 pub(super) async fn serve(gateway: Arc<Gateway>, api: Api, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     handle(gateway, api, headers_alone(parts), body).await
-}
-
-// The whole request is taken (not a `HeaderMap` extractor, which clones the headers).
-pub(super) async fn openai_chat(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
-    serve(gateway, Api::OpenAi, request).await
-}
-
-pub(super) async fn openai_responses(
-    State(gateway): State<Arc<Gateway>>,
-    request: Request,
-) -> Response {
-    serve(gateway, Api::Responses, request).await
-}
-
-pub(super) async fn anthropic_messages(
-    State(gateway): State<Arc<Gateway>>,
-    request: Request,
-) -> Response {
-    serve(gateway, Api::Anthropic, request).await
 }
 
 /// The request's headers; the rest of its head (the URI, and axum's copy of it in the
@@ -845,7 +830,7 @@ model = "m"
         let env: rein_runtime::EnvSource = Arc::new(|_: &str| None);
         let config = rein_runtime::config::Config::from_toml(&toml, &*env).unwrap();
         let gateway = Gateway::from_config(config, None, None, env).await.unwrap();
-        let handler = openai_chat(State(gateway), Request::new(Body::empty()));
+        let handler = serve(gateway, Api::OpenAi, Request::new(Body::empty()));
         let size = std::mem::size_of_val(&handler);
         assert!(size <= 4096, "a call's handler future is {size} bytes");
     }

@@ -502,9 +502,10 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Tracked {
         let in_flight = self.conn.request_started();
         let deadline = Instant::now() + self.conn.limits.body_read_timeout;
         let request = request.map(|body| Body::new(TimedBody { body, deadline, timer: None }));
-        let call = match request.method() == Method::POST {
-            true => super::chat::endpoint(request.uri().path()),
-            false => None,
+        let call = if request.method() == Method::POST {
+            super::chat::endpoint(request.uri().path())
+        } else {
+            None
         };
         let answer = match call {
             Some(api) => {

@@ -276,10 +276,14 @@ fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
 
 /// The whole HTTP surface.
 pub fn router(gateway: Arc<Gateway>) -> Router {
-    Router::new()
-        .route("/v1/chat/completions", post(chat::openai_chat))
-        .route("/v1/responses", post(chat::openai_responses))
-        .route("/v1/messages", post(chat::anthropic_messages))
+    let mut router = Router::new();
+    for (path, api) in chat::ENDPOINTS {
+        let call = move |State(gateway): State<Arc<Gateway>>, request: axum::extract::Request| {
+            chat::serve(gateway, api, request)
+        };
+        router = router.route(path, post(call));
+    }
+    router
         .route("/v1/tools/{tool}", post(tools::call))
         .nest_service(
             "/mcp",
