@@ -31,7 +31,6 @@ pub(crate) struct Forwarder {
     tx: Relay,
     held: Vec<StreamEvent>,
     forwarded: bool,
-    caller_gone: bool,
     /// The text that reached the caller: what a continuation carries on from (kept only when
     /// the route continues broken streams).
     sent: String,
@@ -50,7 +49,6 @@ impl Forwarder {
             tx,
             held: Vec::new(),
             forwarded: false,
-            caller_gone: false,
             sent: String::new(),
             keep_text,
             only_text: true,
@@ -59,10 +57,9 @@ impl Forwarder {
     }
 
     /// The text the caller has, when a later tier could continue from it: something reached
-    /// the caller, all of it text, and the caller is still there.
+    /// the caller, and all of it text.
     pub(crate) fn continuable(&self) -> Option<&str> {
-        (self.forwarded && self.only_text && !self.caller_gone && !self.sent.is_empty())
-            .then_some(self.sent.as_str())
+        (self.forwarded && self.only_text && !self.sent.is_empty()).then_some(self.sent.as_str())
     }
 
     /// From now on the events come from a tier that continues the answer.
@@ -80,7 +77,7 @@ impl Forwarder {
         &self.sent
     }
 
-    async fn send(&mut self, event: StreamEvent) -> bool {
+    async fn send(&mut self, event: StreamEvent) {
         match &event {
             StreamEvent::TextDelta { text } if self.keep_text => self.sent.push_str(text),
             StreamEvent::ThinkingDelta { .. }
@@ -89,11 +86,7 @@ impl Forwarder {
             | StreamEvent::ToolCallDelta { .. } => self.only_text = false,
             _ => {}
         }
-        if !self.tx.send(Released::Event(event)).await {
-            self.caller_gone = true;
-            return false;
-        }
-        true
+        self.tx.send(Released::Event(event)).await;
     }
 
     /// Whether any event has reached the caller (after which a failure cannot be hidden).
@@ -101,34 +94,28 @@ impl Forwarder {
         self.forwarded
     }
 
-    pub(crate) fn caller_gone(&self) -> bool {
-        self.caller_gone
-    }
-
     /// A new attempt starts: drop whatever the failed one held back.
     fn reset(&mut self) {
         self.held.clear();
     }
 
-    async fn push(&mut self, event: StreamEvent) -> bool {
+    async fn push(&mut self, event: StreamEvent) {
         if matches!(event, StreamEvent::Done) {
-            return true;
+            return;
         }
         // The caller's stream has begun already: a continuing tier's start is not news.
         if self.continuing && matches!(event, StreamEvent::Start { .. }) {
-            return true;
+            return;
         }
         if !self.forwarded && !event.is_content() {
             self.held.push(event);
-            return true;
+            return;
         }
         self.forwarded = true;
         for held in std::mem::take(&mut self.held) {
-            if !self.send(held).await {
-                return false;
-            }
+            self.send(held).await;
         }
-        self.send(event).await
+        self.send(event).await;
     }
 }
 
@@ -173,10 +160,8 @@ pub(crate) async fn run_attempt(
                 builder.push(&event);
                 let done = matches!(event, StreamEvent::Done);
                 // The event itself goes on to the caller: the builder keeps its own copy.
-                if let Some(forward) = forward.as_deref_mut()
-                    && !forward.push(event).await
-                {
-                    return Err(Failure::Connection { detail: "the caller went away".into() });
+                if let Some(forward) = forward.as_deref_mut() {
+                    forward.push(event).await;
                 }
                 if done {
                     return if builder.has_stop() {

@@ -47,44 +47,33 @@ const RELAY_ROOM: usize = 64;
 /// The items a call has released and its reader has not yet taken. The call and the reader
 /// run in one task, so the lock is never contended and no waker is needed: a call waiting for
 /// room is polled again when the reader has taken every item ([`ReleaseStream::poll_next`]
-/// polls the call only then).
+/// polls the call only then). The call lives in its reader's stream, so it never sends to a
+/// reader that has gone.
 #[derive(Debug, Clone)]
-pub(crate) struct Relay(Arc<Mutex<Relayed>>);
+pub(crate) struct Relay(Arc<Mutex<VecDeque<Released>>>);
 
 impl Relay {
     fn new() -> Self {
         // Room for a provider's chunk of events without growing.
-        let items = VecDeque::with_capacity(16);
-        Self(Arc::new(Mutex::new(Relayed { items, reader_gone: false })))
+        Self(Arc::new(Mutex::new(VecDeque::with_capacity(16))))
     }
-}
 
-#[derive(Debug)]
-struct Relayed {
-    items: VecDeque<Released>,
-    /// The reader dropped its stream.
-    reader_gone: bool,
-}
-
-impl Relay {
-    fn lock(&self) -> MutexGuard<'_, Relayed> {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Released>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Hands `item` to the reader once there is room; false when the reader has gone.
-    pub(crate) async fn send(&self, item: Released) -> bool {
+    /// Hands `item` to the reader once there is room.
+    pub(crate) async fn send(&self, item: Released) {
         let mut item = Some(item);
         std::future::poll_fn(|_| {
-            let mut relayed = self.lock();
-            if relayed.reader_gone {
-                return Poll::Ready(false);
-            }
-            if relayed.items.len() >= RELAY_ROOM {
-                // No waker: only the reader polls the call, and it does so before each read.
+            let mut items = self.lock();
+            if items.len() >= RELAY_ROOM {
+                // No waker: only the reader polls the call, and it does so once it has taken
+                // every item.
                 return Poll::Pending;
             }
-            relayed.items.extend(item.take());
-            Poll::Ready(true)
+            items.extend(item.take());
+            Poll::Ready(())
         })
         .await
     }
@@ -101,7 +90,7 @@ impl Stream for ReleaseStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Released>> {
         let this = &mut *self;
-        if let Some(item) = this.relay.lock().items.pop_front() {
+        if let Some(item) = this.relay.lock().pop_front() {
             return Poll::Ready(Some(item));
         }
         // Nothing waiting: the call runs until it releases something or waits. Its wakers are
@@ -111,19 +100,13 @@ impl Stream for ReleaseStream {
         {
             this.call = None;
         }
-        match this.relay.lock().items.pop_front() {
+        match this.relay.lock().pop_front() {
             Some(item) => Poll::Ready(Some(item)),
             None if this.call.is_none() => Poll::Ready(None),
             // Nothing released and the call not waiting for room: what it waits for wakes
             // this task.
             None => Poll::Pending,
         }
-    }
-}
-
-impl Drop for ReleaseStream {
-    fn drop(&mut self) {
-        self.relay.lock().reader_gone = true;
     }
 }
 
@@ -189,7 +172,7 @@ pub(crate) fn start(
 }
 
 /// Send a finished call's outcome down its stream: the held answer in pieces (unless it went
-/// out as it came), then the completion; or the failure. Stops when the caller has gone.
+/// out as it came), then the completion; or the failure.
 async fn deliver(tx: &Relay, result: Result<Completion, CallError>, forwarded: bool) {
     let completion = match result {
         Ok(completion) => completion,
@@ -208,9 +191,7 @@ async fn deliver(tx: &Relay, result: Result<Completion, CallError>, forwarded: b
                 other => vec![other],
             };
             for event in events {
-                if !tx.send(Released::Event(event)).await {
-                    return;
-                }
+                tx.send(Released::Event(event)).await;
             }
         }
     }

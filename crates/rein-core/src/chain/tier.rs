@@ -294,14 +294,14 @@ impl TierRun<'_> {
             call.skip(index, &tier.name, reason);
             return Next::Done(TierEnd::Broke { last: classified });
         }
-        if forward.is_some_and(|f| f.forwarded() || f.caller_gone()) {
+        if forward.is_some_and(|f| f.forwarded()) {
             call.outcome = Outcome::Interrupted;
             let report = Box::new(call.report(route));
             let end = Ended::Error(CallError::Interrupted { reason: failure.to_string(), report });
-            // A caller that hung up is no failure of the tier: counting it would let clients
-            // (or one hostile client) open a healthy upstream's breaker by disconnecting.
-            let tier_failed = !forward.is_some_and(|f| f.caller_gone());
-            return Next::Done(TierEnd::Ended { end, tier_failed });
+            // The tier broke the stream. A caller that hangs up never gets here: the call runs
+            // inside the caller's stream and is dropped with it, so a client (or one hostile
+            // client) cannot open a healthy upstream's breaker by disconnecting.
+            return Next::Done(TierEnd::Ended { end, tier_failed: true });
         }
         let (reason, context_length) = match classified.disposition {
             Disposition::RetryTier => {
