@@ -210,6 +210,7 @@ pub struct Metrics {
     spans_exported: Counter,
     spans_dropped: Family<ReasonLabel, Counter>,
     records_dropped: Counter,
+    log_lines_dropped: Counter,
     /// Per (route, label key): the values that have a series of their own.
     label_values: std::sync::Mutex<
         std::collections::HashMap<(String, String), std::collections::HashSet<String>>,
@@ -549,6 +550,12 @@ impl Metrics {
             "Finished calls whose record and trace were not stored (the recorder's queue was full, or the store refused the write)",
             records_dropped.clone(),
         );
+        let log_lines_dropped = Counter::default();
+        registry.register(
+            "log_lines_dropped",
+            "Log lines not written because whatever reads rein's stderr fell behind (the log writer's queue was full)",
+            log_lines_dropped.clone(),
+        );
         Self {
             registry,
             requests,
@@ -593,6 +600,7 @@ impl Metrics {
             spans_exported,
             spans_dropped,
             records_dropped,
+            log_lines_dropped,
             label_values: Default::default(),
             primaries: Default::default(),
             hot: HotRoutes::default(),
@@ -680,6 +688,13 @@ impl Metrics {
             stats.spans_dropped_export.load(Relaxed),
         );
         set_counter(&self.records_dropped, stats.records_dropped.load(Relaxed));
+    }
+
+    /// Set the log writer's count of dropped lines, read now (none when nothing counts them).
+    pub fn set_log_writer(&self) {
+        if let Some(dropped) = LOG_LINES_DROPPED.get() {
+            set_counter(&self.log_lines_dropped, dropped());
+        }
     }
 
     /// Count a model call on `route` whose client went away before its answer was complete.
@@ -954,6 +969,16 @@ impl ToolObserver for ToolMetricsObserver {
 }
 
 /// Bring a counter up to `total`, a count kept elsewhere (counters only go up).
+/// How many log lines the process's log writer dropped, when it drops any: the writer, like the
+/// log subscriber, is the process's, installed once by the binary before a gateway starts.
+static LOG_LINES_DROPPED: std::sync::OnceLock<Box<dyn Fn() -> u64 + Send + Sync>> =
+    std::sync::OnceLock::new();
+
+/// Have `/metrics` read the log writer's dropped lines from `dropped` (the first call wins).
+pub fn count_dropped_log_lines(dropped: impl Fn() -> u64 + Send + Sync + 'static) {
+    let _ = LOG_LINES_DROPPED.set(Box::new(dropped));
+}
+
 fn set_counter(counter: &Counter, total: u64) {
     let now = counter.get();
     if total > now {

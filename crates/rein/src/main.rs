@@ -1,7 +1,6 @@
 //! The `rein` command line: parses arguments and hands each subcommand to its library crate.
 //! The work lives in the libraries; this file is glue, with `anyhow` for the top-level error.
 
-use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -16,6 +15,7 @@ mod handoffs;
 mod judge;
 mod levers;
 mod limits;
+mod logs;
 mod outbox;
 mod probe;
 #[cfg(feature = "sim")]
@@ -118,6 +118,11 @@ struct ServeArgs {
     /// Log format on stderr.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
+    /// Log lines held for stderr while whatever reads it falls behind; past them lines are
+    /// dropped and counted (`rein_log_lines_dropped_total`), and the gateway goes on serving.
+    #[arg(long, value_name = "LINES", default_value_t = logs::DEFAULT_QUEUE,
+          value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    log_queue: u32,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -195,22 +200,15 @@ fn main() -> std::process::ExitCode {
     // rustls runs on ring, installed before any HTTP client is built (reqwest has none of its own).
     rein_providers::install_crypto_provider();
     let cli = Cli::parse();
-    let json_logs =
-        matches!(&cli.command, Command::Serve(ServeArgs { log_format: LogFormat::Json, .. }));
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colour only for a person at a terminal, and never when NO_COLOR is set (no-color.org).
-    let colour = std::io::stderr().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(colour);
-    if json_logs {
-        logs.json().init();
-    } else {
-        logs.init();
-    }
+    // The gateway's lines go through a queue to a thread of their own: a stalled reader of
+    // stderr must not stall its event loops.
+    let (json_logs, log_queue) = match &cli.command {
+        Command::Serve(args) => {
+            (matches!(args.log_format, LogFormat::Json), Some(args.log_queue as usize))
+        }
+        _ => (false, None),
+    };
+    let logs = logs::init(json_logs, log_queue);
     // Servers hold a file descriptor per connection, upstream ones included.
     #[cfg(feature = "sim")]
     let server = matches!(cli.command, Command::Serve(_) | Command::Sim(_));
@@ -254,6 +252,8 @@ fn main() -> std::process::ExitCode {
             Command::Record(args) => record::run(args).await,
         }
     });
+    // What is queued is written before the last word, which is written directly.
+    drop(logs);
     match result {
         Ok(code) => code,
         Err(error) => {

@@ -433,6 +433,7 @@ async fn metrics(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Res
         Err(error) => tracing::warn!("metrics: cannot read the outbox's numbers: {error}"),
     }
     gateway.metrics.set_recorder(gateway.runtime.recorder.stats());
+    gateway.metrics.set_log_writer();
     let body = gateway.metrics.render(&gateway.runtime.engine);
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body)
         .into_response()

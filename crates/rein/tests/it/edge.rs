@@ -2,7 +2,8 @@
 //! socket and refuses, by key, what it cannot apply; the operator pages need the admin key off
 //! loopback; slow-header and idle connections are closed on their clocks while normal clients
 //! are served and long calls are not cut; the connection cap; TLS with a certificate a reload
-//! renews. Real clocks with short limits and generous bounds.
+//! renews; a stderr nobody reads never stops the gateway. Real clocks with short limits and
+//! generous bounds.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -640,4 +641,82 @@ fn serve_and_sim_raise_their_open_file_limit_to_the_hard_one() {
         assert_ne!(soft, "512", "{args:?} kept the shell's soft limit");
         assert_eq!(soft, hard, "{args:?}");
     }
+}
+
+/// Killed when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_stderr_nobody_reads_drops_log_lines_but_never_stops_the_gateway() {
+    // stderr is a pipe the test holds and does not read: it fills after a few hundred lines of
+    // `call finished`, and then every line rein writes would wait for a reader.
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), "listen = \"127.0.0.1:0\"");
+    rein_providers::install_crypto_provider();
+    let mut child = Command::new(BIN)
+        .args(["serve", "--config", config.to_str().unwrap(), "--log-queue", "64"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let stderr = child.stderr.take().unwrap();
+    let child = Killed(child);
+    let port: u16 = stdout
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            let addr = line.trim().strip_prefix("rein listening on http://")?.to_string();
+            addr.rsplit(':').next()?.parse().ok()
+        })
+        .expect("rein serve did not start");
+    let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
+
+    // Each answer logs a line of about 200 bytes: a 64 KiB pipe and 64 queued lines hold a few
+    // hundred. Every call is still answered, each well inside its bound.
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    for call in 0..1_000 {
+        let response = client.post(url("/v1/chat/completions")).json(&chat_body()).send().await;
+        let status = response.map(|r| r.status().as_u16());
+        assert!(matches!(status, Ok(200)), "call {call} with stderr unread: {status:?}");
+    }
+    let metrics = client.get(url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let dropped: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("rein_log_lines_dropped_total ")?.trim().parse().ok())
+        .expect("rein_log_lines_dropped_total");
+    assert!((300.0..1_000.0).contains(&dropped), "{dropped} lines dropped of about 1,000");
+
+    // Once stderr is read again, what was held comes out in whole lines and logging goes on.
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let last = client.post(url("/v1/chat/completions")).json(&chat_body()).send().await.unwrap();
+    let id = last.headers()["x-request-id"].to_str().unwrap().to_string();
+    let mut read = 0;
+    loop {
+        let line = lines_rx
+            .recv_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|_| panic!("the last call's line never came ({read} lines read)"));
+        read += 1;
+        assert!(line.starts_with("20") && line.contains(" INFO "), "a torn line: {line:?}");
+        if line.contains("call finished") && line.contains(&id) {
+            break;
+        }
+    }
+    assert!(read > 300, "{read} lines read");
+    drop(child);
 }

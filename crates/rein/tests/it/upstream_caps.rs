@@ -74,6 +74,19 @@ impl Gateway {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The log once `count` of its lines pass `wanted` (rein writes its lines from a thread of
+    /// its own, so a line can come just after the answer), or as it is after 5 s.
+    pub(crate) async fn log_once(&self, count: usize, wanted: impl Fn(&str) -> bool) -> String {
+        for _ in 0..200 {
+            let log = self.log();
+            if log.lines().filter(|line| wanted(line)).count() >= count {
+                return log;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        self.log()
+    }
+
     /// A line of `/proc/PID/status` in bytes (`VmHWM`: the peak resident set so far).
     pub(crate) fn status_bytes(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
@@ -294,14 +307,9 @@ async fn endless_upstream_bodies_stop_at_the_limit_and_memory_stays_bounded() {
     }
 
     // The reason, by kind, in the log and the metrics.
-    let log = gateway.log();
-    assert_eq!(
-        log.lines()
-            .filter(|l| l.contains("attempt failed") && l.contains("response_too_large"))
-            .count(),
-        2,
-        "{log}"
-    );
+    let too_large = |l: &str| l.contains("attempt failed") && l.contains("response_too_large");
+    let log = gateway.log_once(2, too_large).await;
+    assert_eq!(log.lines().filter(|l| too_large(l)).count(), 2, "{log}");
     let metrics = client.get(format!("{}/metrics", gateway.url)).send().await.unwrap();
     let metrics = metrics.text().await.unwrap();
     let too_large: Vec<&str> =
@@ -364,7 +372,8 @@ model = "m"
     assert_eq!(response.headers()["x-rein-outcome"], "degraded");
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["choices"][0]["message"]["content"], "A person will reply within 2 hours.");
-    assert!(gateway.log().contains("response_too_large"), "{}", gateway.log());
+    let log = gateway.log_once(1, |l| l.contains("response_too_large")).await;
+    assert!(log.contains("response_too_large"), "{log}");
 
     let response = client
         .post(format!("{}/v1/chat/completions", gateway.url))
