@@ -613,6 +613,18 @@ mod tests {
         assert_eq!(temp_store, 2, "MEMORY");
     }
 
+    /// The bundled SQLite is built without memory statistics (`.cargo/config.toml`): each of its
+    /// allocations would otherwise take a process-wide mutex.
+    #[test]
+    fn the_bundled_sqlite_keeps_no_memory_statistics() {
+        let store = Store::open_in_memory().unwrap();
+        let conn = store.conn();
+        let mut options = conn.prepare("PRAGMA compile_options").unwrap();
+        let options: Vec<String> =
+            options.query_map([], |row| row.get(0)).unwrap().map(Result::unwrap).collect();
+        assert!(options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"), "{options:?}");
+    }
+
     #[test]
     fn outbox_items_written_before_the_unknown_outcome_columns_stay_readable() {
         let dir = tempfile::tempdir().unwrap();
