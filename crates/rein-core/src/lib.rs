@@ -16,6 +16,7 @@ pub mod degraded;
 pub mod eval;
 pub mod failure;
 pub mod handoff;
+pub mod json_write;
 pub mod lever;
 pub mod model;
 pub mod problems;

@@ -6,19 +6,10 @@
 
 use std::borrow::Cow;
 
+use rein_core::json_write::string_stops;
+
 /// Deeper than this, an ignored value is left to serde (whose own limit is 128).
 const MAX_DEPTH: u32 = 64;
-
-/// The high bit of each byte of `word` that is a quote, a backslash or a control byte; exact
-/// for the lowest such byte (the borrow of the subtraction can only mark bytes above it).
-pub(crate) fn string_stops(word: u64) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let zero_bytes = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
-    zero_bytes(word ^ (ONES * u64::from(b'"')))
-        | zero_bytes(word ^ (ONES * u64::from(b'\\')))
-        | (word.wrapping_sub(ONES * 0x20) & !word & HIGHS)
-}
 
 pub(crate) struct Scan<'a> {
     pub(crate) text: &'a str,

@@ -34,7 +34,6 @@ mod config;
 mod gemini;
 mod http_error;
 mod json_scan;
-pub mod json_write;
 mod openai;
 mod secret;
 mod sse;
@@ -76,6 +75,7 @@ pub use openai::{
     OpenAiProvider, replay_openai_response, replay_openai_stream, replay_responses_response,
     replay_responses_stream,
 };
+pub use rein_core::json_write;
 pub use secret::Secret;
 pub use vertex::{
     JWT_BEARER_GRANT, METADATA_TOKEN_PATH, VertexProvider,

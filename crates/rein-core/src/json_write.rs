@@ -1,9 +1,20 @@
 //! Writing JSON strings and numbers directly into a byte buffer, for the bodies rein renders on
 //! every call: the same bytes `serde_json` writes (a string's `"`, `\` and control bytes
 //! escaped, `\b \f \n \r \t` by their short forms and the others as `\u00XX`, everything else as
-//! it is), found eight bytes at a time instead of one, without a serializer around them.
+//! it is), found eight bytes at a time instead of one, without a serializer around them. Here,
+//! beside the engine's types, so the providers' encoders, the gateway's renderers and the
+//! store's records all write with it.
 
-use crate::json_scan::string_stops;
+/// The high bit of each byte of `word` that is a quote, a backslash or a control byte; exact
+/// for the lowest such byte (the borrow of the subtraction can only mark bytes above it).
+pub fn string_stops(word: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let zero_bytes = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+    zero_bytes(word ^ (ONES * u64::from(b'"')))
+        | zero_bytes(word ^ (ONES * u64::from(b'\\')))
+        | (word.wrapping_sub(ONES * 0x20) & !word & HIGHS)
+}
 
 /// `text` as a JSON string, quotes included, onto `out`.
 pub fn push_str(out: &mut Vec<u8>, text: &str) {
