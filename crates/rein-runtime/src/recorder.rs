@@ -646,7 +646,7 @@ async fn write_batch(
     }
     if !calls.is_empty() || !tools.is_empty() {
         let count = (calls.len() + tools.len()) as u64;
-        match store.calls_record(&calls, &tools).await {
+        match store.calls_record(calls, tools).await {
             Ok(()) => {
                 stats.records_written.fetch_add(count, Ordering::Relaxed);
             }

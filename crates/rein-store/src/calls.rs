@@ -112,14 +112,15 @@ pub struct CallsPruned {
 pub(crate) const SUMMARY_COLUMNS: &str =
     "at_unix_ms, request_id, trace_id, route, outcome, tier, attempts, elapsed_ms, notable, kind";
 
-/// A [`RecordedCall`] as both backends write its row.
+/// A [`RecordedCall`] as both backends write its row: made from the call, which it takes its
+/// strings from.
 pub(crate) struct CallRow {
     pub kind: &'static str,
     pub at_unix_ms: i64,
     pub request_id: String,
     pub trace_id: String,
     pub route: String,
-    pub outcome: String,
+    pub outcome: std::borrow::Cow<'static, str>,
     pub tier: Option<String>,
     pub attempts: i64,
     pub elapsed_ms: i64,
@@ -129,39 +130,35 @@ pub(crate) struct CallRow {
 }
 
 impl CallRow {
-    pub(crate) fn of(call: &RecordedCall) -> Self {
-        let record = &call.record;
+    pub(crate) fn of(call: RecordedCall) -> Self {
+        let RecordedCall { at_unix_ms, request_id, trace_id, record, notable, trace, eval } = call;
+        let json = record.to_json();
         Self {
-            kind: if call.eval { EVAL_KIND } else { MODEL_KIND },
-            at_unix_ms: call.at_unix_ms,
-            request_id: call.request_id.clone(),
-            trace_id: call.trace_id.clone(),
-            route: record.route.clone(),
-            outcome: record.outcome.as_str().to_string(),
-            tier: record.tier.clone(),
+            kind: if eval { EVAL_KIND } else { MODEL_KIND },
+            at_unix_ms,
+            request_id,
+            trace_id,
+            outcome: record.outcome.as_str().into(),
             attempts: i64::from(record.attempts),
             elapsed_ms: i64::try_from(record.elapsed_ms).unwrap_or(i64::MAX),
-            notable: call.notable,
-            // Both are plain data: serializing them cannot fail.
-            record: serde_json::to_string(record).unwrap_or_default(),
-            trace: call
-                .trace
-                .as_ref()
-                .map(|trace| serde_json::to_string(trace).unwrap_or_default()),
+            route: record.route,
+            tier: record.tier,
+            notable,
+            record: json,
+            // Plain data: serializing it cannot fail.
+            trace: trace.as_ref().map(|trace| serde_json::to_string(trace).unwrap_or_default()),
         }
     }
-}
 
-impl CallRow {
-    pub(crate) fn of_tool(call: &RecordedTool) -> Self {
+    pub(crate) fn of_tool(call: RecordedTool) -> Self {
         Self {
             kind: TOOL_KIND,
             at_unix_ms: call.at_unix_ms,
-            request_id: call.request_id.clone(),
-            trace_id: call.trace_id.clone(),
-            route: call.tool.clone(),
-            outcome: call.status.clone(),
-            tier: call.rung.clone(),
+            request_id: call.request_id,
+            trace_id: call.trace_id,
+            route: call.tool,
+            outcome: call.status.into(),
+            tier: call.rung,
             attempts: call.rungs,
             elapsed_ms: call.elapsed_ms,
             notable: call.notable,
@@ -174,8 +171,11 @@ impl CallRow {
     }
 
     /// The rows of one batch: the model calls, then the tool calls.
-    pub(crate) fn all(calls: &[RecordedCall], tools: &[RecordedTool]) -> Vec<CallRow> {
-        calls.iter().map(CallRow::of).chain(tools.iter().map(CallRow::of_tool)).collect()
+    pub(crate) fn all(calls: Vec<RecordedCall>, tools: Vec<RecordedTool>) -> Vec<CallRow> {
+        let mut rows = Vec::with_capacity(calls.len() + tools.len());
+        rows.extend(calls.into_iter().map(CallRow::of));
+        rows.extend(tools.into_iter().map(CallRow::of_tool));
+        rows
     }
 }
 

@@ -597,11 +597,11 @@ pub trait ToolStore: Send + Sync + std::fmt::Debug {
 
     // ---- recorded calls and traces ----
 
-    /// Record finished model and tool calls, in one transaction.
+    /// Record finished model and tool calls, in one transaction (their rows take their strings).
     async fn calls_record(
         &self,
-        calls: &[RecordedCall],
-        tools: &[RecordedTool],
+        calls: Vec<RecordedCall>,
+        tools: Vec<RecordedTool>,
     ) -> Result<(), StoreError>;
 
     /// The records of model calls made at or after `since_unix_ms` (of one route, when given),

@@ -1178,8 +1178,8 @@ impl ToolStore for PostgresToolStore {
 
     async fn calls_record(
         &self,
-        calls: &[RecordedCall],
-        tools: &[RecordedTool],
+        calls: Vec<RecordedCall>,
+        tools: Vec<RecordedTool>,
     ) -> Result<(), StoreError> {
         let rows = CallRow::all(calls, tools);
         if rows.is_empty() {

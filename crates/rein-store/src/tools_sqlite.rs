@@ -1660,8 +1660,8 @@ impl ToolStore for SqliteToolStore {
 
     async fn calls_record(
         &self,
-        calls: &[RecordedCall],
-        tools: &[RecordedTool],
+        calls: Vec<RecordedCall>,
+        tools: Vec<RecordedTool>,
     ) -> Result<(), StoreError> {
         let rows = CallRow::all(calls, tools);
         if rows.is_empty() {

@@ -1697,7 +1697,7 @@ async fn a_large_batch_of_calls_is_recorded_whole_and_in_order(backend: Backend)
                 call
             })
             .collect();
-        store.calls_record(&batch, &[]).await.unwrap();
+        store.calls_record(batch.clone(), vec![]).await.unwrap();
         written.extend(batch);
     }
     let read = store.calls_since(T0, None, 1_000).await.unwrap();
@@ -1719,13 +1719,13 @@ async fn a_large_batch_of_calls_is_recorded_whole_and_in_order(backend: Backend)
 async fn recorded_calls_come_back_by_window_and_route(backend: Backend) {
     use rein_core::Outcome;
     let store = &*backend.store;
-    store.calls_record(&[], &[]).await.unwrap();
+    store.calls_record(vec![], vec![]).await.unwrap();
     let calls = vec![
         recorded(1, "support", Outcome::Answered, 1),
         recorded(2, "support", Outcome::Fallback, 3),
         recorded(3, "billing", Outcome::Answered, 1),
     ];
-    store.calls_record(&calls, &[]).await.unwrap();
+    store.calls_record(calls.clone(), vec![]).await.unwrap();
     let all = store.calls_since(T0, None, 100).await.unwrap();
     assert_eq!(all.len(), 3);
     assert_eq!(all[1], (T0 + 2, calls[1].record.clone()), "records round-trip, oldest first");
@@ -1768,7 +1768,7 @@ async fn recorded_calls_come_back_by_window_and_route(backend: Backend) {
         notable: true,
         trace: Some(tool_trace.clone()),
     };
-    store.calls_record(&[], std::slice::from_ref(&tool)).await.unwrap();
+    store.calls_record(vec![], vec![tool.clone()]).await.unwrap();
     assert_eq!(store.calls_since(T0, None, 100).await.unwrap().len(), 3, "SLIs read model calls");
     let listed = store.traces_list(&TraceFilter::default(), 10).await.unwrap();
     assert_eq!(
@@ -1787,7 +1787,7 @@ async fn the_trace_store_keeps_the_newest_and_every_notable_trace(backend: Backe
     let mut calls = vec![recorded(1, "support", Outcome::Degraded, 2)];
     calls.extend((2..=5).map(|n| recorded(n, "support", Outcome::Answered, 1)));
     calls.push(recorded(6, "support", Outcome::Fallback, 2));
-    store.calls_record(&calls, &[]).await.unwrap();
+    store.calls_record(calls.clone(), vec![]).await.unwrap();
 
     let keep_two =
         CallsRetention { records_before_unix_ms: T0, traces_before_unix_ms: T0, keep_last: 2 };
@@ -1848,7 +1848,7 @@ async fn verdicts_join_their_calls_records_once_each_and_go_with_them(backend: B
         recorded(2, "support", Outcome::Answered, 1),
         recorded(3, "billing", Outcome::Answered, 1),
     ];
-    store.calls_record(&calls, &[]).await.unwrap();
+    store.calls_record(calls.clone(), vec![]).await.unwrap();
     // The verdict may land before or after its call's record: the join is made on reading.
     assert!(store.verdict_record(&verdict(1, "support", true, 0.05)).await.unwrap());
     assert!(store.verdict_record(&verdict(2, "support", false, 1.0)).await.unwrap());

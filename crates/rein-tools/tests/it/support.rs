@@ -356,8 +356,8 @@ impl ToolStore for TestStore {
 
     async fn calls_record(
         &self,
-        calls: &[rein_store::calls::RecordedCall],
-        tools: &[rein_store::calls::RecordedTool],
+        calls: Vec<rein_store::calls::RecordedCall>,
+        tools: Vec<rein_store::calls::RecordedTool>,
     ) -> Result<(), StoreError> {
         self.inner.calls_record(calls, tools).await
     }
