@@ -4,6 +4,8 @@
 //! evidence for the route's business rules) → the engine → the answer in the caller's format,
 //! with response headers that say what happened (outcome, tier, attempts, re-asks, repairs).
 
+use std::borrow::Cow;
+
 use std::future::Future;
 use std::sync::Arc;
 
@@ -359,7 +361,8 @@ async fn complete(
             report_headers(response.headers_mut(), api, &request_id, Some(&completion.report));
             trace_header(response.headers_mut(), recording.trace_id());
             let text = Some(completion.response.text.as_str());
-            recording.finish(&gateway, &completion.report, Some(completion.response.usage), text);
+            let report = Cow::Owned(completion.report);
+            recording.finish(&gateway, report, Some(completion.response.usage), text);
             response
         }
         Err(error) => {
@@ -368,7 +371,7 @@ async fn complete(
             trace_header(response.headers_mut(), recording.trace_id());
             if let Some(report) = error.report() {
                 log_call(&request_id, report);
-                recording.finish(&gateway, report, None, None);
+                recording.finish(&gateway, Cow::Borrowed(report), None, None);
             }
             response
         }
@@ -465,7 +468,7 @@ async fn stream(
                 trace_header(response.headers_mut(), recording.trace_id());
                 if let Some(report) = error.report() {
                     log_call(&request_id, report);
-                    recording.finish(&gateway, report, None, None);
+                    recording.finish(&gateway, Cow::Borrowed(report), None, None);
                     if let Some(followup) = followup {
                         followup.finished(&gateway, None, report).await;
                     }
@@ -504,7 +507,7 @@ async fn stream(
         if let Some(recording) = recording.take() {
             let usage = done.map(|done| done.response.usage);
             let text = done.map(|done| done.response.text.as_str());
-            recording.finish(&gateway, report, usage, text);
+            recording.finish(&gateway, Cow::Borrowed(report), usage, text);
         }
     }
     let mut followup = followup;
@@ -620,7 +623,12 @@ impl futures_util::Stream for Rest {
                         log_call(&this.request_id, &done.report);
                         if let Some((gateway, recording)) = this.recording.take() {
                             let (usage, text) = (done.response.usage, &done.response.text);
-                            recording.finish(&gateway, &done.report, Some(usage), Some(text));
+                            recording.finish(
+                                &gateway,
+                                Cow::Borrowed(&done.report),
+                                Some(usage),
+                                Some(text),
+                            );
                         }
                         if let Some((gateway, followup)) = this.followup.take()
                             && followup.needed(&done.report)
@@ -636,7 +644,7 @@ impl futures_util::Stream for Rest {
                     {
                         log_call(&this.request_id, report);
                         if let Some((gateway, recording)) = this.recording.take() {
-                            recording.finish(&gateway, report, None, None);
+                            recording.finish(&gateway, Cow::Borrowed(report), None, None);
                         }
                         if let Some((gateway, followup)) = this.followup.take()
                             && followup.needed(report)

@@ -8,6 +8,8 @@
 //! so only drawn calls copy their question and evidence) is handed to the online judge once it
 //! has answered.
 
+use std::borrow::Cow;
+
 use rein_core::handoff::Trigger;
 use rein_core::sli::CallRecord;
 use rein_core::trace::{CallInfo, Content, SpanEvent, ToolCallInfo};
@@ -135,19 +137,21 @@ impl Recording {
         self.info.ids.as_ref().map(|ids| ids.trace_id.as_str())
     }
 
-    /// The call is over: count its SLIs and hand it to the recorder (which never waits).
+    /// The call is over: count its SLIs and hand it to the recorder (which never waits). The
+    /// recorder keeps the report: given one the caller no longer needs, it takes it as it is.
     pub(super) fn finish(
         self,
         gateway: &Gateway,
-        report: &CallReport,
+        report: Cow<'_, CallReport>,
         usage: Option<Usage>,
         output: Option<&str>,
     ) {
         let Recording { deadline_ms, pinned, covered, labels, mut info, judged } = self;
+        let report_ref: &CallReport = &report;
         // Only the keys the route slices by: a record's labels are bounded like its metrics.
         let labels: std::collections::BTreeMap<String, String> =
-            labels.into_iter().filter(|(key, _)| report.labels.contains_key(key)).collect();
-        if let (Some(drawn), Some(served), Some(answer)) = (judged, &report.served_by, output)
+            labels.into_iter().filter(|(key, _)| report_ref.labels.contains_key(key)).collect();
+        if let (Some(drawn), Some(served), Some(answer)) = (judged, &report_ref.served_by, output)
             && !answer.trim().is_empty()
         {
             let Drawn { draw, question, evidence } = *drawn;
@@ -155,7 +159,7 @@ impl Recording {
                 at_unix_ms: i64::try_from(info.started_unix_ms).unwrap_or(i64::MAX),
                 request_id: info.request_id.clone(),
                 trace_id: info.ids.as_ref().map(|ids| ids.trace_id.clone()).unwrap_or_default(),
-                route: report.route.clone(),
+                route: report_ref.route.clone(),
                 tier: Some(served.tier_name.clone()),
                 model: Some(served.model.clone()),
                 labels: labels.clone(),
@@ -165,10 +169,10 @@ impl Recording {
                 answer: answer.to_string(),
             });
         }
-        let mut record = CallRecord::of_report(report, labels, deadline_ms);
-        record.escalation = escalation_of(report);
+        let mut record = CallRecord::of_report(report_ref, labels, deadline_ms);
+        record.escalation = escalation_of(report_ref);
         record.covered = covered.or_else(|| {
-            report_decided(report).filter(|s| s.starts_with("coverage")).map(|_| false)
+            report_decided(report_ref).filter(|s| s.starts_with("coverage")).map(|_| false)
         });
         if !pinned {
             gateway.metrics.sli(&record);
@@ -181,13 +185,13 @@ impl Recording {
         if let (Some(content), Some(output)) = (&mut info.content, output) {
             content.output = output.to_string();
         }
-        info.labels = report.labels.clone();
+        info.labels = report_ref.labels.clone();
         if let Some(trigger) = record.escalation
             && !info.notes.events.iter().any(|event| event.name == HANDOFF_EVENT)
         {
             // Sent to a person by what the engine did (checks failed, a degraded reply that
             // hands off, a stop): at the end of the call, when the hand-off is made.
-            let at_ms = info.offset_ms + report.elapsed_ms;
+            let at_ms = info.offset_ms + report_ref.elapsed_ms;
             info.notes
                 .events
                 .push(SpanEvent::new(HANDOFF_EVENT, at_ms).with("rein.trigger", trigger.as_str()));
@@ -195,7 +199,7 @@ impl Recording {
         let finished = Finished {
             // The call is recorded at the time it started, as its trace is.
             at_unix_ms: i64::try_from(info.started_unix_ms).unwrap_or(i64::MAX),
-            report: report.clone(),
+            report: report.into_owned(),
             info,
             record,
             pinned,
