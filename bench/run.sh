@@ -17,6 +17,8 @@
 #   PROFILE       1: record `perf` profiles of rein (needs perf; installs linux-perf)
 #   INSTRUCTIONS  1: count rein's user-space instructions per request under callgrind
 #                 (needs valgrind); a stable measure to compare two builds by
+#   IR_LOG        RUST_LOG of the rein under callgrind (default warn: no line a call; `info`,
+#                 rein's default, counts the `call finished` line each call logs)
 #   REIN_BIN      use this rein binary instead of building one
 #   BUILD_PROFILE the cargo profile rein and the floor are built with (dist: what to deploy)
 #   FLOOR_BIN     use this floor-proxy binary (bench/floor) instead of building one
@@ -569,7 +571,7 @@ if [ "$INSTRUCTIONS" = 1 ]; then
   sed -e "s/127.0.0.1:$REIN_PORT/127.0.0.1:$IR_PORT/" -e 's/^\[server\]$/[server]\nworkers = 1/' \
     -e "s#^sqlite_path = .*#sqlite_path = \"$TMP/ir/rein.sqlite\"#" "$TMP/rein/rein.toml" >"$TMP/ir/rein.toml"
   log "instruction counts: rein under callgrind"
-  (cd "$TMP/ir" && RUST_LOG=warn exec valgrind --tool=callgrind --callgrind-out-file="$TMP/ir/cg.out" \
+  (cd "$TMP/ir" && RUST_LOG="${IR_LOG:-warn}" exec valgrind --tool=callgrind --callgrind-out-file="$TMP/ir/cg.out" \
     "$REIN_BIN" serve --config "$TMP/ir/rein.toml" >"$TMP/ir/stdout.log" 2>"$TMP/ir/stderr.log") &
   IR_PID=$!; PIDS+=("$IR_PID")
   for _ in $(seq 1 300); do (exec 3<>"/dev/tcp/127.0.0.1/$IR_PORT") 2>/dev/null && break; sleep 0.2; done

@@ -147,6 +147,13 @@ pub fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
+/// Wall-clock microseconds since the Unix epoch, for the time of a log line; the same rule.
+#[allow(clippy::disallowed_types)]
+pub fn unix_micros() -> u64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
