@@ -706,20 +706,25 @@ async fn a_stderr_nobody_reads_drops_log_lines_but_never_stops_the_gateway() {
             }
         }
     });
-    let last = client.post(url("/v1/chat/completions")).json(&chat_body()).send().await.unwrap();
-    let id = last.headers()["x-request-id"].to_str().unwrap().to_string();
+    // A call made while the queue is still full may be dropped too: calls go on until one's
+    // line comes (bounded).
+    let mut ids = Vec::new();
     let mut read = 0;
-    loop {
-        let line = lines_rx
-            .recv_timeout(Duration::from_secs(5))
-            .unwrap_or_else(|_| panic!("the last call's line never came ({read} lines read)"));
-        read += 1;
-        assert!(line.starts_with("20") && line.contains(" INFO "), "a torn line: {line:?}");
-        if line.contains("call finished") && line.contains(&id) {
-            break;
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    'logged: loop {
+        assert!(std::time::Instant::now() < give_up, "no new call's line came ({read} read)");
+        let next = client.post(url("/v1/chat/completions")).json(&chat_body()).send().await;
+        ids.push(next.unwrap().headers()["x-request-id"].to_str().unwrap().to_string());
+        while let Ok(line) = lines_rx.recv_timeout(Duration::from_millis(100)) {
+            read += 1;
+            assert!(line.starts_with("20") && line.contains(" INFO "), "a torn line: {line:?}");
+            if line.contains("call finished") && ids.iter().any(|id| line.contains(id.as_str())) {
+                break 'logged;
+            }
         }
     }
-    assert!(read > 300, "{read} lines read");
+    // What the pipe held came out first (a 64 KiB pipe holds about 300 of these lines).
+    assert!(read > 200, "{read} lines read");
     drop(child);
 }
 
