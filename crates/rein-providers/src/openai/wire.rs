@@ -2,6 +2,8 @@
 //! every field optional and `null`-tolerant, unknown fields ignored, because OpenAI-compatible
 //! servers differ in what they omit. Also the `finish_reason` → [`StopReason`] mapping.
 
+use std::ops::Range;
+
 use serde::Deserialize;
 
 use rein_core::{StopReason, TokenLogprob, Usage};
@@ -104,6 +106,8 @@ pub(super) struct ScannedTexts {
     pub refusal: Option<String>,
     pub reasoning_content: Option<String>,
     pub reasoning: Option<String>,
+    /// Where `content`'s string lies in the text, its quotes included (none for `null`).
+    pub content_at: Option<Range<usize>>,
 }
 
 /// A `delta` or `message` object read directly: its four texts; `None` when serde must read it
@@ -124,7 +128,12 @@ pub(super) fn scan_texts(scan: &mut Scan<'_>) -> Option<ScannedTexts> {
             _ => return scan.skip(3),
         };
         first(&mut seen, bit)?;
+        scan.whitespace();
+        let start = scan.at;
         *field = scan.optional_owned()?;
+        if bit == 1 && texts.content.is_some() {
+            texts.content_at = Some(start..scan.at);
+        }
         Some(())
     })?;
     Some(texts)
