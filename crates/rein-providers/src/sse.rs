@@ -12,15 +12,30 @@
 //! flagged `terminated: false`, so the stream driver can tell a clean last event (some
 //! recordings omit the final newline) from a line cut in half by a dropped connection.
 
-/// One dispatched event.
+use std::borrow::Cow;
+
+/// One dispatched event. Its fields borrow the bytes read when they lie there whole (a record of
+/// one `data` line ended in the same chunk, the common case, is not copied); a record whose end
+/// comes in a later chunk, or of several `data` lines, is the parser's own joined text.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SseEvent {
+pub(crate) struct SseEvent<'a> {
     /// The `event:` field, when the server named the event.
-    pub event: Option<String>,
+    pub event: Option<Cow<'a, str>>,
     /// The `data:` lines joined with `\n`.
-    pub data: String,
+    pub data: Cow<'a, str>,
     /// False for a record flushed at end of input without its blank line.
     pub terminated: bool,
+}
+
+impl SseEvent<'_> {
+    #[cfg(test)]
+    pub(crate) fn into_owned(self) -> SseEvent<'static> {
+        SseEvent {
+            event: self.event.map(|event| Cow::Owned(event.into_owned())),
+            data: Cow::Owned(self.data.into_owned()),
+            terminated: self.terminated,
+        }
+    }
 }
 
 /// Why the bytes could not be read as SSE.
@@ -58,8 +73,28 @@ impl SseParser {
         }
     }
 
-    /// Feeds a chunk and appends every event it completes.
-    pub(crate) fn push(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+    /// Feeds a chunk and appends every event it completes, as owned events.
+    #[cfg(test)]
+    pub(crate) fn push(
+        &mut self,
+        chunk: &[u8],
+        out: &mut Vec<SseEvent<'static>>,
+    ) -> Result<(), SseError> {
+        self.push_with(chunk, |event| out.push(event.into_owned()))
+    }
+
+    /// Ends the input, as [`Self::finish_with`], appending owned events.
+    #[cfg(test)]
+    pub(crate) fn finish(&mut self, out: &mut Vec<SseEvent<'static>>) -> Result<(), SseError> {
+        self.finish_with(|event| out.push(event.into_owned()))
+    }
+
+    /// Feeds a chunk and hands `emit` every event it completes, in order.
+    pub(crate) fn push_with(
+        &mut self,
+        chunk: &[u8],
+        mut emit: impl FnMut(SseEvent<'_>),
+    ) -> Result<(), SseError> {
         // Lines wholly inside `chunk` are read where they lie; only a line still open at the
         // end of a chunk is buffered.
         let (input, buffered): (&[u8], bool) = if self.buffer.is_empty() {
@@ -73,6 +108,8 @@ impl SseParser {
             event: &mut self.event,
             data: &mut self.data,
             seen_first_line: &mut self.seen_first_line,
+            line_event: None,
+            line_data: None,
         };
         let mut start = 0;
         let mut skip = std::mem::take(&mut self.scanned);
@@ -104,10 +141,12 @@ impl SseParser {
                 }
             }
             start += consumed;
-            if let Err(error) = record.line(&rest[..pos], out) {
+            if let Err(error) = record.line(&rest[..pos], &mut emit) {
                 break Err(error);
             }
         };
+        // A record still open keeps what it borrowed as its own text: the bytes go.
+        record.keep();
         self.scanned = scanned;
         if buffered {
             self.buffer.drain(..start);
@@ -124,57 +163,69 @@ impl SseParser {
 
     /// Ends the input: a final unterminated line is processed, and a pending record is handed
     /// over with `terminated: false`.
-    pub(crate) fn finish(&mut self, out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+    pub(crate) fn finish_with(
+        &mut self,
+        mut emit: impl FnMut(SseEvent<'_>),
+    ) -> Result<(), SseError> {
         let mut rest = std::mem::take(&mut self.buffer);
         self.scanned = 0;
-        if rest.last() == Some(&b'\r') {
-            // A CR held back in case an LF followed: it did end a line (maybe an empty one).
-            rest.pop();
-            self.line(&rest, out)?;
-        } else if !rest.is_empty() {
-            self.line(&rest, out)?;
-        }
-        if let Some(mut data) = self.data.take() {
-            data.pop();
-            out.push(SseEvent { event: self.event.take(), data, terminated: false });
-        }
-        Ok(())
-    }
-
-    fn line(&mut self, line: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
-        Record {
+        let mut record = Record {
             max_event: self.max_event,
             event: &mut self.event,
             data: &mut self.data,
             seen_first_line: &mut self.seen_first_line,
+            line_event: None,
+            line_data: None,
+        };
+        if rest.last() == Some(&b'\r') {
+            // A CR held back in case an LF followed: it did end a line (maybe an empty one).
+            rest.pop();
+            record.line(&rest, &mut emit)?;
+        } else if !rest.is_empty() {
+            record.line(&rest, &mut emit)?;
         }
-        .line(line, out)
+        record.keep();
+        if let Some(mut data) = self.data.take() {
+            data.pop();
+            let event = self.event.take().map(Cow::Owned);
+            emit(SseEvent { event, data: Cow::Owned(data), terminated: false });
+        }
+        Ok(())
     }
 }
 
 /// The parser's state for the record being read, borrowed apart from its buffer so that lines
-/// can be read straight out of it.
-struct Record<'a> {
+/// can be read straight out of it. What a record's lines hold is kept where it lies in the
+/// bytes read (`line_event`, `line_data`: one `data` line) until the record ends or the bytes
+/// go ([`Record::keep`]); then, or from a second `data` line on, it is the parser's own text.
+struct Record<'a, 'i> {
     max_event: usize,
     event: &'a mut Option<String>,
     data: &'a mut Option<String>,
     seen_first_line: &'a mut bool,
+    line_event: Option<&'i str>,
+    line_data: Option<&'i str>,
 }
 
-impl Record<'_> {
-    fn line(&mut self, line: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+impl<'i> Record<'_, 'i> {
+    fn line(
+        &mut self,
+        line: &'i [u8],
+        emit: &mut impl FnMut(SseEvent<'_>),
+    ) -> Result<(), SseError> {
         let mut line = std::str::from_utf8(line).map_err(|_| SseError::InvalidUtf8)?;
         if !*self.seen_first_line {
             *self.seen_first_line = true;
             line = line.strip_prefix('\u{feff}').unwrap_or(line);
         }
         if line.is_empty() {
-            match self.data.take() {
-                Some(mut data) => {
-                    data.pop();
-                    out.push(SseEvent { event: self.event.take(), data, terminated: true });
-                }
-                None => *self.event = None,
+            let event = self.line_event.take().map(Cow::Borrowed);
+            let event = event.or_else(|| self.event.take().map(Cow::Owned));
+            if let Some(data) = self.line_data.take() {
+                emit(SseEvent { event, data: Cow::Borrowed(data), terminated: true });
+            } else if let Some(mut data) = self.data.take() {
+                data.pop();
+                emit(SseEvent { event, data: Cow::Owned(data), terminated: true });
             }
             return Ok(());
         }
@@ -187,20 +238,46 @@ impl Record<'_> {
         };
         match field {
             "data" => {
-                // Room for the line and the `\n` that follows it at once: most records are a
-                // single `data` line.
-                let data = self.data.get_or_insert_with(|| String::with_capacity(value.len() + 1));
-                if data.len() + value.len() > self.max_event {
-                    return Err(SseError::EventTooLarge);
+                if let Some(first) = self.line_data.take() {
+                    // A second line: the record's text is joined in the parser's own string.
+                    let mut data = String::with_capacity(first.len() + value.len() + 2);
+                    data.push_str(first);
+                    data.push('\n');
+                    *self.data = Some(data);
                 }
-                data.push_str(value);
-                data.push('\n');
+                match self.data.as_mut() {
+                    Some(data) => {
+                        if data.len() + value.len() > self.max_event {
+                            return Err(SseError::EventTooLarge);
+                        }
+                        data.push_str(value);
+                        data.push('\n');
+                    }
+                    None if value.len() > self.max_event => return Err(SseError::EventTooLarge),
+                    None => self.line_data = Some(value),
+                }
             }
-            "event" => *self.event = Some(value.to_owned()),
+            "event" => {
+                *self.event = None;
+                self.line_event = Some(value);
+            }
             // `id` and `retry` steer browser reconnection; an LLM stream is never resumed.
             _ => {}
         }
         Ok(())
+    }
+
+    /// Makes what the open record borrowed from the bytes read its own, before they go.
+    fn keep(&mut self) {
+        if let Some(event) = self.line_event.take() {
+            *self.event = Some(event.to_owned());
+        }
+        if let Some(first) = self.line_data.take() {
+            let mut data = String::with_capacity(first.len() + 1);
+            data.push_str(first);
+            data.push('\n');
+            *self.data = Some(data);
+        }
     }
 }
 
@@ -210,7 +287,7 @@ mod tests {
 
     const MAX: usize = 16 * 1024 * 1024;
 
-    fn parse_all(chunks: &[&[u8]]) -> Vec<SseEvent> {
+    fn parse_all(chunks: &[&[u8]]) -> Vec<SseEvent<'static>> {
         let mut parser = SseParser::new(MAX);
         let mut out = Vec::new();
         for chunk in chunks {
@@ -220,14 +297,49 @@ mod tests {
         out
     }
 
-    fn event(name: Option<&str>, data: &str) -> SseEvent {
-        SseEvent { event: name.map(str::to_owned), data: data.to_owned(), terminated: true }
+    fn event(name: Option<&str>, data: &str) -> SseEvent<'static> {
+        let event = name.map(|name| Cow::Owned(name.to_owned()));
+        SseEvent { event, data: Cow::Owned(data.to_owned()), terminated: true }
     }
 
     #[test]
     fn parses_named_events_and_comments() {
         let out = parse_all(&[b": keepalive\nevent: ping\ndata: {}\n\ndata: x\n\n"]);
         assert_eq!(out, vec![event(Some("ping"), "{}"), event(None, "x")]);
+    }
+
+    /// A record of one `data` line that ends in the bytes its line was read from is handed over
+    /// where it lies (the chunk, or the parser's buffer for a line the chunk completed), its
+    /// name too; one whose end comes in a later chunk, or of several lines, is its own text.
+    #[test]
+    fn a_record_read_whole_in_a_chunk_is_not_copied() {
+        let mut parser = SseParser::new(MAX);
+        let mut seen = Vec::new();
+        let mut push = |parser: &mut SseParser, chunk: &[u8]| {
+            parser
+                .push_with(chunk, |event| {
+                    let borrowed = matches!(event.data, Cow::Borrowed(_))
+                        && event.event.as_ref().is_none_or(|e| matches!(e, Cow::Borrowed(_)));
+                    seen.push((event.into_owned(), borrowed));
+                })
+                .unwrap();
+        };
+        push(&mut parser, b"event: delta\ndata: {\"a\":1}\n\ndata: b");
+        push(&mut parser, b"c\n\nevent: x\ndata: 1\n");
+        push(&mut parser, b"data: 2\n\ndata: 3\ndata: 4\n\n");
+        let expected = [
+            (event(Some("delta"), "{\"a\":1}"), true),
+            (event(None, "bc"), true),
+            (event(Some("x"), "1\n2"), false),
+            (event(None, "3\n4"), false),
+        ];
+        assert_eq!(seen, expected);
+        // A line read whole before its record's end is kept as it was when the chunk goes.
+        let mut parser = SseParser::new(MAX);
+        let mut out = Vec::new();
+        parser.push(b"event: e\ndata: kept\n", &mut out).unwrap();
+        parser.push(b"\n", &mut out).unwrap();
+        assert_eq!(out, vec![event(Some("e"), "kept")]);
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub(crate) type Body = BoxStream<'static, Result<Bytes, Failure>>;
 
 /// Interprets one SSE record of a provider's stream.
 pub(crate) trait Decoder: Send + Unpin + 'static {
-    fn decode(&mut self, record: &SseEvent) -> Result<Vec<StreamEvent>, Failure>;
+    fn decode(&mut self, record: &SseEvent<'_>) -> Result<Vec<StreamEvent>, Failure>;
 }
 
 /// How an adapter wants one response read.
@@ -136,9 +136,9 @@ impl<D: Decoder> Pump<D> {
             self.fail(failure);
             return;
         }
-        let mut records = Vec::new();
-        let parsed = self.parser.push(bytes, &mut records);
-        self.dispatch(records);
+        let Self { parser, decoder, pending, done, reading, .. } = self;
+        let parsed =
+            parser.push_with(bytes, |record| dispatch(decoder, pending, done, reading, &record));
         if let Err(error) = parsed
             && !self.done
         {
@@ -156,9 +156,9 @@ impl<D: Decoder> Pump<D> {
     }
 
     fn finish(&mut self) {
-        let mut records = Vec::new();
-        let parsed = self.parser.finish(&mut records);
-        self.dispatch(records);
+        let Self { parser, decoder, pending, done, reading, .. } = self;
+        let parsed =
+            parser.finish_with(|record| dispatch(decoder, pending, done, reading, &record));
         if parsed.is_err() {
             // The last, unterminated line was cut inside a multi-byte character.
             tracing::debug!("dropped a truncated final stream line");
@@ -170,34 +170,42 @@ impl<D: Decoder> Pump<D> {
         self.pending.push_back(Err(failure));
         self.done = true;
     }
+}
 
-    fn dispatch(&mut self, records: Vec<SseEvent>) {
-        for record in records {
-            if self.done {
-                return;
-            }
-            match self.decoder.decode(&record) {
-                Ok(events) => {
-                    for mut event in events {
-                        if let StreamEvent::TextDelta { text } = &mut event
-                            && let Some(prefill) = self.reading.prefill.take()
-                        {
-                            text.insert_str(0, prefill);
-                        }
-                        let is_done = event == StreamEvent::Done;
-                        self.pending.push_back(Ok(event));
-                        if is_done {
-                            self.done = true;
-                            break;
-                        }
-                    }
+/// Decodes one record into `pending`; nothing once the stream is `done`.
+fn dispatch<D: Decoder>(
+    decoder: &mut D,
+    pending: &mut VecDeque<Result<StreamEvent, Failure>>,
+    done: &mut bool,
+    reading: &mut Reading,
+    record: &SseEvent<'_>,
+) {
+    if *done {
+        return;
+    }
+    match decoder.decode(record) {
+        Ok(events) => {
+            for mut event in events {
+                if let StreamEvent::TextDelta { text } = &mut event
+                    && let Some(prefill) = reading.prefill.take()
+                {
+                    text.insert_str(0, prefill);
                 }
-                Err(Failure::Malformed { .. }) if !record.terminated => {
-                    tracing::debug!("dropped a truncated final stream record");
-                    self.done = true;
+                let is_done = event == StreamEvent::Done;
+                pending.push_back(Ok(event));
+                if is_done {
+                    *done = true;
+                    break;
                 }
-                Err(failure) => self.fail(failure),
             }
+        }
+        Err(Failure::Malformed { .. }) if !record.terminated => {
+            tracing::debug!("dropped a truncated final stream record");
+            *done = true;
+        }
+        Err(failure) => {
+            pending.push_back(Err(failure));
+            *done = true;
         }
     }
 }

@@ -94,7 +94,7 @@ fn text_delta(data: &str) -> Option<String> {
 }
 
 impl Decoder for AnthropicDecoder {
-    fn decode(&mut self, record: &SseEvent) -> Result<Vec<StreamEvent>, Failure> {
+    fn decode(&mut self, record: &SseEvent<'_>) -> Result<Vec<StreamEvent>, Failure> {
         let data = record.data.trim();
         if data.is_empty() {
             return Ok(Vec::new());
@@ -119,7 +119,11 @@ impl Decoder for AnthropicDecoder {
 
 impl AnthropicDecoder {
     /// Any event, read as a JSON tree.
-    fn decode_tree(&mut self, data: &str, record: &SseEvent) -> Result<Vec<StreamEvent>, Failure> {
+    fn decode_tree(
+        &mut self,
+        data: &str,
+        record: &SseEvent<'_>,
+    ) -> Result<Vec<StreamEvent>, Failure> {
         let json: Value =
             serde_json::from_str(data).map_err(|e| malformed("message stream event", &e))?;
         let kind = json
@@ -251,7 +255,7 @@ mod tests {
     const DELTA: &str =
         r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}"#;
 
-    fn record(data: &str) -> SseEvent {
+    fn record(data: &str) -> SseEvent<'_> {
         SseEvent { event: Some("content_block_delta".into()), data: data.into(), terminated: true }
     }
 

@@ -291,7 +291,7 @@ impl ConverseDecoder {
         } else {
             None
         };
-        let record = SseEvent { event: None, data, terminated: true };
+        let record = SseEvent { event: None, data: data.into(), terminated: true };
         let mut events = self.anthropic.decode(&record)?;
         if let Some(usage) = usage {
             let at = events.iter().position(|e| *e == StreamEvent::Done).unwrap_or(events.len());

@@ -24,7 +24,7 @@ pub(crate) struct GeminiDecoder {
 }
 
 impl Decoder for GeminiDecoder {
-    fn decode(&mut self, record: &SseEvent) -> Result<Vec<StreamEvent>, Failure> {
+    fn decode(&mut self, record: &SseEvent<'_>) -> Result<Vec<StreamEvent>, Failure> {
         let data = record.data.trim();
         if data.is_empty() {
             return Ok(Vec::new());

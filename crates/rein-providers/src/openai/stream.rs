@@ -84,7 +84,7 @@ pub(crate) struct OpenAiDecoder {
 }
 
 impl Decoder for OpenAiDecoder {
-    fn decode(&mut self, record: &SseEvent) -> Result<Vec<StreamEvent>, Failure> {
+    fn decode(&mut self, record: &SseEvent<'_>) -> Result<Vec<StreamEvent>, Failure> {
         let data = record.data.trim();
         if data == "[DONE]" {
             return Ok(vec![StreamEvent::Done]);

@@ -69,7 +69,7 @@ pub(crate) struct ResponsesDecoder {
 }
 
 impl Decoder for ResponsesDecoder {
-    fn decode(&mut self, record: &SseEvent) -> Result<Vec<StreamEvent>, Failure> {
+    fn decode(&mut self, record: &SseEvent<'_>) -> Result<Vec<StreamEvent>, Failure> {
         let data = record.data.trim();
         if data.is_empty() || data == "[DONE]" {
             return Ok(Vec::new());
