@@ -33,7 +33,12 @@ pub(crate) type Body = BoxStream<'static, Result<Bytes, Failure>>;
 
 /// Interprets one SSE record of a provider's stream.
 pub(crate) trait Decoder: Send + Unpin + 'static {
-    fn decode(&mut self, record: &SseEvent<'_>) -> Result<Vec<StreamEvent>, Failure>;
+    /// Appends the record's events to `events`. On a failure, what was appended is dropped.
+    fn decode(
+        &mut self,
+        record: &SseEvent<'_>,
+        events: &mut Vec<StreamEvent>,
+    ) -> Result<(), Failure>;
 }
 
 /// How an adapter wants one response read.
@@ -111,6 +116,8 @@ struct Pump<D> {
     parser: SseParser,
     decoder: D,
     pending: VecDeque<Result<StreamEvent, Failure>>,
+    /// The events of the record being decoded: one vector for the whole stream.
+    decoded: Vec<StreamEvent>,
     done: bool,
     reading: Reading,
     /// Bytes pushed so far.
@@ -123,6 +130,7 @@ impl<D: Decoder> Pump<D> {
             parser: SseParser::new(reading.limits.max_event_bytes),
             decoder,
             pending: VecDeque::new(),
+            decoded: Vec::new(),
             done: false,
             reading,
             received: 0,
@@ -136,9 +144,9 @@ impl<D: Decoder> Pump<D> {
             self.fail(failure);
             return;
         }
-        let Self { parser, decoder, pending, done, reading, .. } = self;
-        let parsed =
-            parser.push_with(bytes, |record| dispatch(decoder, pending, done, reading, &record));
+        let Self { parser, decoder, pending, decoded, done, reading, .. } = self;
+        let parsed = parser
+            .push_with(bytes, |record| dispatch(decoder, pending, decoded, done, reading, &record));
         if let Err(error) = parsed
             && !self.done
         {
@@ -156,9 +164,9 @@ impl<D: Decoder> Pump<D> {
     }
 
     fn finish(&mut self) {
-        let Self { parser, decoder, pending, done, reading, .. } = self;
-        let parsed =
-            parser.finish_with(|record| dispatch(decoder, pending, done, reading, &record));
+        let Self { parser, decoder, pending, decoded, done, reading, .. } = self;
+        let parsed = parser
+            .finish_with(|record| dispatch(decoder, pending, decoded, done, reading, &record));
         if parsed.is_err() {
             // The last, unterminated line was cut inside a multi-byte character.
             tracing::debug!("dropped a truncated final stream line");
@@ -176,6 +184,7 @@ impl<D: Decoder> Pump<D> {
 fn dispatch<D: Decoder>(
     decoder: &mut D,
     pending: &mut VecDeque<Result<StreamEvent, Failure>>,
+    decoded: &mut Vec<StreamEvent>,
     done: &mut bool,
     reading: &mut Reading,
     record: &SseEvent<'_>,
@@ -183,9 +192,10 @@ fn dispatch<D: Decoder>(
     if *done {
         return;
     }
-    match decoder.decode(record) {
-        Ok(events) => {
-            for mut event in events {
+    decoded.clear();
+    match decoder.decode(record, decoded) {
+        Ok(()) => {
+            for mut event in decoded.drain(..) {
                 if let StreamEvent::TextDelta { text } = &mut event
                     && let Some(prefill) = reading.prefill.take()
                 {

@@ -94,26 +94,37 @@ fn text_delta(data: &str) -> Option<String> {
 }
 
 impl Decoder for AnthropicDecoder {
-    fn decode(&mut self, record: &SseEvent<'_>) -> Result<Vec<StreamEvent>, Failure> {
+    fn decode(
+        &mut self,
+        record: &SseEvent<'_>,
+        events: &mut Vec<StreamEvent>,
+    ) -> Result<(), Failure> {
         let data = record.data.trim();
         if data.is_empty() {
-            return Ok(Vec::new());
+            return Ok(());
         }
         if let Some(text) = text_delta(data) {
-            let events =
-                if text.is_empty() { Vec::new() } else { vec![StreamEvent::TextDelta { text }] };
             #[cfg(any(debug_assertions, fuzzing))]
             {
-                let tree = self.decode_tree(data, record);
+                let direct: &[StreamEvent] = if text.is_empty() {
+                    &[]
+                } else {
+                    &[StreamEvent::TextDelta { text: text.clone() }]
+                };
+                let mut tree = Vec::new();
+                let read = self.decode_tree(data, record, &mut tree);
                 assert!(
-                    tree.as_ref().is_ok_and(|tree| *tree == events),
-                    "the direct text delta reader gave {events:?} where the tree gave {tree:?}, \
-                     from {data:?}"
+                    read.is_ok() && tree == direct,
+                    "the direct text delta reader gave {direct:?} where the tree gave \
+                     {read:?} {tree:?}, from {data:?}"
                 );
             }
-            return Ok(events);
+            if !text.is_empty() {
+                events.push(StreamEvent::TextDelta { text });
+            }
+            return Ok(());
         }
-        self.decode_tree(data, record)
+        self.decode_tree(data, record, events)
     }
 }
 
@@ -123,7 +134,8 @@ impl AnthropicDecoder {
         &mut self,
         data: &str,
         record: &SseEvent<'_>,
-    ) -> Result<Vec<StreamEvent>, Failure> {
+        events: &mut Vec<StreamEvent>,
+    ) -> Result<(), Failure> {
         let json: Value =
             serde_json::from_str(data).map_err(|e| malformed("message stream event", &e))?;
         let kind = json
@@ -131,7 +143,6 @@ impl AnthropicDecoder {
             .and_then(Value::as_str)
             .or(record.event.as_deref())
             .unwrap_or_default();
-        let mut events = Vec::new();
         match kind {
             "message_start" => {
                 let message = json.get("message").unwrap_or(&Value::Null);
@@ -141,8 +152,8 @@ impl AnthropicDecoder {
                 });
                 events.extend(usage_of(message.get("usage"))?);
             }
-            "content_block_start" => self.block_start(&json, &mut events),
-            "content_block_delta" => self.block_delta(&json, &mut events),
+            "content_block_start" => self.block_start(&json, events),
+            "content_block_delta" => self.block_delta(&json, events),
             "content_block_stop" => {
                 let index = index_of(&json);
                 let block = self.blocks.iter().find(|b| b.index == index);
@@ -171,7 +182,7 @@ impl AnthropicDecoder {
             // `ping`, and any event type added later.
             _ => {}
         }
-        Ok(events)
+        Ok(())
     }
 
     fn block_start(&mut self, json: &Value, events: &mut Vec<StreamEvent>) {
@@ -261,7 +272,14 @@ mod tests {
 
     /// The events the tree reads from `data`.
     fn tree(data: &str) -> Result<Vec<StreamEvent>, Failure> {
-        AnthropicDecoder::default().decode_tree(data, &record(data))
+        let mut events = Vec::new();
+        AnthropicDecoder::default().decode_tree(data, &record(data), &mut events).map(|()| events)
+    }
+
+    /// The events the decoder reads from `data`, by either of its readers.
+    fn decoded(data: &str) -> Result<Vec<StreamEvent>, Failure> {
+        let mut events = Vec::new();
+        AnthropicDecoder::default().decode(&record(data), &mut events).map(|()| events)
     }
 
     #[test]
@@ -275,7 +293,7 @@ mod tests {
         ] {
             let direct =
                 text_delta(data.trim()).unwrap_or_else(|| panic!("left to the tree: {data}"));
-            let events = AnthropicDecoder::default().decode(&record(data)).unwrap();
+            let events = decoded(data).unwrap();
             assert_eq!(events, tree(data.trim()).unwrap(), "{data}");
             assert_eq!(events.is_empty(), direct.is_empty());
         }
@@ -308,7 +326,7 @@ mod tests {
                 r#"{{"type":"content_block_delta","index":0,"delta":{{"type":"text_delta","text":"a"}},"x":{number}}}"#
             );
             assert!(text_delta(&data).is_none(), "{data}");
-            assert!(AnthropicDecoder::default().decode(&record(&data)).is_err(), "{data}");
+            assert!(decoded(&data).is_err(), "{data}");
         }
     }
 

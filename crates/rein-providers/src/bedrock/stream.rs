@@ -292,7 +292,8 @@ impl ConverseDecoder {
             None
         };
         let record = SseEvent { event: None, data: data.into(), terminated: true };
-        let mut events = self.anthropic.decode(&record)?;
+        let mut events = Vec::new();
+        self.anthropic.decode(&record, &mut events)?;
         if let Some(usage) = usage {
             let at = events.iter().position(|e| *e == StreamEvent::Done).unwrap_or(events.len());
             events.insert(at, StreamEvent::Usage { usage });

@@ -24,17 +24,20 @@ pub(crate) struct GeminiDecoder {
 }
 
 impl Decoder for GeminiDecoder {
-    fn decode(&mut self, record: &SseEvent<'_>) -> Result<Vec<StreamEvent>, Failure> {
+    fn decode(
+        &mut self,
+        record: &SseEvent<'_>,
+        events: &mut Vec<StreamEvent>,
+    ) -> Result<(), Failure> {
         let data = record.data.trim();
         if data.is_empty() {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let json: Value = serde_json::from_str(data)
             .map_err(|e| malformed("generateContent stream chunk", &e))?;
         if let Some(failure) = wire::error_in_body(&json).or_else(|| wire::prompt_blocked(&json)) {
             return Err(failure);
         }
-        let mut events = Vec::new();
         if !self.started {
             self.started = true;
             self.response_id =
@@ -45,7 +48,7 @@ impl Decoder for GeminiDecoder {
         }
         let candidate = json.get("candidates").and_then(Value::as_array).and_then(|c| c.first());
         let Some(candidate) = candidate else {
-            return Ok(events);
+            return Ok(());
         };
         for part in wire::parts(candidate) {
             match part {
@@ -74,6 +77,6 @@ impl Decoder for GeminiDecoder {
             events.push(StreamEvent::Stop { reason: wire::stop_reason(reason, self.calls > 0)? });
             events.push(StreamEvent::Done);
         }
-        Ok(events)
+        Ok(())
     }
 }

@@ -80,9 +80,58 @@ pub(super) fn read<'a>(data: &'a str, resume: &mut Option<Resume>) -> Option<Chu
     Some(chunk)
 }
 
-/// The chunk in `data` when it is a text delta of the last one's shape: only its content (and
-/// padding) read.
+/// A text delta of the last one's shape, as [`text_of_shape`] read it: the chunk is that one's
+/// but for this content.
+pub(super) struct Shaped<'a> {
+    /// The choice's index, as the last one's.
+    pub(super) index: Option<u32>,
+    pub(super) content: Cow<'a, str>,
+    /// Where the content's closing quote ends.
+    closed: usize,
+}
+
+impl<'a> Shaped<'a> {
+    /// The whole chunk, as [`read`] gives it (to check it against serde, or to decode it all).
+    pub(super) fn chunk(self, data: &'a str, resume: &Resume) -> Option<Chunk<'a>> {
+        let shape = resume.shape.as_ref()?;
+        let closed = self.closed;
+        let place = |after: &Option<Range<usize>>, head: &Option<Range<usize>>| match after {
+            Some(range) => data.get(closed + range.start..closed + range.end).map(Cow::Borrowed),
+            None => head.clone().and_then(|range| data.get(range)).map(Cow::Borrowed),
+        };
+        let delta = Delta {
+            content: Some(self.content.into_owned()),
+            refusal: None,
+            reasoning_content: None,
+            reasoning: None,
+            tool_calls: None,
+            function_call: None,
+        };
+        Some(Chunk {
+            id: place(&shape.id, &resume.id),
+            model: place(&shape.model, &resume.model),
+            choices: Some(vec![Choice {
+                index: self.index,
+                delta: Some(delta),
+                finish_reason: None,
+                logprobs: None,
+            }]),
+            usage: None,
+            error: None,
+        })
+    }
+}
+
+/// The chunk in `data` when it is a text delta of the last one's shape.
 fn shaped<'a>(data: &'a str, resume: &Resume) -> Option<Chunk<'a>> {
+    text_of_shape(data, Some(resume))?.chunk(data, resume)
+}
+
+/// `data`'s content when it is a text delta of the last one's shape: only its content (and
+/// padding) read. The rest of the chunk is the last one's, so a decoder that has read that one
+/// takes the new text alone.
+pub(super) fn text_of_shape<'a>(data: &'a str, resume: Option<&Resume>) -> Option<Shaped<'a>> {
+    let resume = resume?;
     let shape = resume.shape.as_ref()?;
     let bytes = data.as_bytes();
     let open = resume.head.len() + shape.before.len();
@@ -107,30 +156,7 @@ fn shaped<'a>(data: &'a str, resume: &Resume) -> Option<Chunk<'a>> {
     } else if end != bytes.len() {
         return None;
     }
-    let delta = Delta {
-        content: Some(content.into_owned()),
-        refusal: None,
-        reasoning_content: None,
-        reasoning: None,
-        tool_calls: None,
-        function_call: None,
-    };
-    let place = |after: &Option<Range<usize>>, head: &Option<Range<usize>>| match after {
-        Some(range) => data.get(closed + range.start..closed + range.end).map(Cow::Borrowed),
-        None => head.clone().and_then(|range| data.get(range)).map(Cow::Borrowed),
-    };
-    Some(Chunk {
-        id: place(&shape.id, &resume.id),
-        model: place(&shape.model, &resume.model),
-        choices: Some(vec![Choice {
-            index: shape.index,
-            delta: Some(delta),
-            finish_reason: None,
-            logprobs: None,
-        }]),
-        usage: None,
-        error: None,
-    })
+    Some(Shaped { index: shape.index, content, closed })
 }
 
 /// Where a borrowed string lies in the text.

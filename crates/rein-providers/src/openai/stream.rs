@@ -84,28 +84,49 @@ pub(crate) struct OpenAiDecoder {
 }
 
 impl Decoder for OpenAiDecoder {
-    fn decode(&mut self, record: &SseEvent<'_>) -> Result<Vec<StreamEvent>, Failure> {
+    fn decode(
+        &mut self,
+        record: &SseEvent<'_>,
+        events: &mut Vec<StreamEvent>,
+    ) -> Result<(), Failure> {
         let data = record.data.trim();
         if data == "[DONE]" {
-            return Ok(vec![StreamEvent::Done]);
+            events.push(StreamEvent::Done);
+            return Ok(());
         }
         if data.is_empty() {
-            return Ok(Vec::new());
+            return Ok(());
         }
         // The common case: a well-formed chunk with no error, read straight into its struct,
         // by the direct reader when it can and by serde when it cannot. Anything else (an
         // error object, a malformed line) takes the path below, which reads the error or says
         // what is wrong exactly as before.
         if record.event.as_deref() != Some("error") {
+            // Most chunks: a text delta shaped as the last one, its new text all there is to
+            // read. Its events are the text's (the stream has started: the last one did that).
+            if self.started
+                && let Some(shaped) = chunk_scan::text_of_shape(data, self.resume.as_ref())
+            {
+                #[cfg(any(debug_assertions, fuzzing))]
+                let at = events.len();
+                if shaped.index.unwrap_or(0) == 0 && !shaped.content.is_empty() {
+                    events.push(StreamEvent::TextDelta { text: shaped.content.into_owned() });
+                }
+                #[cfg(any(debug_assertions, fuzzing))]
+                self.check_shaped(data, &events[at..]);
+                return Ok(());
+            }
             if let Some(chunk) = chunk_scan::read(data, &mut self.resume) {
                 #[cfg(any(debug_assertions, fuzzing))]
                 chunk_scan::check_against_serde(data, &chunk);
-                return Ok(self.events(chunk));
+                self.events(chunk, events);
+                return Ok(());
             }
             if let Ok(chunk) = serde_json::from_str::<Chunk>(data)
                 && chunk.error.is_none()
             {
-                return Ok(self.events(chunk));
+                self.events(chunk, events);
+                return Ok(());
             }
         }
         let json: Value =
@@ -122,14 +143,30 @@ impl Decoder for OpenAiDecoder {
         }
         let chunk: Chunk =
             Chunk::deserialize(&json).map_err(|e| malformed("chat completion chunk", &e))?;
-        Ok(self.events(chunk))
+        self.events(chunk, events);
+        Ok(())
     }
 }
 
 impl OpenAiDecoder {
-    /// The events of one chunk.
-    fn events(&mut self, chunk: Chunk<'_>) -> Vec<StreamEvent> {
-        let mut events = Vec::with_capacity(2);
+    /// Debug builds and the fuzz targets: a chunk read from the last one's shape is the chunk
+    /// serde reads, and its events are those the whole chunk gives.
+    #[cfg(any(debug_assertions, fuzzing))]
+    fn check_shaped(&mut self, data: &str, read: &[StreamEvent]) {
+        let chunk = self
+            .resume
+            .as_ref()
+            .and_then(|resume| chunk_scan::text_of_shape(data, Some(resume))?.chunk(data, resume));
+        assert!(chunk.is_some(), "a shaped chunk read once reads again, from {data:?}");
+        let Some(chunk) = chunk else { return };
+        chunk_scan::check_against_serde(data, &chunk);
+        let mut whole = Vec::new();
+        self.events(chunk, &mut whole);
+        assert_eq!(read, whole, "a shaped chunk's events are the whole chunk's, from {data:?}");
+    }
+
+    /// The events of one chunk, appended to `events`.
+    fn events(&mut self, chunk: Chunk<'_>, events: &mut Vec<StreamEvent>) {
         let id_or_model = chunk.id.as_deref().is_some_and(|id| !id.is_empty())
             || chunk.model.as_deref().is_some_and(|model| !model.is_empty());
         let has_choices = chunk.choices.as_ref().is_some_and(|choices| !choices.is_empty());
@@ -144,7 +181,7 @@ impl OpenAiDecoder {
         }
         for choice in chunk.choices.into_iter().flatten().filter(|c| c.index.unwrap_or(0) == 0) {
             if let Some(delta) = choice.delta {
-                self.delta(delta, &mut events);
+                self.delta(delta, events);
             }
             if let Some(logprobs) = &choice.logprobs {
                 let tokens = logprobs.to_tokens();
@@ -159,7 +196,6 @@ impl OpenAiDecoder {
         if let Some(usage) = &chunk.usage {
             events.push(StreamEvent::Usage { usage: usage.to_usage() });
         }
-        events
     }
 
     fn delta(&mut self, delta: Delta, events: &mut Vec<StreamEvent>) {
@@ -203,5 +239,57 @@ impl OpenAiDecoder {
         {
             events.push(StreamEvent::ToolCallDelta { index, arguments: arguments.clone() });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::replay_sse;
+
+    fn chunk(index: u32, content: &str) -> String {
+        format!(
+            "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\
+             \"choices\":[{{\"index\":{index},\"delta\":{{\"content\":{content}}},\"logprobs\":null,\
+             \"finish_reason\":null}}]}}\n\n",
+            content = serde_json::to_string(content).unwrap_or_default()
+        )
+    }
+
+    /// Chunks read from the last one's shape give the events the whole chunk gives: another
+    /// choice's text (rein reads choice 0) and an empty text give none, however many come.
+    #[test]
+    fn a_shaped_chunk_gives_the_whole_chunks_events() {
+        let mut body = String::new();
+        body.push_str(&chunk(0, ""));
+        body.push_str(&chunk(0, "A"));
+        for text in ["B", "B2", "B\"3"] {
+            body.push_str(&chunk(1, text));
+        }
+        for text in ["C", "", "C\n2", ""] {
+            body.push_str(&chunk(0, text));
+        }
+        body.push_str(
+            "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\
+             \"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,\"finish_reason\":\"stop\"}]}\n\n\
+             data: [DONE]\n\n",
+        );
+        let events: Vec<StreamEvent> = replay_sse(body.as_bytes(), OpenAiDecoder::default())
+            .into_iter()
+            .map(|event| event.map_err(|failure| failure.to_string()))
+            .collect::<Result<_, _>>()
+            .unwrap_or_else(|failure| panic!("{failure}"));
+        let text = |text: &str| StreamEvent::TextDelta { text: text.to_owned() };
+        assert_eq!(
+            events,
+            [
+                StreamEvent::Start { id: "c1".into(), model: "m".into() },
+                text("A"),
+                text("C"),
+                text("C\n2"),
+                StreamEvent::Stop { reason: rein_core::StopReason::EndTurn },
+                StreamEvent::Done,
+            ]
+        );
     }
 }

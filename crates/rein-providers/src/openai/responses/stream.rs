@@ -69,10 +69,14 @@ pub(crate) struct ResponsesDecoder {
 }
 
 impl Decoder for ResponsesDecoder {
-    fn decode(&mut self, record: &SseEvent<'_>) -> Result<Vec<StreamEvent>, Failure> {
+    fn decode(
+        &mut self,
+        record: &SseEvent<'_>,
+        events: &mut Vec<StreamEvent>,
+    ) -> Result<(), Failure> {
         let data = record.data.trim();
         if data.is_empty() || data == "[DONE]" {
-            return Ok(Vec::new());
+            return Ok(());
         }
         // The type first: an event rein does not read is skipped whatever its shape (new
         // event types come with fields of their own).
@@ -80,11 +84,11 @@ impl Decoder for ResponsesDecoder {
             serde_json::from_str(data).map_err(|e| malformed("responses stream event", &e))?;
         let kind = named.kind.or(record.event.as_deref()).unwrap_or_default().to_owned();
         if !READ.contains(&kind.as_str()) {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let event: Event =
             serde_json::from_str(data).map_err(|e| malformed("responses stream event", &e))?;
-        self.events(&kind, event)
+        self.events(&kind, event, events)
     }
 }
 
@@ -112,20 +116,25 @@ struct Named<'a> {
 }
 
 impl ResponsesDecoder {
-    fn events(&mut self, kind: &str, event: Event) -> Result<Vec<StreamEvent>, Failure> {
-        let mut events = Vec::with_capacity(2);
+    /// The events of one stream event, appended to `events`.
+    fn events(
+        &mut self,
+        kind: &str,
+        event: Event,
+        events: &mut Vec<StreamEvent>,
+    ) -> Result<(), Failure> {
         match kind {
             "response.created" | "response.in_progress" | "response.queued" => {
-                self.start(event.response.as_ref(), &mut events);
+                self.start(event.response.as_ref(), events);
             }
             "response.output_text.delta" => {
-                self.start(None, &mut events);
+                self.start(None, events);
                 if let Some(text) = event.delta.filter(|text| !text.is_empty()) {
                     events.push(StreamEvent::TextDelta { text });
                 }
             }
             "response.refusal.delta" => {
-                self.start(None, &mut events);
+                self.start(None, events);
                 if let Some(text) = event.delta.filter(|text| !text.is_empty()) {
                     events.push(StreamEvent::RefusalDelta { text });
                 }
@@ -133,13 +142,13 @@ impl ResponsesDecoder {
             "response.output_item.added" | "response.output_item.done" => {
                 let Some(item) = event.item.filter(|i| i.kind.as_deref() == Some("function_call"))
                 else {
-                    return Ok(events);
+                    return Ok(());
                 };
-                self.start(None, &mut events);
+                self.start(None, events);
                 let output_index = event.output_index.unwrap_or(self.calls.len() as u32);
-                let index = self.call(output_index, &item, &mut events);
+                let index = self.call(output_index, &item, events);
                 // A call announced with its arguments, or first seen whole when done.
-                self.arguments_once(index, item.arguments, &mut events);
+                self.arguments_once(index, item.arguments, events);
             }
             "response.function_call_arguments.delta" => {
                 let output_index = event.output_index.unwrap_or(0);
@@ -153,7 +162,7 @@ impl ResponsesDecoder {
             "response.function_call_arguments.done" => {
                 let output_index = event.output_index.unwrap_or(0);
                 if let Some(index) = self.position(output_index) {
-                    self.arguments_once(index, event.arguments, &mut events);
+                    self.arguments_once(index, event.arguments, events);
                 }
             }
             "response.completed" | "response.incomplete" => {
@@ -162,7 +171,7 @@ impl ResponsesDecoder {
                         detail: format!("`{kind}` without its `response`"),
                     });
                 };
-                self.start(Some(&response), &mut events);
+                self.start(Some(&response), events);
                 if let Some(usage) = &response.usage {
                     events.push(StreamEvent::Usage { usage: usage.to_usage() });
                 }
@@ -191,7 +200,7 @@ impl ResponsesDecoder {
             }
             _ => {}
         }
-        Ok(events)
+        Ok(())
     }
 
     /// `Start`, once, with the response's id and model when the event carries them.
