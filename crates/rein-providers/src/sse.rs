@@ -213,7 +213,7 @@ impl<'i> Record<'_, 'i> {
         line: &'i [u8],
         emit: &mut impl FnMut(SseEvent<'_>),
     ) -> Result<(), SseError> {
-        let mut line = std::str::from_utf8(line).map_err(|_| SseError::InvalidUtf8)?;
+        let mut line = simdutf8::basic::from_utf8(line).map_err(|_| SseError::InvalidUtf8)?;
         if !*self.seen_first_line {
             *self.seen_first_line = true;
             line = line.strip_prefix('\u{feff}').unwrap_or(line);
@@ -432,6 +432,30 @@ mod tests {
         let mut parser = SseParser::new(MAX);
         let mut out = Vec::new();
         assert_eq!(parser.push(b"data: \xff\xfe\n\n", &mut out), Err(SseError::InvalidUtf8));
+    }
+
+    /// Lines long enough to be checked many bytes a step: what is not UTF-8 anywhere in them
+    /// (a stray continuation byte, an overlong form, a surrogate, a character cut short, a code
+    /// point past U+10FFFF) is refused; every well-formed character passes.
+    #[test]
+    fn a_long_line_is_checked_as_utf8_wherever_its_bad_byte_is() {
+        let bad: [&[u8]; 6] =
+            [b"\x80", b"\xc0\xaf", b"\xed\xa0\x80", b"\xe2\x82", b"\xf4\x90\x80\x80", b"\xff"];
+        for at in [0, 1, 31, 32, 33, 63, 64, 100] {
+            for bytes in bad {
+                let mut line = b"data: ".to_vec();
+                line.extend(std::iter::repeat_n(b'a', at));
+                line.extend_from_slice(bytes);
+                line.extend(std::iter::repeat_n(b'b', 70));
+                line.extend_from_slice(b"\n\n");
+                let mut out = Vec::new();
+                let read = SseParser::new(MAX).push(&line, &mut out);
+                assert_eq!(read, Err(SseError::InvalidUtf8), "{bytes:?} after {at}");
+            }
+            let text =
+                format!("{}\u{e9}\u{20ac}\u{1f600}\u{10ffff}{}", "a".repeat(at), "b".repeat(70));
+            assert_eq!(parse_all(&[format!("data: {text}\n\n").as_bytes()]), [event(None, &text)]);
+        }
     }
 
     #[test]
