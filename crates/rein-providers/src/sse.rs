@@ -53,9 +53,7 @@ pub(crate) struct SseParser {
     /// The longest line, and the longest joined `data` of one record, accepted.
     max_event: usize,
     buffer: Vec<u8>,
-    event: Option<String>,
-    data: Option<String>,
-    seen_first_line: bool,
+    open: Open,
     /// How many bytes at the front of `buffer` are known to hold no line end, so a long line
     /// arriving in many chunks is scanned once, not once per chunk.
     scanned: usize,
@@ -63,14 +61,7 @@ pub(crate) struct SseParser {
 
 impl SseParser {
     pub(crate) fn new(max_event_bytes: usize) -> Self {
-        Self {
-            max_event: max_event_bytes,
-            buffer: Vec::new(),
-            event: None,
-            data: None,
-            seen_first_line: false,
-            scanned: 0,
-        }
+        Self { max_event: max_event_bytes, buffer: Vec::new(), open: Open::default(), scanned: 0 }
     }
 
     /// Feeds a chunk and appends every event it completes, as owned events.
@@ -103,14 +94,7 @@ impl SseParser {
             self.buffer.extend_from_slice(chunk);
             (&self.buffer, true)
         };
-        let mut record = Record {
-            max_event: self.max_event,
-            event: &mut self.event,
-            data: &mut self.data,
-            seen_first_line: &mut self.seen_first_line,
-            line_event: None,
-            line_data: None,
-        };
+        let mut record = Record::new(self.max_event, &mut self.open);
         let mut start = 0;
         let mut skip = std::mem::take(&mut self.scanned);
         let mut scanned = 0;
@@ -169,14 +153,7 @@ impl SseParser {
     ) -> Result<(), SseError> {
         let mut rest = std::mem::take(&mut self.buffer);
         self.scanned = 0;
-        let mut record = Record {
-            max_event: self.max_event,
-            event: &mut self.event,
-            data: &mut self.data,
-            seen_first_line: &mut self.seen_first_line,
-            line_event: None,
-            line_data: None,
-        };
+        let mut record = Record::new(self.max_event, &mut self.open);
         if rest.last() == Some(&b'\r') {
             // A CR held back in case an LF followed: it did end a line (maybe an empty one).
             rest.pop();
@@ -185,9 +162,9 @@ impl SseParser {
             record.line(&rest, &mut emit)?;
         }
         record.keep();
-        if let Some(mut data) = self.data.take() {
+        if let Some(mut data) = self.open.data.take() {
             data.pop();
-            let event = self.event.take().map(Cow::Owned);
+            let event = self.open.event.take().map(Cow::Owned);
             emit(SseEvent { event, data: Cow::Owned(data), terminated: false });
         }
         Ok(())
@@ -200,30 +177,40 @@ impl SseParser {
 /// go ([`Record::keep`]); then, or from a second `data` line on, it is the parser's own text.
 struct Record<'a, 'i> {
     max_event: usize,
-    event: &'a mut Option<String>,
-    data: &'a mut Option<String>,
-    seen_first_line: &'a mut bool,
+    open: &'a mut Open,
     line_event: Option<&'i str>,
     line_data: Option<&'i str>,
 }
 
-impl<'i> Record<'_, 'i> {
+/// What the parser keeps of the record being read between chunks.
+#[derive(Debug, Default)]
+struct Open {
+    event: Option<String>,
+    data: Option<String>,
+    seen_first_line: bool,
+}
+
+impl<'a, 'i> Record<'a, 'i> {
+    fn new(max_event: usize, open: &'a mut Open) -> Self {
+        Record { max_event, open, line_event: None, line_data: None }
+    }
+
     fn line(
         &mut self,
         line: &'i [u8],
         emit: &mut impl FnMut(SseEvent<'_>),
     ) -> Result<(), SseError> {
         let mut line = simdutf8::basic::from_utf8(line).map_err(|_| SseError::InvalidUtf8)?;
-        if !*self.seen_first_line {
-            *self.seen_first_line = true;
+        if !self.open.seen_first_line {
+            self.open.seen_first_line = true;
             line = line.strip_prefix('\u{feff}').unwrap_or(line);
         }
         if line.is_empty() {
             let event = self.line_event.take().map(Cow::Borrowed);
-            let event = event.or_else(|| self.event.take().map(Cow::Owned));
+            let event = event.or_else(|| self.open.event.take().map(Cow::Owned));
             if let Some(data) = self.line_data.take() {
                 emit(SseEvent { event, data: Cow::Borrowed(data), terminated: true });
-            } else if let Some(mut data) = self.data.take() {
+            } else if let Some(mut data) = self.open.data.take() {
                 data.pop();
                 emit(SseEvent { event, data: Cow::Owned(data), terminated: true });
             }
@@ -243,9 +230,9 @@ impl<'i> Record<'_, 'i> {
                     let mut data = String::with_capacity(first.len() + value.len() + 2);
                     data.push_str(first);
                     data.push('\n');
-                    *self.data = Some(data);
+                    self.open.data = Some(data);
                 }
-                match self.data.as_mut() {
+                match self.open.data.as_mut() {
                     Some(data) => {
                         if data.len() + value.len() > self.max_event {
                             return Err(SseError::EventTooLarge);
@@ -258,7 +245,7 @@ impl<'i> Record<'_, 'i> {
                 }
             }
             "event" => {
-                *self.event = None;
+                self.open.event = None;
                 self.line_event = Some(value);
             }
             // `id` and `retry` steer browser reconnection; an LLM stream is never resumed.
@@ -270,13 +257,13 @@ impl<'i> Record<'_, 'i> {
     /// Makes what the open record borrowed from the bytes read its own, before they go.
     fn keep(&mut self) {
         if let Some(event) = self.line_event.take() {
-            *self.event = Some(event.to_owned());
+            self.open.event = Some(event.to_owned());
         }
         if let Some(first) = self.line_data.take() {
             let mut data = String::with_capacity(first.len() + 1);
             data.push_str(first);
             data.push('\n');
-            *self.data = Some(data);
+            self.open.data = Some(data);
         }
     }
 }
