@@ -227,10 +227,7 @@ impl<'a, 'i> Record<'a, 'i> {
             "data" => {
                 if let Some(first) = self.line_data.take() {
                     // A second line: the record's text is joined in the parser's own string.
-                    let mut data = String::with_capacity(first.len() + value.len() + 2);
-                    data.push_str(first);
-                    data.push('\n');
-                    self.open.data = Some(data);
+                    self.open.data = Some(owned_line(first, value.len() + 1));
                 }
                 match self.open.data.as_mut() {
                     Some(data) => {
@@ -260,12 +257,18 @@ impl<'a, 'i> Record<'a, 'i> {
             self.open.event = Some(event.to_owned());
         }
         if let Some(first) = self.line_data.take() {
-            let mut data = String::with_capacity(first.len() + 1);
-            data.push_str(first);
-            data.push('\n');
-            self.open.data = Some(data);
+            self.open.data = Some(owned_line(first, 0));
         }
     }
+}
+
+/// A record's first `data` line as the parser's own text, ended with its `\n`, with room for
+/// `more` bytes after it.
+fn owned_line(line: &str, more: usize) -> String {
+    let mut data = String::with_capacity(line.len() + 1 + more);
+    data.push_str(line);
+    data.push('\n');
+    data
 }
 
 #[cfg(test)]

@@ -58,10 +58,17 @@ struct Shape {
 
 /// The chunk in `data` (already trimmed), or `None` when serde_json must read it. `resume` is
 /// the stream's: read from and kept up to date.
+#[cfg(test)]
 pub(super) fn read<'a>(data: &'a str, resume: &mut Option<Resume>) -> Option<Chunk<'a>> {
     if let Some(chunk) = resume.as_ref().and_then(|resume| shaped(data, resume)) {
         return Some(chunk);
     }
+    read_whole(data, resume)
+}
+
+/// [`read`] once the chunk is known not to be of the last one's shape ([`text_of_shape`] said
+/// so): read from the stream's head on.
+pub(super) fn read_whole<'a>(data: &'a str, resume: &mut Option<Resume>) -> Option<Chunk<'a>> {
     let mut scan = Scan { text: data, bytes: data.as_bytes(), at: 0, finite_numbers: false };
     let (chunk, mark, shape) = chunk(&mut scan, resume.as_ref())?;
     scan.whitespace();
@@ -123,6 +130,7 @@ impl<'a> Shaped<'a> {
 }
 
 /// The chunk in `data` when it is a text delta of the last one's shape.
+#[cfg(test)]
 fn shaped<'a>(data: &'a str, resume: &Resume) -> Option<Chunk<'a>> {
     text_of_shape(data, Some(resume))?.chunk(data, resume)
 }

@@ -116,7 +116,7 @@ impl Decoder for OpenAiDecoder {
                 self.check_shaped(data, &events[at..]);
                 return Ok(());
             }
-            if let Some(chunk) = chunk_scan::read(data, &mut self.resume) {
+            if let Some(chunk) = chunk_scan::read_whole(data, &mut self.resume) {
                 #[cfg(any(debug_assertions, fuzzing))]
                 chunk_scan::check_against_serde(data, &chunk);
                 self.events(chunk, events);
