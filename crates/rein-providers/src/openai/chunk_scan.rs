@@ -52,7 +52,15 @@ struct Shape {
     index: Option<u32>,
     /// Where the id and the model lie in `after`, when they come after `choices` (a server that
     /// sorts its keys); before it, they are the head's.
+    #[cfg_attr(
+        not(any(debug_assertions, fuzzing, test)),
+        allow(dead_code, reason = "read only by the checks of debug and fuzz builds")
+    )]
     id: Option<Range<usize>>,
+    #[cfg_attr(
+        not(any(debug_assertions, fuzzing, test)),
+        allow(dead_code, reason = "read only by the checks of debug and fuzz builds")
+    )]
     model: Option<Range<usize>>,
 }
 
@@ -94,11 +102,16 @@ pub(super) struct Shaped<'a> {
     pub(super) index: Option<u32>,
     pub(super) content: Cow<'a, str>,
     /// Where the content's closing quote ends.
+    #[cfg_attr(
+        not(any(debug_assertions, fuzzing, test)),
+        allow(dead_code, reason = "read only by the checks of debug and fuzz builds")
+    )]
     closed: usize,
 }
 
 impl<'a> Shaped<'a> {
     /// The whole chunk, as [`read`] gives it (to check it against serde, or to decode it all).
+    #[cfg(any(debug_assertions, fuzzing, test))]
     pub(super) fn chunk(self, data: &'a str, resume: &Resume) -> Option<Chunk<'a>> {
         let shape = resume.shape.as_ref()?;
         let closed = self.closed;
@@ -356,7 +369,7 @@ fn shape_of(
 
 /// Panics unless serde reads `data` as the same chunk: run on every chunk the direct reader
 /// accepts in debug builds (the tests) and in the fuzz targets' builds.
-#[cfg(any(debug_assertions, fuzzing))]
+#[cfg(any(debug_assertions, fuzzing, test))]
 pub(super) fn check_against_serde(data: &str, fast: &Chunk<'_>) {
     let slow = serde_json::from_str::<Chunk>(data);
     assert!(
