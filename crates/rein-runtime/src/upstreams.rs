@@ -224,7 +224,7 @@ impl Upstreams {
             }
         };
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-        let sim = rein_sim::bind(addr, SimConfig { scenario, log_path: None })
+        let sim = rein_sim::bind(addr, SimConfig { scenario, ..SimConfig::default() })
             .await
             .map_err(|e| fail(format!("cannot start the simulator: {e}")))?;
         let sim = Arc::new(sim);

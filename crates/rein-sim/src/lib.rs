@@ -62,7 +62,7 @@ pub use fault::{
     ErrorFault, ErrorKind, FAULT_NAMES, FaultSpec, FaultSpecError, Outcome, Shape, Step, Transport,
     say_spec,
 };
-pub use log::{FaultSource, LogEntry};
+pub use log::{DEFAULT_LOG_KEEP, FaultSource, LogEntry};
 pub use respond::FAULT_HEADER;
 pub use scenario::{Phase, PhaseFaults, ReplyRule, Scenario, ScenarioError};
 
@@ -73,6 +73,9 @@ pub struct SimConfig {
     pub scenario: Option<Scenario>,
     /// Append the attempt log here, one JSON line per request.
     pub log_path: Option<PathBuf>,
+    /// How many of the newest requests the in-memory log keeps ([`SimHandle::log`],
+    /// `GET /_sim/log`); `None`: [`DEFAULT_LOG_KEEP`]. The file keeps every one.
+    pub log_keep: Option<usize>,
 }
 
 /// Why the simulator could not start.
@@ -100,7 +103,8 @@ pub struct SimHandle {
 /// current tokio runtime, and its timeline uses tokio's clock, so it follows paused time.
 pub async fn start(listener: TcpListener, config: SimConfig) -> Result<SimHandle, SimError> {
     let addr = listener.local_addr().map_err(SimError::Address)?;
-    let log = log::AttemptLog::open(config.log_path.as_deref())?;
+    let keep = config.log_keep.unwrap_or(DEFAULT_LOG_KEEP);
+    let log = log::AttemptLog::open(config.log_path.as_deref(), keep)?;
     let shared = Arc::new(state::Shared::new(config.scenario, log));
     let (stop, stopped) = watch::channel(false);
     let task = tokio::spawn(server::accept_loop(listener, shared.clone(), stopped));
@@ -137,9 +141,15 @@ impl SimHandle {
         format!("http://{}", self.addr)
     }
 
-    /// Every request received since the start or the last reset, in order.
+    /// The requests received since the start or the last reset, in order: the newest
+    /// [`SimConfig::log_keep`] of them.
     pub fn log(&self) -> Vec<LogEntry> {
         self.shared.log.entries()
+    }
+
+    /// How many requests since the start or the last reset are no longer in [`SimHandle::log`].
+    pub fn log_dropped(&self) -> u64 {
+        self.shared.log.dropped()
     }
 
     /// A Vertex AI service-account key file (JSON) whose `token_uri` is this simulator's

@@ -1,8 +1,11 @@
-//! The attempt log: one JSON line per request received, kept in memory (for `GET /_sim/log`
-//! and [`crate::SimHandle::log`]) and appended to a file when one is configured, flushed per
-//! line so a drill can tail it. Secrets never enter it: of `authorization` / `x-api-key` only
-//! their presence is recorded.
+//! The attempt log: one JSON line per request received, appended to a file when one is
+//! configured (flushed per line, so a drill can tail it), and its newest entries kept in memory
+//! for `GET /_sim/log` and [`crate::SimHandle::log`] (at most [`DEFAULT_LOG_KEEP`] unless told
+//! otherwise: a simulator answering for hours, as the embedded default's do, must not hold every
+//! request it ever saw). Secrets never enter it: of `authorization` / `x-api-key` only their
+//! presence is recorded.
 
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
@@ -76,9 +79,18 @@ pub(crate) struct AttemptLog {
 
 #[derive(Debug)]
 struct Inner {
-    entries: Vec<LogEntry>,
+    /// The newest entries, oldest first.
+    entries: VecDeque<LogEntry>,
+    /// The most `entries` holds.
+    keep: usize,
+    /// Entries no longer in memory, since the start or the last reset.
+    dropped: u64,
     file: Option<File>,
 }
+
+/// How many entries the in-memory log keeps when not told: at about half a KiB an entry, a few
+/// MiB. The file keeps every one.
+pub const DEFAULT_LOG_KEEP: usize = 10_000;
 
 fn lock(mutex: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
     // A panic while holding the lock leaves the log as it was: still usable.
@@ -86,7 +98,8 @@ fn lock(mutex: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
 }
 
 impl AttemptLog {
-    pub(crate) fn open(path: Option<&Path>) -> Result<AttemptLog, SimError> {
+    /// The log, appending to `path` when given and keeping the newest `keep` entries in memory.
+    pub(crate) fn open(path: Option<&Path>, keep: usize) -> Result<AttemptLog, SimError> {
         let file = match path {
             Some(path) => Some(
                 OpenOptions::new()
@@ -97,7 +110,8 @@ impl AttemptLog {
             ),
             None => None,
         };
-        Ok(AttemptLog { inner: Mutex::new(Inner { entries: Vec::new(), file }) })
+        let inner = Inner { entries: VecDeque::new(), keep, dropped: 0, file };
+        Ok(AttemptLog { inner: Mutex::new(inner) })
     }
 
     pub(crate) fn record(&self, entry: LogEntry) {
@@ -114,15 +128,27 @@ impl AttemptLog {
                 Err(error) => tracing::warn!(%error, "rein sim: cannot serialise a log entry"),
             }
         }
-        inner.entries.push(entry);
+        inner.entries.push_back(entry);
+        while inner.entries.len() > inner.keep {
+            inner.entries.pop_front();
+            inner.dropped += 1;
+        }
     }
 
+    /// The entries kept in memory, oldest first.
     pub(crate) fn entries(&self) -> Vec<LogEntry> {
-        lock(&self.inner).entries.clone()
+        lock(&self.inner).entries.iter().cloned().collect()
+    }
+
+    /// How many entries are no longer in memory (since the start or the last reset).
+    pub(crate) fn dropped(&self) -> u64 {
+        lock(&self.inner).dropped
     }
 
     /// Forgets the in-memory entries (the file keeps its history).
     pub(crate) fn clear(&self) {
-        lock(&self.inner).entries.clear();
+        let mut inner = lock(&self.inner);
+        inner.entries.clear();
+        inner.dropped = 0;
     }
 }

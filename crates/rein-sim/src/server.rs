@@ -170,7 +170,9 @@ async fn route(
         (&Method::GET, "/_sim/health") => return plain(StatusCode::OK, json!({"status": "ok"})),
         (&Method::GET, "/_sim/log") => {
             let entries = serde_json::to_value(shared.log.entries()).unwrap_or_default();
-            return plain(StatusCode::OK, entries);
+            let mut response = plain(StatusCode::OK, entries);
+            response.headers_mut().insert("x-sim-log-dropped", shared.log.dropped().into());
+            return response;
         }
         (&Method::POST, "/_sim/reset") => {
             shared.reset();

@@ -194,6 +194,10 @@ struct SimArgs {
     /// Append the attempt log to this file, one JSON line per request.
     #[arg(long)]
     log: Option<PathBuf>,
+    /// How many of the newest requests the in-memory log keeps for `GET /_sim/log` (the file
+    /// keeps every one).
+    #[arg(long, value_name = "N", default_value_t = rein_sim::DEFAULT_LOG_KEEP)]
+    log_keep: usize,
 }
 
 fn main() -> std::process::ExitCode {
@@ -271,7 +275,8 @@ async fn sim(args: SimArgs) -> anyhow::Result<std::process::ExitCode> {
         Some(path) => Some(rein_sim::Scenario::from_file(path)?),
         None => None,
     };
-    let config = rein_sim::SimConfig { scenario, log_path: args.log };
+    let config =
+        rein_sim::SimConfig { scenario, log_path: args.log, log_keep: Some(args.log_keep) };
     let handle = rein_sim::bind(args.listen, config).await?;
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "rein sim listening on {}", handle.base_url())?;

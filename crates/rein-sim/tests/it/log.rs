@@ -1,7 +1,7 @@
 //! The attempt log: fields, `GET /_sim/log`, the file, and no secrets anywhere.
 
 use rein_sim::{FaultSource, LogEntry, SimConfig};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::*;
 
@@ -95,6 +95,58 @@ async fn log_records_requests_without_secrets() {
     }
     sim.handle.shutdown().await;
     let _ = std::fs::remove_file(&path);
+}
+
+/// The models of the log's entries, in order.
+fn models(log: &[LogEntry]) -> Vec<&str> {
+    log.iter().map(|entry| entry.model.as_deref().unwrap_or("")).collect()
+}
+
+#[tokio::test]
+async fn the_log_in_memory_keeps_the_newest_requests_and_the_file_every_one() {
+    let path = std::env::temp_dir().join(format!("rein-sim-log-keep-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let config =
+        SimConfig { log_path: Some(path.clone()), log_keep: Some(3), ..SimConfig::default() };
+    let sim = sim_with(config).await;
+    for n in 0..5 {
+        let body =
+            json!({"model": format!("m{n}"), "messages": [{"role": "user", "content": "hi"}]});
+        assert_eq!(sim.post("/v1/chat/completions", &body, None).await.status(), 200);
+    }
+
+    // The newest three, oldest first; the two before them counted.
+    assert_eq!(models(&sim.handle.log()), ["m2", "m3", "m4"]);
+    assert_eq!(sim.handle.log_dropped(), 2);
+    let response = sim.client.get(sim.url("/_sim/log")).send().await.unwrap();
+    assert_eq!(header(&response, "x-sim-log-dropped").as_deref(), Some("2"));
+    let over_http: Vec<LogEntry> = response.json().await.unwrap();
+    assert_eq!(over_http, sim.handle.log());
+    // The file has every request.
+    let file = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<LogEntry> =
+        file.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert_eq!(models(&lines), ["m0", "m1", "m2", "m3", "m4"]);
+
+    // A reset starts both over.
+    let reset = sim.client.post(sim.url("/_sim/reset")).send().await.unwrap();
+    assert_eq!(reset.status(), 200);
+    assert!(sim.handle.log().is_empty());
+    assert_eq!(sim.handle.log_dropped(), 0);
+    sim.handle.shutdown().await;
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test]
+async fn a_log_that_keeps_nothing_in_memory_counts_every_request_dropped() {
+    let sim = sim_with(SimConfig { log_keep: Some(0), ..SimConfig::default() }).await;
+    for _ in 0..2 {
+        let _ = sim.openai(&openai_body("hi"), None).await;
+    }
+    assert!(sim.handle.log().is_empty());
+    let response = sim.client.get(sim.url("/_sim/log")).send().await.unwrap();
+    assert_eq!(header(&response, "x-sim-log-dropped").as_deref(), Some("2"));
+    assert_eq!(response.json::<Vec<LogEntry>>().await.unwrap(), []);
 }
 
 #[tokio::test]

@@ -643,6 +643,42 @@ fn serve_and_sim_raise_their_open_file_limit_to_the_hard_one() {
     }
 }
 
+/// `rein sim --log-keep N`: the attempt log it serves holds the newest N requests and says how
+/// many it let go; a value that is not a count is refused by name.
+#[tokio::test]
+async fn rein_sim_keeps_the_newest_requests_it_is_told_to() {
+    let mut child = Command::new(BIN)
+        .args(["sim", "--listen", "127.0.0.1:0", "--log-keep", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let child = Killed(child);
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let base = line.trim().strip_prefix("rein sim listening on ").expect(&line).to_string();
+    rein_providers::install_crypto_provider();
+    let client = reqwest::Client::new();
+    for n in 0..3 {
+        let body = serde_json::json!({"model": format!("m{n}"), "messages": [{"role": "user", "content": "hi"}]});
+        let response =
+            client.post(format!("{base}/v1/chat/completions")).json(&body).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    let response = client.get(format!("{base}/_sim/log")).send().await.unwrap();
+    assert_eq!(response.headers()["x-sim-log-dropped"], "1");
+    let log: Vec<serde_json::Value> = response.json().await.unwrap();
+    let models: Vec<&str> = log.iter().map(|entry| entry["model"].as_str().unwrap()).collect();
+    assert_eq!(models, ["m1", "m2"]);
+    drop(child);
+
+    let refused = Command::new(BIN).args(["sim", "--log-keep", "lots"]).output().unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("--log-keep"), "{said}");
+}
+
 /// Killed when dropped.
 struct Killed(Child);
 
