@@ -206,6 +206,9 @@ def main() -> int:
         if smp.get("connections") is not None:
             smp["own_fds"] = smp["fds"] - smp["connections"]
     rss = trend("rss_kib", 1024.0, 0.0)
+    # Samples of older runs have no split.
+    anon = trend("rss_anon_kib", 1024.0, 0.0) if series("rss_anon_kib") else None
+    file_backed = trend("rss_file_kib", 1024.0, 0.0) if series("rss_file_kib") else None
     fds = trend("fds", 1.0, 10.0)
     own = trend("own_fds", 1.0, 10.0)
     conns = trend("connections", 1.0, 10.0)
@@ -303,6 +306,16 @@ def main() -> int:
         "after a burst of concurrency do not."
     )
     w("")
+    if anon and file_backed:
+        w(
+            f"Of the RSS, anonymous memory (the heap) went {anon['start']:.1f} -> "
+            f"{anon['middle']:.1f} -> {anon['end']:.1f} MiB (trend {anon['climb']:+.2f}, "
+            f"{'flat' if anon['flat'] else 'NOT flat'} by the same rule) and file-backed pages "
+            f"(the binary's code as its paths run) {file_backed['start']:.1f} -> "
+            f"{file_backed['middle']:.1f} -> {file_backed['end']:.1f} MiB (trend "
+            f"{file_backed['climb']:+.2f})."
+        )
+        w("")
     if before and after:
         w(
             f"Before the load rein held {before[-1]['rss_kib'] / 1024:.1f} MiB and "

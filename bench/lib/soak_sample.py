@@ -1,7 +1,8 @@
 """Per-second sampler of the soak benchmark (bench/soak.sh).
 
 Once a second, until the process goes away or this one gets SIGTERM, appends one JSON line to
-`--out` with the process's resident memory (`VmRSS` from /proc/PID/status, KiB), its open file
+`--out` with the process's resident memory (`VmRSS` from /proc/PID/status, KiB; and of it
+`RssAnon` and `RssFile`), its open file
 descriptors (entries of /proc/PID/fd), its threads, its CPU time and the machine's (busy and
 total clock ticks of all cores, to tell rein's share from other load), and from rein's
 `/metrics` the breaker state of every tier (0 closed, 1 half-open, 2 open), the open client
@@ -114,6 +115,10 @@ def main() -> int:
                 "t": round(time.time() - start, 3),
                 "unix": round(time.time(), 3),
                 "rss_kib": rss,
+                # Of it: the heap and other anonymous memory, and file-backed pages (the
+                # binary's code mapped in as paths run): a leak grows the first.
+                "rss_anon_kib": status_field(args.pid, "RssAnon"),
+                "rss_file_kib": status_field(args.pid, "RssFile"),
                 "fds": fds,
                 "threads": status_field(args.pid, "Threads"),
                 "cpu_ticks": cpu_ticks(args.pid),
