@@ -137,7 +137,14 @@ impl AttemptLog {
 
     /// The entries kept in memory, oldest first.
     pub(crate) fn entries(&self) -> Vec<LogEntry> {
-        lock(&self.inner).entries.iter().cloned().collect()
+        self.snapshot().0
+    }
+
+    /// The entries kept in memory, oldest first, and how many older ones are no longer kept, as
+    /// of one moment (read under one lock: the count always says where the entries start).
+    pub(crate) fn snapshot(&self) -> (Vec<LogEntry>, u64) {
+        let inner = lock(&self.inner);
+        (inner.entries.iter().cloned().collect(), inner.dropped)
     }
 
     /// How many entries are no longer in memory (since the start or the last reset).
@@ -150,5 +157,66 @@ impl AttemptLog {
         let mut inner = lock(&self.inner);
         inner.entries.clear();
         inner.dropped = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(seq: u64) -> LogEntry {
+        LogEntry {
+            unix_ms: 0,
+            elapsed_ms: seq,
+            method: "POST".to_string(),
+            path: "/v1/chat/completions".to_string(),
+            format: None,
+            model: None,
+            stream: false,
+            fault: "ok".to_string(),
+            fault_source: FaultSource::None,
+            script: None,
+            script_step: None,
+            phase: None,
+            reply_rule: None,
+            sequence_key: String::new(),
+            status: Some(200),
+            request_id: None,
+            idempotency_key: None,
+            client_request_id: None,
+            auth_present: false,
+        }
+    }
+
+    /// While requests keep landing, every snapshot's dropped count is the sequence number of its
+    /// oldest entry: the two are read at one moment, never the entries before a request and
+    /// the count after it.
+    #[test]
+    fn a_snapshot_reads_the_entries_and_the_dropped_count_at_one_moment() {
+        let log = std::sync::Arc::new(AttemptLog::open(None, 3).unwrap());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (log, stop) = (std::sync::Arc::clone(&log), std::sync::Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut seq = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    log.record(entry(seq));
+                    seq += 1;
+                }
+                seq
+            })
+        };
+        let mut checked = 0;
+        while checked < 20_000 {
+            let (entries, dropped) = log.snapshot();
+            if let Some(first) = entries.first() {
+                assert_eq!(first.elapsed_ms, dropped, "{} entries", entries.len());
+                checked += 1;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let sent = writer.join().unwrap();
+        let (entries, dropped) = log.snapshot();
+        assert_eq!((entries.len() as u64, dropped), (3, sent - 3));
     }
 }

@@ -169,9 +169,10 @@ async fn route(
     let reply = match (&incoming.method, incoming.path.as_str()) {
         (&Method::GET, "/_sim/health") => return plain(StatusCode::OK, json!({"status": "ok"})),
         (&Method::GET, "/_sim/log") => {
-            let entries = serde_json::to_value(shared.log.entries()).unwrap_or_default();
+            let (entries, dropped) = shared.log.snapshot();
+            let entries = serde_json::to_value(entries).unwrap_or_default();
             let mut response = plain(StatusCode::OK, entries);
-            response.headers_mut().insert("x-sim-log-dropped", shared.log.dropped().into());
+            response.headers_mut().insert("x-sim-log-dropped", dropped.into());
             return response;
         }
         (&Method::POST, "/_sim/reset") => {
