@@ -184,7 +184,7 @@ sleep 1
 log "rein :$REIN_PORT (pid $REIN_PID), sim :$SIM_PORT; $RATE req/s for $DURATION s"
 
 "$PY" "$LIB/soak_sample.py" --pid "$REIN_PID" --metrics "http://127.0.0.1:$REIN_PORT/metrics" \
-  --out "$TMP/samples.jsonl" 2>"$TMP/sampler.log" &
+  --upstream-port "$SIM_PORT" --out "$TMP/samples.jsonl" 2>"$TMP/sampler.log" &
 SAMPLER_PID=$!; PIDS+=("$SAMPLER_PID")
 
 "$PY" "$LIB/soak_load.py" --url "http://127.0.0.1:$REIN_PORT/v1/chat/completions" --route soak \

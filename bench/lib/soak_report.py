@@ -202,9 +202,13 @@ def main() -> int:
     if current:
         streaks.append(current)
 
-    for smp in samples:  # descriptors that are not the load's own connections
+    # Descriptors that follow neither the load's connections nor rein's pool to the simulator
+    # (both grow to the most requests ever in flight at once; samples of older runs have no
+    # count of the pool).
+    pooled = any(smp.get("upstream_connections") is not None for smp in samples)
+    for smp in samples:
         if smp.get("connections") is not None:
-            smp["own_fds"] = smp["fds"] - smp["connections"]
+            smp["own_fds"] = smp["fds"] - smp["connections"] - (smp.get("upstream_connections") or 0)
     rss = trend("rss_kib", 1024.0, 0.0)
     # Samples of older runs have no split.
     anon = trend("rss_anon_kib", 1024.0, 0.0) if series("rss_anon_kib") else None
@@ -212,6 +216,7 @@ def main() -> int:
     fds = trend("fds", 1.0, 10.0)
     own = trend("own_fds", 1.0, 10.0)
     conns = trend("connections", 1.0, 10.0)
+    upstream = trend("upstream_connections", 1.0, 10.0) if pooled else None
     before = [smp for smp in samples if smp["tl"] < 0]
     after = [smp for smp in samples if smp["tl"] >= duration]
 
@@ -295,11 +300,17 @@ def main() -> int:
         "least-squares line through the per-minute medians after the warm-up, times the run's length."
     )
     w("")
+    pool = (
+        f"; its connections to the simulator (its client's pool, which grows the same way) "
+        f"{upstream['start']:.0f} -> {upstream['middle']:.0f} -> {upstream['end']:.0f}"
+        if upstream
+        else ""
+    )
     w(
         "What the trends are made of: the client connections rein held (the generator's pool, "
         "which grows to the most requests ever in flight at once and then keeps them alive) went "
-        f"{conns['start']:.0f} -> {conns['middle']:.0f} -> {conns['end']:.0f}; rein's descriptors "
-        f"besides them {own['start']:.0f} -> {own['middle']:.0f} -> {own['end']:.0f} (trend "
+        f"{conns['start']:.0f} -> {conns['middle']:.0f} -> {conns['end']:.0f}{pool}; rein's descriptors "
+        f"besides {'these' if upstream else 'them'} {own['start']:.0f} -> {own['middle']:.0f} -> {own['end']:.0f} (trend "
         f"{own['climb']:+.1f}, {'flat' if own['flat'] else 'NOT flat'} by the same rule). The "
         f"median minute-to-minute change of the RSS was {rss['median_step']:+.2f} MiB and of the "
         f"fds {fds['median_step']:+.1f}: a steady leak would make most minutes climb, steps "
@@ -511,6 +522,9 @@ def plot(args, reqs, samples, by_w, att_w, att_pw, windows, duration, deadline, 
     conns = [s.get("connections") for s in samples]
     if any(c is not None for c in conns):
         a_fd.plot(st, [math.nan if c is None else c for c in conns], color="tab:olive", lw=0.8, label="client connections")
+    ups = [s.get("upstream_connections") for s in samples]
+    if any(c is not None for c in ups):
+        a_fd.plot(st, [math.nan if c is None else c for c in ups], color="tab:purple", lw=0.8, label="upstream connections")
     a_fd.set_ylim(bottom=0)
     a_fd.set_title("rein open file descriptors, every second")
     a_fd.set_xlabel(unit)

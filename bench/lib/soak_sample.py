@@ -7,9 +7,12 @@ descriptors (entries of /proc/PID/fd), its threads, its CPU time and the machine
 total clock ticks of all cores, to tell rein's share from other load), and from rein's
 `/metrics` the breaker state of every tier (0 closed, 1 half-open, 2 open), the open client
 connections, and the running totals of upstream attempts and of retries the retry budget
-refused.
+refused; with `--upstream-port`, also the TCP connections open to that port (rein's pool to the
+simulator: nothing else connects to it), so that the report can tell the descriptors that follow
+the load's concurrency from the rest.
 
-    python soak_sample.py --pid PID --metrics http://127.0.0.1:PORT/metrics --out samples.jsonl
+    python soak_sample.py --pid PID --metrics http://127.0.0.1:PORT/metrics --out samples.jsonl \
+        [--upstream-port SIM_PORT]
 """
 
 from __future__ import annotations
@@ -56,6 +59,24 @@ def machine_ticks() -> tuple[int, int]:
     return sum(values) - idle, sum(values)
 
 
+def connections_to(port: int) -> int | None:
+    """Established TCP connections whose remote end is `port` on this host (/proc/net/tcp and
+    tcp6: state 01, the remote address's port in hex)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as f:
+                next(f, None)
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 3 and fields[3] == "01" and int(fields[2].rsplit(":", 1)[1], 16) == port:
+                        count += 1
+        except OSError:
+            if table.endswith("tcp"):
+                return None
+    return count
+
+
 def metrics(url: str) -> dict:
     """The few series the report plots, from the Prometheus text exposition."""
     out: dict = {"breaker": {}, "attempts": 0.0, "budget_exhausted": 0.0, "connections": None}
@@ -90,6 +111,7 @@ def main() -> int:
     p.add_argument("--metrics", required=True, help="rein's /metrics URL")
     p.add_argument("--out", required=True)
     p.add_argument("--every", type=float, default=1.0)
+    p.add_argument("--upstream-port", type=int, help="count the connections open to this port")
     args = p.parse_args()
     running = True
 
@@ -126,6 +148,8 @@ def main() -> int:
                 "machine_ticks": ticks,
             }
             sample.update(metrics(args.metrics))
+            if args.upstream_port:
+                sample["upstream_connections"] = connections_to(args.upstream_port)
             f.write(json.dumps(sample, separators=(",", ":")) + "\n")
             f.flush()
             tick += args.every
