@@ -205,7 +205,6 @@ def main() -> int:
     # Descriptors that follow neither the load's connections nor rein's pool to the simulator
     # (both grow to the most requests ever in flight at once; samples of older runs have no
     # count of the pool).
-    pooled = any(smp.get("upstream_connections") is not None for smp in samples)
     for smp in samples:
         if smp.get("connections") is not None:
             smp["own_fds"] = smp["fds"] - smp["connections"] - (smp.get("upstream_connections") or 0)
@@ -216,7 +215,7 @@ def main() -> int:
     fds = trend("fds", 1.0, 10.0)
     own = trend("own_fds", 1.0, 10.0)
     conns = trend("connections", 1.0, 10.0)
-    upstream = trend("upstream_connections", 1.0, 10.0) if pooled else None
+    upstream = trend("upstream_connections", 1.0, 10.0) if series("upstream_connections") else None
     before = [smp for smp in samples if smp["tl"] < 0]
     after = [smp for smp in samples if smp["tl"] >= duration]
 
