@@ -175,7 +175,10 @@ out=$(curl -sS -D "$TMP/headers" -H 'content-type: application/json' \
   --data "{\"model\":\"soak\",\"messages\":[{\"role\":\"user\",\"content\":\"warm-up\"}]}" \
   "http://127.0.0.1:$REIN_PORT/v1/chat/completions") || die "warm-up request failed"
 grep -qi '^x-rein-outcome: ' "$TMP/headers" || die "no x-rein-outcome: $(cat "$TMP/headers") $out"
-curl -sS "http://127.0.0.1:$REIN_PORT/metrics" | grep -q '^rein_tier_breaker_state' \
+# Read whole first: `grep -q` stops reading at its match, and curl failing to write the rest
+# would fail the pipe under pipefail.
+metrics=$(curl -sS "http://127.0.0.1:$REIN_PORT/metrics") || die "rein's /metrics did not answer"
+grep -q '^rein_tier_breaker_state' <<<"$metrics" \
   || die "rein's /metrics has no rein_tier_breaker_state"
 # The warm-up's attempts are not the run's: the log starts over.
 curl -sS -X POST "http://127.0.0.1:$SIM_PORT/_sim/reset" >/dev/null
