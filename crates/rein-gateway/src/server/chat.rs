@@ -554,15 +554,32 @@ async fn stream(
     };
     let body_stream = rest;
     let mut response = Response::new(Body::from_stream(body_stream));
-    let headers = response.headers_mut();
+    let passthrough = mode == Some(ReleaseMode::Passthrough);
+    *response.headers_mut() =
+        stream_headers(api, &request_id, passthrough, report.as_ref(), trace_id.as_deref());
+    response
+}
+
+/// A streamed answer's response headers, in a map of just their number. The map outlives the
+/// call: the connection keeps it, for the next request's headers, while the stream is open.
+fn stream_headers(
+    api: Api,
+    request_id: &str,
+    passthrough: bool,
+    report: Option<&CallReport>,
+    trace_id: Option<&str>,
+) -> HeaderMap {
+    let own = 2 + usize::from(passthrough);
+    let traced = usize::from(trace_id.is_some());
+    let mut headers = HeaderMap::with_capacity(own + report_header_count(report) + traced);
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    if mode == Some(ReleaseMode::Passthrough) {
+    if passthrough {
         headers.insert("x-rein-release", HeaderValue::from_static("passthrough"));
     }
-    report_headers(headers, api, &request_id, report.as_ref());
-    trace_header(headers, trace_id.as_deref());
-    response
+    report_headers(&mut headers, api, request_id, report);
+    trace_header(&mut headers, trace_id);
+    headers
 }
 
 /// The call's trace id, for finding it in the trace store or the caller's tracing backend.
@@ -714,8 +731,8 @@ fn report_headers(
     request_id: &str,
     report: Option<&CallReport>,
 ) {
-    // Room for them all (and the trace id) at once, not grown (and rehashed) as they come.
-    headers.reserve(14);
+    // Room for them all at once, not grown (and rehashed) as they come.
+    headers.reserve(report_header_count(report));
     set_text(headers, &names::REQUEST_ID, request_id);
     let vendor_id = if api == Api::Anthropic {
         &names::ANTHROPIC_REQUEST_ID
@@ -741,6 +758,16 @@ fn report_headers(
             set_text(headers, &names::MODEL, &served.model);
         }
     }
+}
+
+/// How many headers [`report_headers`] sets for `report` (at most; one whose text is not a valid
+/// header value is left out).
+fn report_header_count(report: Option<&CallReport>) -> usize {
+    let Some(report) = report else { return 2 };
+    2 + 5
+        + usize::from(report.settings_version.is_some())
+        + usize::from(report.run_status().is_some())
+        + if report.served_by.is_some() { 3 } else { 0 }
 }
 
 /// A count as a header value; the usual small ones without formatting or allocating.
@@ -809,6 +836,75 @@ mod tests {
         for n in [0, 1, 2, 9, 10, 11, 99, 12_345, usize::MAX] {
             assert_eq!(count(n).to_str().unwrap(), n.to_string());
         }
+    }
+
+    fn report(settings: bool, run_stopped: bool, served: bool) -> CallReport {
+        let mut steps = Vec::new();
+        if run_stopped {
+            steps.push(rein_core::report::Step::RunStopped {
+                status: "stopped_repeated_call".into(),
+            });
+        }
+        CallReport {
+            route: "r".into(),
+            settings_version: settings.then_some(3),
+            outcome: rein_core::report::Outcome::Answered,
+            served_by: served.then(|| rein_core::report::ServedBy {
+                tier: 0,
+                tier_name: "primary".into(),
+                provider: "sim".into(),
+                model: "m".into(),
+                failover: false,
+            }),
+            steps,
+            alerts: Vec::new(),
+            elapsed_ms: 1,
+            rejected_draft: None,
+            labels: Default::default(),
+        }
+    }
+
+    /// The count a map is sized by is the count of headers set, for every shape of report.
+    #[test]
+    fn the_report_header_count_is_the_headers_set() {
+        let mut reports = vec![None];
+        for bits in 0..8u8 {
+            reports.push(Some(report(bits & 1 != 0, bits & 2 != 0, bits & 4 != 0)));
+        }
+        for report in &reports {
+            for api in [Api::OpenAi, Api::Anthropic, Api::Responses] {
+                let mut headers = HeaderMap::new();
+                report_headers(&mut headers, api, "req-1", report.as_ref());
+                assert_eq!(headers.len(), report_header_count(report.as_ref()), "{report:?}");
+            }
+        }
+    }
+
+    /// A streamed answer's header map stays open with the stream (the connection keeps it), so
+    /// it is sized for what it holds: a passthrough stream's six headers take a map of six, not
+    /// one grown to 24 (2.5 KB a stream, when it reserved for a whole report).
+    #[test]
+    fn a_streams_header_map_has_room_for_its_headers_alone() {
+        for (passthrough, report, trace) in [
+            (true, None, Some("0af7651916cd43dd8448eb211c80319c")),
+            (true, None, None),
+            (false, Some(report(true, true, true)), Some("0af7651916cd43dd8448eb211c80319c")),
+            (false, Some(report(false, false, true)), None),
+        ] {
+            let headers = stream_headers(Api::OpenAi, "req-1", passthrough, report.as_ref(), trace);
+            let want = 2
+                + usize::from(passthrough)
+                + report_header_count(report.as_ref())
+                + usize::from(trace.is_some());
+            assert_eq!(headers.len(), want);
+            // A map's room is three quarters of a power of two: the least one that holds them.
+            let least = HeaderMap::<HeaderValue>::with_capacity(want).capacity();
+            assert_eq!(headers.capacity(), least, "{want} headers");
+        }
+        let passthrough = stream_headers(Api::OpenAi, "req-1", true, None, Some("t"));
+        assert_eq!(passthrough.capacity(), 6);
+        assert_eq!(passthrough["x-rein-release"], "passthrough");
+        assert_eq!(passthrough[header::CONTENT_TYPE], "text/event-stream");
     }
 
     /// A call's handler future lives as long as the call, and is moved into a box on its way to
