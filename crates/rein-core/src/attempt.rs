@@ -77,7 +77,7 @@ impl Forwarder {
         &self.sent
     }
 
-    async fn send(&mut self, event: StreamEvent) {
+    fn send(&mut self, event: StreamEvent) {
         match &event {
             StreamEvent::TextDelta { text } if self.keep_text => self.sent.push_str(text),
             StreamEvent::ThinkingDelta { .. }
@@ -86,7 +86,7 @@ impl Forwarder {
             | StreamEvent::ToolCallDelta { .. } => self.only_text = false,
             _ => {}
         }
-        self.tx.send(Released::Event(event)).await;
+        self.tx.put(Released::Event(event));
     }
 
     /// Whether any event has reached the caller (after which a failure cannot be hidden).
@@ -99,7 +99,10 @@ impl Forwarder {
         self.held.clear();
     }
 
-    async fn push(&mut self, event: StreamEvent) {
+    /// Takes the attempt's next event: held, dropped or sent on. Sending never waits here (the
+    /// attempt waits for room after the event, [`Forwarder::room`]), so an attempt's state
+    /// holds no send in progress, a few hundred bytes of each open stream.
+    fn push(&mut self, event: StreamEvent) {
         if matches!(event, StreamEvent::Done) {
             return;
         }
@@ -113,9 +116,14 @@ impl Forwarder {
         }
         self.forwarded = true;
         for held in std::mem::take(&mut self.held) {
-            self.send(held).await;
+            self.send(held);
         }
-        self.send(event).await;
+        self.send(event);
+    }
+
+    /// Ready once the caller's reader has room for more events.
+    fn room(&self) -> impl Future<Output = ()> + '_ {
+        self.tx.room()
     }
 }
 
@@ -149,28 +157,26 @@ pub(crate) async fn run_attempt(
         } else {
             earliest(first_token_at, Clock::FirstToken, cap_at)
         };
-        match timeout_at(limit, stream.next()).await {
+        // Taken apart in the statement that awaits it, so the read's result is not kept beside
+        // the wait for room below.
+        let event = match timeout_at(limit, stream.next()).await {
             // The stop reason came but the stream neither ended nor sent its terminator.
             Err(_) if builder.has_stop() => return Ok(builder.finish()),
             Err(_) => return Err(fired(clock, started)),
             Ok(None) if builder.has_stop() => return Ok(builder.finish()),
             Ok(None) => return Err(Failure::StreamCut),
             Ok(Some(Err(failure))) => return Err(failure),
-            Ok(Some(Ok(event))) => {
-                builder.push(&event);
-                let done = matches!(event, StreamEvent::Done);
-                // The event itself goes on to the caller: the builder keeps its own copy.
-                if let Some(forward) = forward.as_deref_mut() {
-                    forward.push(event).await;
-                }
-                if done {
-                    return if builder.has_stop() {
-                        Ok(builder.finish())
-                    } else {
-                        Err(Failure::StreamCut)
-                    };
-                }
-            }
+            Ok(Some(Ok(event))) => event,
+        };
+        builder.push(&event);
+        let done = matches!(event, StreamEvent::Done);
+        // The event itself goes on to the caller: the builder keeps its own copy.
+        if let Some(forward) = forward.as_deref_mut() {
+            forward.push(event);
+            forward.room().await;
+        }
+        if done {
+            return if builder.has_stop() { Ok(builder.finish()) } else { Err(Failure::StreamCut) };
         }
     }
 }

@@ -52,12 +52,22 @@ pub(super) async fn check(
     let tool_turn = is_tool_call_turn(response);
     // A tool-call turn is checked as a tool call whatever the route's contract; an answer
     // only when there is a contract to hold it to.
-    let contract = if tool_turn { None } else { contract_for(route, sent) };
-    if !tool_turn && contract.is_none() {
-        return Checked::Accept { text: None, tool_calls: None };
-    }
-    let (verdict, repaired_calls) = match &contract {
-        Some(contract) => (check_answer(ctx, response, contract).await, None),
+    // The contract's check is boxed, with the contract (in a block of its own, so nothing of it
+    // stays in this state): only a route with a contract runs it, and in line the two would
+    // take ~600 bytes of every attempt's state (a passthrough stream's included) while the
+    // answer streams. `expects_json`: what a re-ask needs of it (`None`: a tool-call turn's).
+    let (checking, expects_json) = {
+        let contract = if tool_turn { None } else { contract_for(route, sent) };
+        if !tool_turn && contract.is_none() {
+            return Checked::Accept { text: None, tool_calls: None };
+        }
+        let expects_json = contract.as_ref().map(|contract| contract.expects_json());
+        let checking = contract
+            .map(|contract| Box::pin(async move { check_answer(ctx, response, &contract).await }));
+        (checking, expects_json)
+    };
+    let (verdict, repaired_calls) = match checking {
+        Some(checking) => (checking.await, None),
         None => match check_stop(response) {
             Some(verdict) => (verdict, None),
             None => {
@@ -146,11 +156,10 @@ pub(super) async fn check(
             // One re-ask that sends the failed output and the exact problems.
             call.reasked = true;
             let mut next = sent.clone();
-            match &contract {
-                Some(contract) => {
+            match expects_json {
+                Some(json) => {
                     next.messages.push(Message::assistant(response.text.clone()));
-                    next.messages
-                        .push(Message::user(reask_message(&problems, contract.expects_json())));
+                    next.messages.push(Message::user(reask_message(&problems, json)));
                 }
                 None => {
                     next.messages.push(Message::assistant(tool_calls_as_text(response)));

@@ -393,7 +393,8 @@ impl Engine {
         let mut context_unserved: Option<String> = None;
         // Set when a passthrough stream broke and the route continues it: the request later
         // tiers get (the text so far as an assistant prefill), and the failure that broke it.
-        let mut continued: Option<(ChatRequest, Classified)> = None;
+        // Boxed: rare, and in line it would take ~300 bytes of every streamed call's state.
+        let mut continued: Option<Box<(ChatRequest, Classified)>> = None;
 
         for (position, &index) in order.iter().enumerate() {
             let tier = &route.tiers[index];
@@ -425,7 +426,7 @@ impl Engine {
                 jitter: self.inner.jitter.as_ref(),
                 observer: self.inner.observer.as_deref(),
             };
-            let asked = continued.as_ref().map_or(request, |(asked, _)| asked);
+            let asked = continued.as_ref().map_or(request, |continued| &continued.0);
             match run.attempts(call, asked, forward.as_deref_mut()).await {
                 TierEnd::Answered(mut completion) => {
                     permit.succeeded();
@@ -442,7 +443,7 @@ impl Engine {
                         let sent = forward.continuable().unwrap_or_default().to_string();
                         let mut asked = request.clone();
                         asked.messages.push(Message::assistant(sent));
-                        continued = Some((asked, last));
+                        continued = Some(Box::new((asked, last)));
                     }
                 }
                 TierEnd::Ended { end, tier_failed } => {
@@ -472,7 +473,8 @@ impl Engine {
             }
         }
 
-        if let Some((_, last)) = continued {
+        if let Some(continued) = continued {
+            let (_, last) = *continued;
             // No later tier carried the broken stream on: it ends in-band, as without
             // continuation.
             call.outcome = Outcome::Interrupted;

@@ -127,35 +127,33 @@ impl TierRun<'_> {
             let started = call.deadline.elapsed();
             tried = true;
             call.attempted = true;
-            let result =
-                run_attempt(tier.provider.as_ref(), &tier_request, clocks, forward.as_deref_mut())
-                    .await;
-            let record = AttemptRecord {
-                tier: self.index,
-                tier_name: tier.name.clone(),
-                provider: tier.provider.name().to_string(),
-                model: tier.model.clone(),
-                number,
-                started_ms: millis(started),
-                elapsed_ms: millis(call.deadline.elapsed().saturating_sub(started)),
-                failure: None,
-                classified: None,
-                probe: self.probe,
-            };
-            let next = match result {
-                Ok(response) => {
-                    self.observe(&record);
-                    call.steps.push(Step::Attempt(record));
-                    let sent = forward.as_deref().is_some_and(|f| f.forwarded());
-                    let checked =
-                        check(self.ctx, route, self.index, &response, &tier_request, sent, call)
-                            .await;
-                    self.answered(call, response, checked)
-                }
-                Err(failure) => {
-                    took = call.deadline.elapsed().saturating_sub(started);
-                    self.failed(call, record, failure, number == attempts, forward.as_deref())
-                }
+            // The attempt's result is taken apart in the statement that awaits it, and its
+            // record is built by a plain function: neither is kept beside the check's await
+            // (a passthrough stream holds this state, nested, as long as it is open).
+            let next = 'next: {
+                let response = match run_attempt(
+                    tier.provider.as_ref(),
+                    &tier_request,
+                    clocks,
+                    forward.as_deref_mut(),
+                )
+                .await
+                {
+                    Ok(response) => response,
+                    Err(failure) => {
+                        took = call.deadline.elapsed().saturating_sub(started);
+                        let record = self.record(call, number, started);
+                        let last = number == attempts;
+                        break 'next self.failed(call, record, failure, last, forward.as_deref());
+                    }
+                };
+                let record = self.record(call, number, started);
+                self.observe(&record);
+                call.steps.push(Step::Attempt(record));
+                let sent = forward.as_deref().is_some_and(|f| f.forwarded());
+                let checked =
+                    check(self.ctx, route, self.index, &response, &tier_request, sent, call).await;
+                self.answered(call, response, checked)
             };
             match next {
                 Next::Retry(classified) => last = Some(classified),
@@ -174,6 +172,22 @@ impl TierRun<'_> {
             }
         }
         TierEnd::SteppedDown { last, tried, context_length }
+    }
+
+    /// The record of attempt number `number`, started at `started` into the call and ended now.
+    fn record(&self, call: &CallState, number: u32, started: Duration) -> AttemptRecord {
+        AttemptRecord {
+            tier: self.index,
+            tier_name: self.tier.name.clone(),
+            provider: self.tier.provider.name().to_string(),
+            model: self.tier.model.clone(),
+            number,
+            started_ms: millis(started),
+            elapsed_ms: millis(call.deadline.elapsed().saturating_sub(started)),
+            failure: None,
+            classified: None,
+            probe: self.probe,
+        }
     }
 
     /// Whether attempt number `number` may start: after a failure `last`, after the wait this
