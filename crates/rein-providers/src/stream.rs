@@ -115,7 +115,11 @@ pub(crate) async fn response_events<D: Decoder>(
 struct Pump<D> {
     parser: SseParser,
     decoder: D,
-    pending: VecDeque<Result<StreamEvent, Failure>>,
+    /// Events decoded and not yet taken; then the failure that ended the stream, if one did.
+    /// Apart, so a queue's slot is an event's size, not a failure's (each open stream keeps
+    /// the queue's room).
+    pending: VecDeque<StreamEvent>,
+    failure: Option<Failure>,
     /// The events of the record being decoded: one vector for the whole stream.
     decoded: Vec<StreamEvent>,
     done: bool,
@@ -130,6 +134,7 @@ impl<D: Decoder> Pump<D> {
             parser: SseParser::new(reading.limits.max_event_bytes),
             decoder,
             pending: VecDeque::new(),
+            failure: None,
             decoded: Vec::new(),
             done: false,
             reading,
@@ -144,9 +149,10 @@ impl<D: Decoder> Pump<D> {
             self.fail(failure);
             return;
         }
-        let Self { parser, decoder, pending, decoded, done, reading, .. } = self;
+        let Self { parser, decoder, pending, failure, decoded, done, reading, .. } = self;
+        let mut out = Out { pending, failure, done };
         let parsed = parser
-            .push_with(bytes, |record| dispatch(decoder, pending, decoded, done, reading, &record));
+            .push_with(bytes, |record| dispatch(decoder, &mut out, decoded, reading, &record));
         if let Err(error) = parsed
             && !self.done
         {
@@ -164,9 +170,10 @@ impl<D: Decoder> Pump<D> {
     }
 
     fn finish(&mut self) {
-        let Self { parser, decoder, pending, decoded, done, reading, .. } = self;
-        let parsed = parser
-            .finish_with(|record| dispatch(decoder, pending, decoded, done, reading, &record));
+        let Self { parser, decoder, pending, failure, decoded, done, reading, .. } = self;
+        let mut out = Out { pending, failure, done };
+        let parsed =
+            parser.finish_with(|record| dispatch(decoder, &mut out, decoded, reading, &record));
         if parsed.is_err() {
             // The last, unterminated line was cut inside a multi-byte character.
             tracing::debug!("dropped a truncated final stream line");
@@ -175,21 +182,40 @@ impl<D: Decoder> Pump<D> {
     }
 
     fn fail(&mut self, failure: Failure) {
-        self.pending.push_back(Err(failure));
+        self.failure.get_or_insert(failure);
         self.done = true;
+    }
+
+    /// The next item to hand on: the events in order, then the failure.
+    fn next_item(&mut self) -> Option<Result<StreamEvent, Failure>> {
+        match self.pending.pop_front() {
+            Some(event) => Some(Ok(event)),
+            None => self.failure.take().map(Err),
+        }
+    }
+
+    /// Every item left, in order.
+    fn into_items(mut self) -> Vec<Result<StreamEvent, Failure>> {
+        std::iter::from_fn(|| self.next_item()).collect()
     }
 }
 
-/// Decodes one record into `pending`; nothing once the stream is `done`.
+/// Where a record's events go: the pump's queue, its failure and whether it is done.
+struct Out<'a> {
+    pending: &'a mut VecDeque<StreamEvent>,
+    failure: &'a mut Option<Failure>,
+    done: &'a mut bool,
+}
+
+/// Decodes one record into `out`; nothing once the stream is done.
 fn dispatch<D: Decoder>(
     decoder: &mut D,
-    pending: &mut VecDeque<Result<StreamEvent, Failure>>,
+    out: &mut Out<'_>,
     decoded: &mut Vec<StreamEvent>,
-    done: &mut bool,
     reading: &mut Reading,
     record: &SseEvent<'_>,
 ) {
-    if *done {
+    if *out.done {
         return;
     }
     decoded.clear();
@@ -202,20 +228,20 @@ fn dispatch<D: Decoder>(
                     text.insert_str(0, prefill);
                 }
                 let is_done = event == StreamEvent::Done;
-                pending.push_back(Ok(event));
+                out.pending.push_back(event);
                 if is_done {
-                    *done = true;
+                    *out.done = true;
                     break;
                 }
             }
         }
         Err(Failure::Malformed { .. }) if !record.terminated => {
             tracing::debug!("dropped a truncated final stream record");
-            *done = true;
+            *out.done = true;
         }
         Err(failure) => {
-            pending.push_back(Err(failure));
-            *done = true;
+            out.failure.get_or_insert(failure);
+            *out.done = true;
         }
     }
 }
@@ -238,7 +264,7 @@ impl<D: Decoder> Stream for SseEvents<D> {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         loop {
-            if let Some(item) = this.pump.pending.pop_front() {
+            if let Some(item) = this.pump.next_item() {
                 return Poll::Ready(Some(item));
             }
             if this.pump.done {
@@ -263,7 +289,7 @@ pub(crate) fn replay_sse<D: Decoder>(
     if !pump.done {
         pump.finish();
     }
-    pump.pending.into_iter().collect()
+    pump.into_items()
 }
 
 /// The events of a recorded SSE body that arrives in `chunks`, with `max_event_bytes` per event,
@@ -284,7 +310,7 @@ pub(crate) fn replay_sse_chunks<D: Decoder>(
     if !pump.done {
         pump.finish();
     }
-    pump.pending.into_iter().collect()
+    pump.into_items()
 }
 
 /// Parses a whole (non-streaming) JSON answer.
@@ -396,7 +422,7 @@ mod tests {
         if !pump.done {
             pump.finish();
         }
-        pump.pending.into_iter().collect()
+        pump.into_items()
     }
 
     macro_rules! fixture {
