@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use rein_core::validate::Evidence;
@@ -352,14 +352,13 @@ async fn complete(
                 }
             };
             log_call(&request_id, &completion.report);
-            let mut response = (
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-                body,
-            )
-                .into_response();
-            report_headers(response.headers_mut(), api, &request_id, Some(&completion.report));
-            trace_header(response.headers_mut(), recording.trace_id());
+            // The map made with room for every header the answer gets, not grown as they come.
+            let mut response = Response::new(Body::from(body));
+            let headers = response.headers_mut();
+            *headers = HeaderMap::with_capacity(1 + answer_header_count(Some(&completion.report)));
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            let report = Some(&completion.report);
+            answer_headers(headers, api, &request_id, report, recording.trace_id());
             let text = Some(completion.response.text.as_str());
             let report = Cow::Owned(completion.report);
             recording.finish(&gateway, report, Some(completion.response.usage), text);
@@ -367,8 +366,8 @@ async fn complete(
         }
         Err(error) => {
             let mut response = ApiError::call(api, &error, &request_id).into_response();
-            report_headers(response.headers_mut(), api, &request_id, error.report());
-            trace_header(response.headers_mut(), recording.trace_id());
+            let report = error.report();
+            answer_headers(response.headers_mut(), api, &request_id, report, recording.trace_id());
             if let Some(report) = error.report() {
                 log_call(&request_id, report);
                 recording.finish(&gateway, Cow::Borrowed(report), None, None);
@@ -464,8 +463,14 @@ async fn stream(
             None => break,
             Some(Released::Failed(error)) if held.is_empty() => {
                 let mut response = ApiError::call(api, &error, &request_id).into_response();
-                report_headers(response.headers_mut(), api, &request_id, error.report());
-                trace_header(response.headers_mut(), recording.trace_id());
+                let report = error.report();
+                answer_headers(
+                    response.headers_mut(),
+                    api,
+                    &request_id,
+                    report,
+                    recording.trace_id(),
+                );
                 if let Some(report) = error.report() {
                     log_call(&request_id, report);
                     recording.finish(&gateway, Cow::Borrowed(report), None, None);
@@ -558,6 +563,27 @@ async fn stream(
     *response.headers_mut() =
         stream_headers(api, &request_id, passthrough, report.as_ref(), trace_id.as_deref());
     response
+}
+
+/// A whole answer's (or an error's) headers beside those it has: the report's, the trace id's,
+/// with room made at once for them and for the `content-length` hyper adds, so the map is not
+/// grown (and rehashed) as they come.
+fn answer_headers(
+    headers: &mut HeaderMap,
+    api: Api,
+    request_id: &str,
+    report: Option<&CallReport>,
+    trace_id: Option<&str>,
+) {
+    headers.reserve(answer_header_count(report) - usize::from(trace_id.is_none()));
+    report_headers(headers, api, request_id, report);
+    trace_header(headers, trace_id);
+}
+
+/// How many headers [`answer_headers`] adds at most: the report's, the trace id and hyper's
+/// `content-length`.
+fn answer_header_count(report: Option<&CallReport>) -> usize {
+    report_header_count(report) + 2
 }
 
 /// A streamed answer's response headers, in a map of just their number. The map outlives the
@@ -731,8 +757,6 @@ fn report_headers(
     request_id: &str,
     report: Option<&CallReport>,
 ) {
-    // Room for them all at once, not grown (and rehashed) as they come.
-    headers.reserve(report_header_count(report));
     set_text(headers, &names::REQUEST_ID, request_id);
     let vendor_id = if api == Api::Anthropic {
         &names::ANTHROPIC_REQUEST_ID
@@ -905,6 +929,22 @@ mod tests {
         assert_eq!(passthrough.capacity(), 6);
         assert_eq!(passthrough["x-rein-release"], "passthrough");
         assert_eq!(passthrough[header::CONTENT_TYPE], "text/event-stream");
+    }
+
+    /// A whole answer's map is made with room for every header it gets, hyper's
+    /// `content-length` included: none of them grows it (each growth rehashes the map).
+    #[test]
+    fn a_whole_answers_headers_fit_the_map_they_start_in() {
+        for report in [report(true, true, true), report(false, false, false)] {
+            for trace in [Some("0af7651916cd43dd8448eb211c80319c"), None] {
+                let mut headers = HeaderMap::with_capacity(1 + answer_header_count(Some(&report)));
+                let room = headers.capacity();
+                headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                answer_headers(&mut headers, Api::OpenAi, "req-1", Some(&report), trace);
+                headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("120"));
+                assert_eq!(headers.capacity(), room, "{} headers", headers.len());
+            }
+        }
     }
 
     /// A call's handler future lives as long as the call, and is moved into a box on its way to
