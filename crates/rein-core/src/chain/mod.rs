@@ -255,21 +255,28 @@ impl Engine {
     }
 
     /// Run one call to completion, holding the answer until it is whole. The call ends by the
-    /// context's deadline or the route's, whichever comes first.
-    #[expect(
-        clippy::manual_async_fn,
-        reason = "an async fn would hold the context and the request twice for the whole call"
-    )]
+    /// context's deadline or the route's, whichever comes first. Not an `async fn`: that would
+    /// hold the context and the request twice for the whole call, and borrow the engine and the
+    /// route's name.
     pub fn complete(
         &self,
         mut ctx: CallContext,
         route: &str,
         request: ChatRequest,
-    ) -> impl Future<Output = Result<Completion, CallError>> + Send {
-        async move {
-            let state = self.route_state(route)?;
-            self.run(&mut ctx, &state, &request, None).await
-        }
+    ) -> impl Future<Output = Result<Completion, CallError>> + Send + use<> {
+        // The route is looked up now and the future owns what it needs (the engine is an
+        // `Arc`): a caller can start the call and keep just the future, which holds the context
+        // and the request once.
+        let state = match self.route_state(route) {
+            Ok(state) => state,
+            Err(error) => {
+                return futures_util::future::Either::Left(std::future::ready(Err(error)));
+            }
+        };
+        let engine = self.clone();
+        futures_util::future::Either::Right(async move {
+            engine.run(&mut ctx, &state, &request, None).await
+        })
     }
 
     /// Start a streamed call in the route's release mode. The call runs as the returned
