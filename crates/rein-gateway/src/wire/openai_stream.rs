@@ -349,10 +349,14 @@ impl OpenAiStream {
             system_fingerprint: None,
             usage: self.include_usage.then_some(None),
         };
-        let mut tail = br#"},"finish_reason":null,"index":0,"logprobs":null}],"#.to_vec();
+        const CHOICES_END: &[u8] = br#"},"finish_reason":null,"index":0,"logprobs":null}],"#;
         let rest = serde_json::to_vec(&rest).unwrap_or_default();
         // `{"created":..}` without its opening brace continues the chunk's object.
-        tail.extend_from_slice(rest.get(1..).unwrap_or_default());
+        let rest = rest.get(1..).unwrap_or_default();
+        // Made at its size: the stream keeps it to its end.
+        let mut tail = Vec::with_capacity(CHOICES_END.len() + rest.len() + 2);
+        tail.extend_from_slice(CHOICES_END);
+        tail.extend_from_slice(rest);
         tail.extend_from_slice(b"\n\n");
         tail
     }
@@ -404,6 +408,20 @@ mod tests {
             let delta = json!({"role": "assistant", "content": "", "refusal": null});
             let tree = sse_frame(None, &stream.chunk(delta, Value::Null, Value::Null));
             assert_eq!(stream.role_frame(), tree, "include_usage={include_usage}");
+        }
+    }
+
+    /// The text chunk's tail lives as long as the stream: it takes no room beyond its bytes.
+    #[test]
+    fn the_text_tail_is_kept_at_its_size() {
+        for include_usage in [false, true] {
+            let mut stream =
+                OpenAiStream::new(ResponseMeta::new("chatcmpl-abc", 1_700_000_000), include_usage);
+            stream.model = Some("gpt-4o-mini-2024-07-18".into());
+            let _ = stream.text_frame("Hello");
+            let tail = stream.text_tail.as_ref().expect("rendered with the first text frame");
+            assert!(tail.ends_with(b"}\n\n"), "{:?}", String::from_utf8_lossy(tail));
+            assert_eq!(tail.capacity(), tail.len(), "include_usage={include_usage}");
         }
     }
     use crate::wire::fixtures::{self, frames_json};
