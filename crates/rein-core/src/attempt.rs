@@ -9,11 +9,12 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
 use tokio::time::{Instant, timeout_at};
 
 use crate::failure::{Clock, Failure};
-use crate::model::{ChatRequest, ChatResponse, ResponseBuilder, StreamEvent};
-use crate::provider::Provider;
+use crate::model::{ChatResponse, ResponseBuilder, StreamEvent};
+use crate::provider::EventStream;
 use crate::release::{Relay, Released};
 
 /// The clocks of one attempt, already cut to what the deadline leaves.
@@ -131,52 +132,63 @@ fn fired(clock: Clock, started: Instant) -> Failure {
     Failure::ClockFired { clock, after: Instant::now().saturating_duration_since(started) }
 }
 
-/// Run one attempt.
-pub(crate) async fn run_attempt(
-    provider: &dyn Provider,
-    request: &ChatRequest,
+/// Run one attempt. `sending` is the provider's [`send`](crate::provider::Provider::send) of
+/// the request, which has taken what it needs of it: the attempt keeps nothing of the request
+/// while the answer streams. A plain function returning the attempt's future, which keeps the
+/// clocks' limits and nothing else of them (an `async fn` would keep its argument and the
+/// local it is moved into).
+pub(crate) fn run_attempt<'f>(
+    sending: BoxFuture<'static, Result<EventStream, Failure>>,
     clocks: AttemptClocks,
-    mut forward: Option<&mut Forwarder>,
-) -> Result<ChatResponse, Failure> {
+    mut forward: Option<&'f mut Forwarder>,
+) -> impl Future<Output = Result<ChatResponse, Failure>> + Send + 'f {
     if let Some(forward) = forward.as_deref_mut() {
         forward.reset();
     }
+    // The attempt starts as it is awaited, which its caller does at once.
     let started = Instant::now();
     let cap_at = started + clocks.cap;
     let first_token_at = started + clocks.first_token;
-    let (headers_at, headers_clock) = earliest(first_token_at, Clock::FirstToken, cap_at);
-    let mut stream = match timeout_at(headers_at, provider.send(request)).await {
-        Err(_) => return Err(fired(headers_clock, started)),
-        Ok(result) => result?,
-    };
+    let stream_idle = clocks.stream_idle;
+    async move {
+        let (headers_at, headers_clock) = earliest(first_token_at, Clock::FirstToken, cap_at);
+        let mut stream = match timeout_at(headers_at, sending).await {
+            Err(_) => return Err(fired(headers_clock, started)),
+            Ok(result) => result?,
+        };
 
-    let mut builder = ResponseBuilder::default();
-    loop {
-        let (limit, clock) = if builder.has_content() {
-            earliest(Instant::now() + clocks.stream_idle, Clock::StreamIdle, cap_at)
-        } else {
-            earliest(first_token_at, Clock::FirstToken, cap_at)
-        };
-        // Taken apart in the statement that awaits it, so the read's result is not kept beside
-        // the wait for room below.
-        let event = match timeout_at(limit, stream.next()).await {
-            // The stop reason came but the stream neither ended nor sent its terminator.
-            Err(_) if builder.has_stop() => return Ok(builder.finish()),
-            Err(_) => return Err(fired(clock, started)),
-            Ok(None) if builder.has_stop() => return Ok(builder.finish()),
-            Ok(None) => return Err(Failure::StreamCut),
-            Ok(Some(Err(failure))) => return Err(failure),
-            Ok(Some(Ok(event))) => event,
-        };
-        builder.push(&event);
-        let done = matches!(event, StreamEvent::Done);
-        // The event itself goes on to the caller: the builder keeps its own copy.
-        if let Some(forward) = forward.as_deref_mut() {
-            forward.push(event);
-            forward.room().await;
-        }
-        if done {
-            return if builder.has_stop() { Ok(builder.finish()) } else { Err(Failure::StreamCut) };
+        let mut builder = ResponseBuilder::default();
+        loop {
+            let (limit, clock) = if builder.has_content() {
+                earliest(Instant::now() + stream_idle, Clock::StreamIdle, cap_at)
+            } else {
+                earliest(first_token_at, Clock::FirstToken, cap_at)
+            };
+            // Taken apart in the statement that awaits it, so the read's result is not kept
+            // beside the wait for room below.
+            let event = match timeout_at(limit, stream.next()).await {
+                // The stop reason came but the stream neither ended nor sent its terminator.
+                Err(_) if builder.has_stop() => return Ok(builder.finish()),
+                Err(_) => return Err(fired(clock, started)),
+                Ok(None) if builder.has_stop() => return Ok(builder.finish()),
+                Ok(None) => return Err(Failure::StreamCut),
+                Ok(Some(Err(failure))) => return Err(failure),
+                Ok(Some(Ok(event))) => event,
+            };
+            builder.push(&event);
+            let done = matches!(event, StreamEvent::Done);
+            // The event itself goes on to the caller: the builder keeps its own copy.
+            if let Some(forward) = forward.as_deref_mut() {
+                forward.push(event);
+                forward.room().await;
+            }
+            if done {
+                return if builder.has_stop() {
+                    Ok(builder.finish())
+                } else {
+                    Err(Failure::StreamCut)
+                };
+            }
         }
     }
 }

@@ -121,7 +121,6 @@ pub(super) struct CallState {
     pub(super) steps: Vec<Step>,
     pub(super) alerts: Vec<Alert>,
     pub(super) outcome: Outcome,
-    pub(super) served_by: Option<ServedBy>,
     /// The one re-ask after failed checks has been used.
     pub(super) reasked: bool,
     /// The one re-ask with a higher token ceiling has been used.
@@ -144,7 +143,6 @@ impl CallState {
             steps: Vec::new(),
             alerts: Vec::new(),
             outcome: Outcome::Degraded,
-            served_by: None,
             reasked: false,
             ceiling_raised: false,
             rejected_draft: None,
@@ -174,7 +172,7 @@ impl CallState {
             route: route.name.clone(),
             settings_version: route.settings_version,
             outcome: self.outcome,
-            served_by: self.served_by.clone(),
+            served_by: None,
             steps: self.steps.clone(),
             alerts: self.alerts.clone(),
             elapsed_ms: millis(self.deadline.elapsed()),
@@ -183,8 +181,17 @@ impl CallState {
         }
     }
 
-    pub(super) fn finish(&mut self, route: &Route, response: ChatResponse) -> Completion {
-        Completion { response, report: self.report(route) }
+    /// A tier's answer, `served_by` it, is the call's. (Who served is not kept in the state
+    /// before: it is known only here, and every call's state would carry its room.)
+    pub(super) fn finish(
+        &mut self,
+        route: &Route,
+        response: ChatResponse,
+        served_by: ServedBy,
+    ) -> Completion {
+        let mut report = self.report(route);
+        report.served_by = Some(served_by);
+        Completion { response, report }
     }
 
     /// No tier answered: the route's degraded reply, as the answer or as the error it delivers.
@@ -268,7 +275,6 @@ impl CallState {
         reply: Option<&DegradedReply>,
     ) -> Result<Completion, CallError> {
         self.outcome = outcome;
-        self.served_by = None;
         let Some(reply) = reply else {
             return Err(self.unserved(route, outcome));
         };
@@ -295,7 +301,8 @@ impl CallState {
             usage: Usage::default(),
             ..ChatResponse::default()
         };
-        Ok(self.finish(route, response))
+        // No tier served it.
+        Ok(Completion { response, report: self.report(route) })
     }
 
     /// The error of a call no tier answered on a route without a degraded reply: what each

@@ -13,7 +13,7 @@ use std::borrow::Cow;
 
 use crate::model::{ChatRequest, ChatResponse, Message, ResponseFormat, ToolCall};
 use crate::report::{ReaskReason, Step, millis};
-use crate::route::Route;
+use crate::route::{Route, Tier};
 use crate::validate::{
     CompiledSchema, OutputContract, Verdict, check_answer, check_stop, check_tool_calls,
     is_tool_call_turn, raised_ceiling, reask_message, tool_calls_as_text, tool_reask_message,
@@ -21,6 +21,42 @@ use crate::validate::{
 
 use super::call::CallState;
 use crate::context::CallContext;
+
+/// The request an answer was given to, read where it lies: a re-ask's, or the call's as the
+/// tier prepares it ([`Tier::prepare`]), which is not kept while the answer streams (a
+/// passthrough stream holds the tier's state as long as it is open, and a copy of the
+/// conversation per stream would double what it holds).
+#[derive(Clone, Copy)]
+pub(super) enum Sent<'a> {
+    Reasked(&'a ChatRequest),
+    Prepared { request: &'a ChatRequest, tier: &'a Tier },
+}
+
+impl Sent<'_> {
+    /// The request as far as the tier leaves it alone: its messages, tools and
+    /// `response_format`.
+    fn request(&self) -> &ChatRequest {
+        match self {
+            Sent::Reasked(request) | Sent::Prepared { request, .. } => request,
+        }
+    }
+
+    /// The output ceiling it was sent with.
+    fn max_tokens(&self) -> Option<u32> {
+        match self {
+            Sent::Reasked(request) => request.max_tokens,
+            Sent::Prepared { request, tier } => tier.params.max_tokens.or(request.max_tokens),
+        }
+    }
+
+    /// The request as it was sent, to be extended into a re-ask.
+    fn to_request(self) -> ChatRequest {
+        match self {
+            Sent::Reasked(request) => request.clone(),
+            Sent::Prepared { request, tier } => tier.prepare(request),
+        }
+    }
+}
 
 /// The move decided for an answer.
 pub(super) enum Checked {
@@ -45,7 +81,7 @@ pub(super) async fn check(
     route: &Route,
     tier: usize,
     response: &ChatResponse,
-    sent: &ChatRequest,
+    sent: Sent<'_>,
     already_forwarded: bool,
     call: &mut CallState,
 ) -> Checked {
@@ -57,7 +93,7 @@ pub(super) async fn check(
     // take ~600 bytes of every attempt's state (a passthrough stream's included) while the
     // answer streams. `expects_json`: what a re-ask needs of it (`None`: a tool-call turn's).
     let (checking, expects_json) = {
-        let contract = if tool_turn { None } else { contract_for(route, sent) };
+        let contract = if tool_turn { None } else { contract_for(route, sent.request()) };
         if !tool_turn && contract.is_none() {
             return Checked::Accept { text: None, tool_calls: None };
         }
@@ -71,7 +107,7 @@ pub(super) async fn check(
         None => match check_stop(response) {
             Some(verdict) => (verdict, None),
             None => {
-                let checked = check_tool_calls(response, &sent.tools);
+                let checked = check_tool_calls(response, &sent.request().tools);
                 if checked.passed() {
                     let verdict = Verdict::Pass {
                         text: response.text.clone(),
@@ -124,7 +160,7 @@ pub(super) async fn check(
         Verdict::CutOff => {
             // Never parse the partial output: ask once more with a higher ceiling.
             let current = sent
-                .max_tokens
+                .max_tokens()
                 .or((response.usage.output_tokens > 0).then_some(response.usage.output_tokens))
                 .unwrap_or(route.max_tokens_cap / 2);
             match raised_ceiling(current, route.max_tokens_cap) {
@@ -135,7 +171,7 @@ pub(super) async fn check(
                         at_ms,
                         reason: ReaskReason::CutOff { max_tokens },
                     });
-                    let mut next = sent.clone();
+                    let mut next = sent.to_request();
                     next.max_tokens = Some(max_tokens);
                     Checked::Reask(Box::new(next))
                 }
@@ -155,7 +191,7 @@ pub(super) async fn check(
             }
             // One re-ask that sends the failed output and the exact problems.
             call.reasked = true;
-            let mut next = sent.clone();
+            let mut next = sent.to_request();
             match expects_json {
                 Some(json) => {
                     next.messages.push(Message::assistant(response.text.clone()));

@@ -319,9 +319,21 @@ impl Engine {
             .response_format
             .as_ref()
             .is_some_and(|format| !matches!(format, crate::model::ResponseFormat::Text));
-        let ended = self.run_tiers(ctx, state, &mut call, request, forward).await;
-        // Moved on whole: the outcome takes no room beside the tiers' state while they run.
-        let result = self.settle(ctx, route, call, structured, request, ended).await;
+        // The outcome is taken apart in the statement that awaits it and nothing is awaited
+        // inside the match (its outcome would be kept beside the tiers' state while they run).
+        // No tier answered: the route's reply, which may wait on its degraded acts, boxed as
+        // rare (in line, its state would size every call's, a passthrough stream's for as long
+        // as it is open).
+        let settled = match self.run_tiers(ctx, state, &mut call, request, forward).await {
+            Ok(done) => futures_util::future::Either::Left(std::future::ready(Ok(done))),
+            Err(Ended::Error(error)) => {
+                futures_util::future::Either::Left(std::future::ready(Err(error)))
+            }
+            Err(ended) => futures_util::future::Either::Right(Box::pin(
+                self.settle(ctx, route, call, structured, request, ended),
+            )),
+        };
+        let result = settled.await;
         let report = match &result {
             Ok(completion) => Some(&completion.report),
             Err(error) => error.report(),
@@ -332,8 +344,8 @@ impl Engine {
         result
     }
 
-    /// What the chain's end makes of the call: the answer, the error, or the reply the route
-    /// gives when no tier answered (after its degraded acts, if any), was stopped, decided or
+    /// What the chain's end makes of a call no tier answered: the error, or the reply the route
+    /// gives when it ended degraded (after its degraded acts, if any), was stopped, decided or
     /// declined.
     async fn settle(
         &self,
@@ -342,12 +354,11 @@ impl Engine {
         mut call: CallState,
         structured: bool,
         request: &ChatRequest,
-        ended: Result<Completion, Ended>,
+        ended: Ended,
     ) -> Result<Completion, CallError> {
         match ended {
-            Ok(done) => Ok(done),
-            Err(Ended::Error(error)) => Err(error),
-            Err(Ended::Degraded) => {
+            Ended::Error(error) => Err(error),
+            Ended::Degraded => {
                 if let (Some(acts), Some(message)) = (&self.inner.acts, request.last_user_text())
                     && let Some(acted) = acts.act(&route.name, ctx, message).await
                 {
@@ -355,9 +366,9 @@ impl Engine {
                 }
                 call.degraded(route, ctx, structured)
             }
-            Err(Ended::Stopped) => call.stopped(route, ctx, structured),
-            Err(Ended::Decided) => call.decided(route, ctx, structured),
-            Err(Ended::Declined) => call.declined(route, ctx, structured),
+            Ended::Stopped => call.stopped(route, ctx, structured),
+            Ended::Decided => call.decided(route, ctx, structured),
+            Ended::Declined => call.declined(route, ctx, structured),
         }
     }
 

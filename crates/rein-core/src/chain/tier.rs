@@ -25,7 +25,7 @@ use crate::retry::{self, Jitter, RetryMove, Room, TimeoutMove};
 use crate::route::{Route, Tier};
 
 use super::call::{CallError, CallState, Completion, Ended, Observer};
-use super::check::{Checked, check};
+use super::check::{Checked, Sent, check};
 
 /// How a tier's turn ended. (Returned once per tier: boxing the answer would cost an allocation
 /// per call and buy nothing.)
@@ -106,8 +106,10 @@ impl TierRun<'_> {
         let mut took = Duration::ZERO;
         let mut tried = false;
         let mut context_length = None;
-        // The request as this tier sends it; a re-ask extends it.
-        let mut tier_request = tier.prepare(request);
+        // The request as this tier sends it is made for each attempt and let go once sent: the
+        // answer's check reads it through the call's (`Sent`), so a stream does not keep a
+        // second copy of the conversation while it is open. A re-ask's request is kept.
+        let mut reasked: Option<Box<ChatRequest>> = None;
         let mut number = 0;
 
         while number < attempts {
@@ -131,14 +133,11 @@ impl TierRun<'_> {
             // record is built by a plain function: neither is kept beside the check's await
             // (a passthrough stream holds this state, nested, as long as it is open).
             let next = 'next: {
-                let response = match run_attempt(
-                    tier.provider.as_ref(),
-                    &tier_request,
-                    clocks,
-                    forward.as_deref_mut(),
-                )
-                .await
-                {
+                let sending = match &reasked {
+                    Some(reasked) => tier.provider.send(reasked),
+                    None => tier.provider.send(&tier.prepare(request)),
+                };
+                let response = match run_attempt(sending, clocks, forward.as_deref_mut()).await {
                     Ok(response) => response,
                     Err(failure) => {
                         took = call.deadline.elapsed().saturating_sub(started);
@@ -147,18 +146,25 @@ impl TierRun<'_> {
                         break 'next self.failed(call, record, failure, last, forward.as_deref());
                     }
                 };
-                let record = self.record(call, number, started);
-                self.observe(&record);
-                call.steps.push(Step::Attempt(record));
-                let sent = forward.as_deref().is_some_and(|f| f.forwarded());
+                {
+                    // In a block of its own, so the record takes no room beside the check's wait.
+                    let record = self.record(call, number, started);
+                    self.observe(&record);
+                    call.steps.push(Step::Attempt(record));
+                }
+                let forwarded = forward.as_deref().is_some_and(|f| f.forwarded());
+                let sent = match &reasked {
+                    Some(reasked) => Sent::Reasked(reasked),
+                    None => Sent::Prepared { request, tier },
+                };
                 let checked =
-                    check(self.ctx, route, self.index, &response, &tier_request, sent, call).await;
+                    check(self.ctx, route, self.index, &response, sent, forwarded, call).await;
                 self.answered(call, response, checked)
             };
             match next {
                 Next::Retry(classified) => last = Some(classified),
                 Next::Reask(next) => {
-                    tier_request = *next;
+                    reasked = Some(next);
                     attempts += 1;
                     last = None;
                 }
@@ -260,7 +266,7 @@ impl TierRun<'_> {
         }
         let failover = self.position == 0 && index != 0;
         call.outcome = if index == 0 || failover { Outcome::Answered } else { Outcome::Fallback };
-        call.served_by = Some(ServedBy {
+        let served_by = ServedBy {
             tier: index,
             tier_name: tier.name.clone(),
             provider: tier.provider.name().to_string(),
@@ -270,8 +276,8 @@ impl TierRun<'_> {
                 response.model.clone()
             },
             failover,
-        });
-        Next::Done(TierEnd::Answered(call.finish(route, response)))
+        };
+        Next::Done(TierEnd::Answered(call.finish(route, response, served_by)))
     }
 
     /// An attempt failed (`record`): its classification decides the tier's move. `last_attempt`:
