@@ -29,6 +29,7 @@ pub trait Provider: Send + Sync + fmt::Debug {
     /// events for a success status, to a [`Failure`] otherwise.
     ///
     /// The request is borrowed: an adapter serializes what it needs before returning, so the
-    /// engine keeps its copy for re-asks and checks without cloning it per attempt.
+    /// engine lets go of the request it prepared for the tier as soon as this returns, and an
+    /// open stream holds the caller's conversation once.
     fn send(&self, request: &ChatRequest) -> BoxFuture<'static, Result<EventStream, Failure>>;
 }
