@@ -24,6 +24,8 @@
 #   BUILD_PROFILE the cargo profile rein is built with (dist: what to deploy)
 #   RUST_LOG      rein's log filter (default: warnings, and a line per call); the warnings and
 #                 the reasons of calls not answered go into the report
+#   MESSAGE_BYTES the size of each request's user message (default: a short question, 18
+#                 bytes; a larger one is that question padded with words, as a long prompt)
 #   OUT           where to write the markdown (default bench/results/streams.md)
 #   KEEP_TMP      1: keep the temp dir (configs, logs, raw results)
 set -euo pipefail
@@ -40,6 +42,12 @@ CLIENT_PROCS=${CLIENT_PROCS:-4}
 SIMS=${SIMS:-2}
 OUT=${OUT:-$BENCH_DIR/results/streams.md}
 MESSAGE="where is my order?"
+MESSAGE_BYTES=${MESSAGE_BYTES:-${#MESSAGE}}
+[[ "$MESSAGE_BYTES" =~ ^[0-9]+$ ]] || { echo "MESSAGE_BYTES must be a number of bytes" >&2; exit 2; }
+if [ "$MESSAGE_BYTES" -gt "${#MESSAGE}" ]; then # the question, then words up to the size
+  MESSAGE=$(python3 -c 'import sys; q, n = sys.argv[1], int(sys.argv[2]); w = " and the order number is 12345"; print((q + w * (n // len(w) + 1))[:n])' "$MESSAGE" "$MESSAGE_BYTES")
+fi
+MESSAGE_BYTES=${#MESSAGE}
 
 log() { printf '[streams %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -341,5 +349,5 @@ python3 "$LIB/streams_report.py" "$RAW" \
   --rein "$("$REIN_BIN" --version 2>/dev/null || echo rein), $REIN_ORIGIN, work tree at $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$ROOT" && git diff --quiet HEAD -- crates 2>/dev/null || echo ' + uncommitted changes')" \
   --tools "$(nginx -v 2>&1 | sed 's/^nginx version: //'), Python $(python3 -c 'import platform; print(platform.python_version())')" \
   --hold "$HOLD" --ramp "$RAMP" --tokens "$TOKENS" --delay-ms "$DELAY_MS" --procs "$CLIENT_PROCS" \
-  --nofile "$NOFILE" --limits "$LIMITS" | tee "$OUT"
+  --message-bytes "$MESSAGE_BYTES" --nofile "$NOFILE" --limits "$LIMITS" | tee "$OUT"
 log "wrote ${OUT#"$ROOT"/}"

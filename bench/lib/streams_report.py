@@ -48,6 +48,7 @@ def main():
     p.add_argument("--tokens", type=int)
     p.add_argument("--delay-ms", type=int)
     p.add_argument("--procs", type=int)
+    p.add_argument("--message-bytes", type=int, help="the size of each stream's user message")
     p.add_argument("--nofile", type=int, help="the open-files limit every process ran with")
     args = p.parse_args()
     rows = [json.loads(line) for line in open(args.raw) if line.strip()]
@@ -68,7 +69,7 @@ def main():
         f"- streams: `rein sim`, {args.tokens} tokens at `token_delay:ms={args.delay_ms}` "
         f"(~{args.hold:g} s each), opened evenly over {args.ramp:g} s by {args.procs} client "
         "processes (asyncio, raw sockets), held, then read to the end; every proxy started "
-        "afresh for each row"
+        f"afresh for each row; each request's user message {args.message_bytes} bytes"
     )
     w("")
     w("## Memory")
