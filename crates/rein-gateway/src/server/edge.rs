@@ -211,7 +211,15 @@ where
     };
     let io = TokioIo::new(io);
     match protocol {
-        Protocol::Http1 => watcher.watch(http1::Builder::new().serve_connection(io, service)).await,
+        Protocol::Http1 => {
+            // The builder is let go before the connection is served: it takes no room in it.
+            let connection = {
+                let mut builder = http1::Builder::new();
+                builder.max_buf_size(HTTP1_MAX_READ_BUFFER);
+                builder.serve_connection(io, service)
+            };
+            watcher.watch(connection).await
+        }
         Protocol::Http2 => {
             // Boxed, like the TLS branch: an HTTP/2 connection's state is twice an HTTP/1.1 one's.
             let builder = http2::Builder::new(TokioExecutor::new());
@@ -219,6 +227,14 @@ where
         }
     }
 }
+
+/// The most an HTTP/1.1 connection's read buffer grows to. hyper doubles the buffer while it
+/// reads a large body (up to ~400 KiB by default) and reserves that size again for the read
+/// that watches for the client leaving while the answer streams: with a 100 KB prompt each
+/// open stream kept 64 KiB for it, 16 KiB with this cap (a heap profile). A body still arrives
+/// whole, read 16 KiB at a time at most; a request head must fit too (hyper answers `431`
+/// past it), the limit Node.js's HTTP server has by default.
+const HTTP1_MAX_READ_BUFFER: usize = 16 * 1024;
 
 /// Errors that concern one connection only (as hyper and axum treat them).
 fn is_connection_error(error: &io::Error) -> bool {

@@ -72,6 +72,34 @@ async fn an_oversize_body_gets_its_413_even_while_the_client_is_still_sending() 
     gw.stop().await.unwrap();
 }
 
+/// An HTTP/1.1 connection's read buffer is capped at 16 KiB: it bounds what an open stream
+/// keeps for the read that watches for its client leaving, however long its request, and a
+/// request's head (a 64 KiB one gets hyper's `431`, where the default cap took ~400 KiB); a
+/// body many times the cap still arrives whole, beside a head of 12 KiB.
+#[tokio::test]
+async fn a_long_body_arrives_whole_through_the_capped_read_buffer_and_a_64_kib_head_gets_a_431() {
+    let config = CONFIG.replace("max_body_bytes = 4096", "max_body_bytes = 1000000");
+    let gw = start_with(&config, None).await;
+    let head = |pad: usize, length: usize| {
+        format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer client-secret-1\r\nContent-Type: application/json\r\nx-pad: {}\r\nConnection: close\r\nContent-Length: {length}\r\n\r\n",
+            "p".repeat(pad)
+        )
+    };
+    let prompt = "where is my order? ".repeat(300_000 / 19);
+    let body = serde_json::to_vec(&json!({
+        "model": "chat",
+        "messages": [{"role": "user", "content": prompt}],
+    }))
+    .unwrap();
+    let (answer, _) = raw_exchange(gw.addr, head(12 * 1024, body.len()), body.clone()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{}", &answer[..answer.len().min(300)]);
+    assert!(answer.contains("\"choices\""), "{answer}");
+    let (answer, _) = raw_exchange(gw.addr, head(64 * 1024, body.len()), body).await;
+    assert!(answer.starts_with("HTTP/1.1 431"), "{}", &answer[..answer.len().min(300)]);
+    gw.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_body_that_stalls_gets_a_408_in_the_callers_format() {
     let config = CONFIG
