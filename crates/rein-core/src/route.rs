@@ -91,6 +91,11 @@ impl Tier {
         self
     }
 
+    /// The output ceiling this tier sends `request` with: its own, else the request's.
+    pub fn max_tokens(&self, request: &ChatRequest) -> Option<u32> {
+        self.params.max_tokens.or(request.max_tokens)
+    }
+
     /// The request as this tier sends it.
     pub fn prepare(&self, request: &ChatRequest) -> ChatRequest {
         let mut out = request.clone();
@@ -98,9 +103,7 @@ impl Tier {
         if let Some(system) = &self.params.system_prompt {
             out.system = Some(system.clone());
         }
-        if let Some(max_tokens) = self.params.max_tokens {
-            out.max_tokens = Some(max_tokens);
-        }
+        out.max_tokens = self.max_tokens(request);
         if let Some(temperature) = self.params.temperature {
             out.temperature = Some(temperature);
         }

@@ -45,7 +45,7 @@ impl Sent<'_> {
     fn max_tokens(&self) -> Option<u32> {
         match self {
             Sent::Reasked(request) => request.max_tokens,
-            Sent::Prepared { request, tier } => tier.params.max_tokens.or(request.max_tokens),
+            Sent::Prepared { request, tier } => tier.max_tokens(request),
         }
     }
 
